@@ -1,0 +1,58 @@
+"""The one exception tree of quantdrift.
+
+* QuantdriftError
+  + ConfigError
+  + SchemaError (also ValueError)
+  + SignatureError
+    - StaleCommand
+  + BreakerStoreError
+  + StackError
+  + GatewayError
+    - UpstreamError
+    - UpstreamTimeout
+
+Library exceptions are wrapped at the boundary (``raise X(...) from exc``) so a
+caller decides on one type what a failure does: skip, dead-letter, retry, raise.
+"""
+
+from __future__ import annotations
+
+
+class QuantdriftError(Exception):
+    """Root of every error quantdrift raises on purpose."""
+
+
+class ConfigError(QuantdriftError):
+    """Settings or a policy file are wrong; the message says which field."""
+
+
+class SchemaError(QuantdriftError, ValueError):
+    """A message could not be parsed or validated; it belongs in the DLQ."""
+
+
+class SignatureError(QuantdriftError):
+    """A RouteCommand's signature is missing, unknown or wrong."""
+
+
+class StaleCommand(SignatureError):
+    """A RouteCommand's epoch is not newer than the one already applied."""
+
+
+class BreakerStoreError(QuantdriftError):
+    """Redis could not be reached or answered something unexpected."""
+
+
+class StackError(QuantdriftError):
+    """The embedded broker or Redis could not be started or reached."""
+
+
+class GatewayError(QuantdriftError):
+    """The gateway could not serve a request."""
+
+
+class UpstreamError(GatewayError):
+    """Every upstream of a precision pool failed."""
+
+
+class UpstreamTimeout(UpstreamError):
+    """An upstream did not answer in time."""

@@ -1,0 +1,123 @@
+"""PairEvent: one mirrored request, the candidate's and the reference's outputs."""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from quantdrift.schemas.base import SCHEMA_VERSION, Message
+
+PairKind = Literal["shadow", "noise"]
+PrecisionPreference = Literal["cost_optimized", "high_precision"]
+
+# Generous bounds: a looping model runs to max_tokens, but 5 MB of text is an attack
+# or a bug, and scoring it would stall a worker for every other route.
+MAX_TEXT_CHARS = 200_000
+MAX_TOKENS = 32_768
+
+
+def _finite(values: list[float], name: str) -> list[float]:
+    for v in values:
+        if not math.isfinite(v):
+            raise ValueError(f"{name} must be finite numbers")
+    return values
+
+
+class ModelOutput(BaseModel):
+    """One side of a pair. Per-token data is optional: gateways send what they have."""
+
+    model_config = ConfigDict(extra="ignore", allow_inf_nan=False, frozen=True)
+
+    text: str = Field(max_length=MAX_TEXT_CHARS)
+    model: str = ""
+    precision: str = ""
+    # Per-token entropy in nats, when the server computes it.
+    entropy: list[float] | None = Field(default=None, max_length=MAX_TOKENS)
+    # Per token: the top-k alternatives as {token: logprob} (OpenAI's shape).
+    top_logprobs: list[dict[str, float]] | None = Field(default=None, max_length=MAX_TOKENS)
+    # Per token: log-prob of the chosen token under this side's own model.
+    token_logprobs: list[float] | None = Field(default=None, max_length=MAX_TOKENS)
+    tokens: list[str] | None = Field(default=None, max_length=MAX_TOKENS)
+    latency_ms: float | None = Field(default=None, ge=0)
+    finish_reason: str | None = None
+
+    @field_validator("entropy")
+    @classmethod
+    def _entropy_ok(cls, v: list[float] | None) -> list[float] | None:
+        if v is not None:
+            _finite(v, "entropy")
+            if any(x < 0 for x in v):
+                raise ValueError("entropy must be >= 0 nats")
+        return v
+
+    @field_validator("token_logprobs")
+    @classmethod
+    def _logprobs_ok(cls, v: list[float] | None) -> list[float] | None:
+        if v is not None:
+            _finite(v, "token_logprobs")
+        return v
+
+    @field_validator("top_logprobs")
+    @classmethod
+    def _top_ok(cls, v: list[dict[str, float]] | None) -> list[dict[str, float]] | None:
+        if v is not None:
+            for d in v:
+                _finite(list(d.values()), "top_logprobs")
+        return v
+
+
+class RequestInfo(BaseModel):
+    """What was asked, and how it was decoded: greedy and sampled drift differently."""
+
+    model_config = ConfigDict(extra="ignore", allow_inf_nan=False, frozen=True)
+
+    prompt: str | None = Field(default=None, max_length=MAX_TEXT_CHARS)
+    prompt_hash: str | None = Field(default=None, max_length=128)
+    private: bool = False
+    precision_preference: PrecisionPreference | None = None
+    expects_json: bool = False
+    json_schema: dict[str, Any] | None = None
+    expected_keys: list[str] | None = Field(default=None, max_length=256)
+    temperature: float | None = Field(default=None, ge=0)
+    top_p: float | None = Field(default=None, gt=0, le=1)
+    max_tokens: int | None = Field(default=None, ge=1)
+    task: str | None = Field(default=None, max_length=64)
+
+    @property
+    def decoding(self) -> Literal["greedy", "sampled"]:
+        """Greedy when temperature is 0 or unknown-but-absent; sampled otherwise."""
+        return "greedy" if not self.temperature else "sampled"
+
+
+class PairEvent(Message):
+    """The message a gateway produces to ``quantdrift.pairs.v1`` (key = route)."""
+
+    schema_version: Literal[1] = SCHEMA_VERSION
+    pair_id: str = Field(min_length=1, max_length=128)
+    ts: float = Field(ge=0)
+    route: str = Field(min_length=1, max_length=200, pattern=r"^[A-Za-z0-9._:/@-]+$")
+    kind: PairKind = "shadow"
+    candidate: ModelOutput
+    reference: ModelOutput
+    request: RequestInfo = RequestInfo()
+    # Teacher-forced cross-scoring: the reference model's log-prob of each of the
+    # candidate's tokens (one prefill on the reference; vLLM's prompt logprobs).
+    reference_logprobs_on_candidate: list[float] | None = Field(default=None, max_length=MAX_TOKENS)
+    sample_rate: float = Field(default=1.0, gt=0, le=1)
+    # Labels for evaluation only (the lab sets them); the judge never reads them.
+    label: str | None = Field(default=None, max_length=64)
+
+    @field_validator("reference_logprobs_on_candidate")
+    @classmethod
+    def _tf_ok(cls, v: list[float] | None) -> list[float] | None:
+        if v is not None:
+            _finite(v, "reference_logprobs_on_candidate")
+        return v
+
+    @model_validator(mode="after")
+    def _private_prompt(self) -> PairEvent:
+        if self.request.private and self.request.prompt is not None:
+            raise ValueError("request.private is set: send prompt_hash, never the prompt")
+        return self

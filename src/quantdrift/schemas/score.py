@@ -1,0 +1,57 @@
+"""ScoreEvent: every metric of one pair and the per-pair verdict."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from quantdrift.schemas.base import SCHEMA_VERSION, Message
+from quantdrift.schemas.pair import PairKind
+
+Verdict = Literal["ok", "drift", "anomaly"]
+
+
+class Metrics(BaseModel):
+    """All metrics of a pair; None where the inputs to compute one were absent."""
+
+    model_config = ConfigDict(extra="ignore", allow_inf_nan=False, frozen=True)
+
+    cosine: float | None = None
+    cosine_tier: str | None = None
+    bleu: float | None = None
+    rouge1: float | None = None
+    rougeL: float | None = None  # noqa: N815 - the name every ROUGE user knows
+    jaccard: float | None = None
+    length_ratio: float | None = None
+    first_divergence: int | None = None
+    entropy_mean: float | None = None
+    entropy_min: float | None = None
+    entropy_shift: float | None = None
+    kl: float | None = None
+    flip_rate: float | None = None
+    tf_gap: float | None = None
+    repetition_run: int = 0
+    looping: bool = False
+    distinct_2: float | None = None
+    whitespace_run: int = 0
+    json_ok: bool | None = None
+    json_error: str | None = None
+
+
+class ScoreEvent(Message):
+    """Published to ``quantdrift.scores.v1`` (key = route) by the score agent."""
+
+    schema_version: Literal[1] = SCHEMA_VERSION
+    pair_id: str
+    route: str
+    kind: PairKind
+    ts: float
+    decoding: Literal["greedy", "sampled"] = "greedy"
+    candidate_precision: str = ""
+    metrics: Metrics
+    verdict: Verdict = "ok"
+    reasons: list[str] = Field(default_factory=list)
+    # A drift score against the route's noise floor (0 ~ noise); None before calibration.
+    drift_score: float | None = None
+    label: str | None = None
