@@ -1,0 +1,25 @@
+"""Per-route breaker: pure transitions (machine), the Redis store (Lua), in-memory twin."""
+
+from quantdrift.breaker.machine import Decision, initial_state, judge, manual, tick
+from quantdrift.breaker.memory import MemoryBreaker, Trip
+from quantdrift.breaker.outbox import Outbox, build_outbox
+from quantdrift.breaker.policy import Policy, RoutePolicy, load_policy
+from quantdrift.breaker.state import RouteState, Transition, WorstPair
+
+__all__ = [
+    "Decision",
+    "MemoryBreaker",
+    "Outbox",
+    "Policy",
+    "RouteState",
+    "RoutePolicy",
+    "Transition",
+    "Trip",
+    "WorstPair",
+    "build_outbox",
+    "initial_state",
+    "judge",
+    "load_policy",
+    "manual",
+    "tick",
+]

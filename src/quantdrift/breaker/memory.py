@@ -1,0 +1,71 @@
+"""An in-memory breaker for replay and evaluation: the same fold, no side effects."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from quantdrift.breaker.machine import tick
+from quantdrift.breaker.policy import Policy
+from quantdrift.breaker.state import RouteState, Transition
+from quantdrift.breaker.step import floor_key_suffix, fold
+from quantdrift.detectors.noise_floor import NoiseFloor, NoiseFloorState, metric_values
+from quantdrift.schemas.score import ScoreEvent
+
+
+@dataclass(frozen=True, slots=True)
+class Trip:
+    """A transition as replay reports it: when, on which pair, by which rule."""
+
+    route: str
+    index: int
+    pair_id: str
+    transition: Transition
+    epoch: int
+
+
+@dataclass
+class MemoryBreaker:
+    """Routes' states in dicts; ``fold`` returns the transition, never publishes it."""
+
+    policy: Policy
+    noise_floor: NoiseFloor = field(default_factory=NoiseFloor)
+    states: dict[str, RouteState] = field(default_factory=dict)
+    floors: dict[tuple[str, str], NoiseFloorState] = field(default_factory=dict)
+    seen: set[tuple[str, str, str]] = field(default_factory=set)
+    trips: list[Trip] = field(default_factory=list)
+    counts: dict[str, int] = field(default_factory=dict)
+
+    def seed_floor(self, score: ScoreEvent) -> None:
+        """Calibrate from an offline noise pair (``quantdrift calibrate``)."""
+        key = (score.route, floor_key_suffix(score))
+        floor = self.floors.get(key, self.noise_floor.init())
+        self.floors[key] = self.noise_floor.update(floor, metric_values(score.metrics))
+
+    def fold(self, score: ScoreEvent, now: float) -> Transition | None:
+        ident = (score.route, score.kind, score.pair_id)
+        if ident in self.seen:
+            return None
+        self.seen.add(ident)
+        route_policy = self.policy.for_route(score.route)
+        state = self.states.get(score.route, RouteState())
+        key = (score.route, floor_key_suffix(score))
+        floor = self.floors.get(key, self.noise_floor.init())
+        ticked = tick(route_policy, state, now)
+        if ticked.transition is not None:
+            state = ticked.state
+            self._record(score, ticked.transition, state)
+        folded = fold(route_policy, state, floor, score, now, self.noise_floor)
+        if folded.floor is not None:
+            self.floors[key] = folded.floor
+            return None
+        assert folded.route_state is not None
+        self.states[score.route] = folded.route_state
+        self.counts[score.route] = self.counts.get(score.route, 0) + 1
+        if folded.transition is not None:
+            self._record(score, folded.transition, folded.route_state)
+        return folded.transition
+
+    def _record(self, score: ScoreEvent, transition: Transition, state: RouteState) -> None:
+        index = self.counts.get(score.route, 0)
+        self.trips.append(Trip(score.route, index, score.pair_id, transition, state.epoch))
+

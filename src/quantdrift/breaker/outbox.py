@@ -1,0 +1,69 @@
+"""Turn a transition into exactly one signed RouteCommand and one AlertEvent.
+
+Ids are derived from (route, epoch), not random: if a crash makes a worker
+send the same outbox twice, gateways drop the command on its epoch and alert
+sinks fold the alert on its dedupe key.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from quantdrift.breaker.state import RouteState, Transition
+from quantdrift.schemas.alert import AlertEvent, Severity
+from quantdrift.schemas.command import RouteCommand
+from quantdrift.schemas.signing import CommandSigner
+
+_SEVERITY: dict[tuple[str, str], Severity] = {
+    ("closed", "open"): "P1",
+    ("half_open", "open"): "P1",
+    ("open", "half_open"): "P3",
+    ("half_open", "closed"): "P2",
+}
+
+
+@dataclass(frozen=True, slots=True)
+class Outbox:
+    command: RouteCommand
+    alert: AlertEvent
+
+
+def build_outbox(
+    route: str, transition: Transition, state: RouteState, signer: CommandSigner, now: float,
+    source: str = "breaker",
+) -> Outbox:
+    percent = transition.evidence.get("percent") if transition.action == "canary" else None
+    command = signer.sign(
+        RouteCommand(
+            command_id=f"{route}#{state.epoch}",
+            route=route,
+            action=transition.action,
+            percent=percent,
+            target_precision=transition.target,
+            epoch=state.epoch,
+            state=state.state,
+            reason=transition.reason,
+            evidence=transition.evidence,
+            issued_at=now,
+            source="manual" if source == "manual" else "breaker",
+            locked=state.locked,
+        )
+    )
+    severity = _SEVERITY.get((transition.from_state, transition.to_state), "P2")
+    if transition.rule == "manual":
+        severity = "P2"
+    alert = AlertEvent(
+        alert_id=f"{route}#{state.epoch}",
+        severity=severity,
+        route=route,
+        kind=f"breaker.{transition.to_state}",
+        summary=(
+            f"{route}: {transition.from_state} -> {transition.to_state} "
+            f"({transition.action} to {transition.target}): {transition.reason}"
+        ),
+        evidence={**transition.evidence, "rule": transition.rule, "epoch": state.epoch},
+        ts=now,
+        dedupe_key=f"{route}:{transition.to_state}:{state.epoch}",
+        epoch=state.epoch,
+    )
+    return Outbox(command, alert)

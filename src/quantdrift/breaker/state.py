@@ -1,0 +1,73 @@
+"""A route's whole decision state: one JSON value, read and written whole."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field, replace
+from typing import Any, Literal
+
+BreakerState = Literal["closed", "open", "half_open"]
+
+
+@dataclass(frozen=True, slots=True)
+class WorstPair:
+    pair_id: str
+    similarity: float | None
+    reasons: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class RouteState:
+    """Everything the judge needs between two scores of a route.
+
+    ``epoch`` is bumped by every transition and fences commands at the gateway;
+    ``window`` holds (similarity, anomaly) of the last shadow pairs.
+    """
+
+    state: BreakerState = "closed"
+    epoch: int = 0
+    target: str = ""
+    locked: bool = False
+    pairs_seen: int = 0
+    consecutive_failures: int = 0
+    window: tuple[tuple[float | None, bool], ...] = ()
+    seq_n: int = 0
+    seq_log_m: float = 0.0
+    opened_at: float | None = None
+    cooldown_s: float = 0.0
+    half_open_passes: int = 0
+    trips: int = 0
+    worst: tuple[WorstPair, ...] = ()
+    last_decision: str = ""
+    last_similarity: float | None = None
+    updated_at: float = 0.0
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any] | None) -> RouteState:
+        if not data:
+            return cls()
+        data = dict(data)
+        data["window"] = tuple((w[0], bool(w[1])) for w in data.get("window", ()))
+        data["worst"] = tuple(
+            WorstPair(w["pair_id"], w["similarity"], tuple(w["reasons"])) for w in data.get("worst", ())
+        )
+        known = {f for f in cls.__dataclass_fields__}
+        return cls(**{k: v for k, v in data.items() if k in known})
+
+    def evolve(self, **changes: Any) -> RouteState:
+        return replace(self, **changes)
+
+
+@dataclass(frozen=True, slots=True)
+class Transition:
+    """One breaker transition: what the outbox turns into a command and an alert."""
+
+    from_state: BreakerState
+    to_state: BreakerState
+    action: Literal["rollback", "restore", "canary"]
+    target: str
+    rule: str
+    reason: str
+    evidence: dict[str, Any] = field(default_factory=dict)

@@ -1,0 +1,221 @@
+"""The breaker's Redis store: read a route's state, fold, write back in one Lua step.
+
+Optimistic concurrency: the Lua script writes only if the state's version is
+the one that was read, and marks the pair as seen in the same step. Two
+workers (or a redelivered batch) racing on one transition: one wins, the other
+re-reads, finds the pair seen or folds onto the new state, so a transition
+bumps the epoch once and yields exactly one command and one alert.
+
+Keys (``{route}`` is a hash tag, so a route's keys share a cluster slot):
+  {prefix}route:{R}:state     hash  v = version, s = RouteState JSON
+  {prefix}route:{R}:command   str   the latest signed RouteCommand (gateways poll it)
+  {prefix}route:{R}:outbox    list  commands and alerts still to publish
+  {prefix}route:{R}:seen:ID   str   dedupe of pair ids (TTL)
+  {prefix}noise:{R}:MODE      hash  noise floor per decoding mode
+  {prefix}routes              set   every route seen
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import dataclass
+from importlib import resources
+from typing import Any
+
+import orjson
+import redis.asyncio as aioredis
+from redis.exceptions import RedisError
+
+from quantdrift.breaker.machine import Decision, manual, tick
+from quantdrift.breaker.outbox import Outbox, build_outbox
+from quantdrift.breaker.policy import RoutePolicy
+from quantdrift.breaker.state import RouteState, Transition
+from quantdrift.breaker.step import floor_key_suffix, fold
+from quantdrift.detectors.noise_floor import NoiseFloor, NoiseFloorState
+from quantdrift.errors import BreakerStoreError
+from quantdrift.schemas.command import RouteCommand
+from quantdrift.schemas.score import ScoreEvent
+from quantdrift.schemas.signing import CommandSigner
+
+_LUA = resources.files("quantdrift.breaker").joinpath("apply.lua").read_text()
+MAX_ATTEMPTS = 20
+
+
+@dataclass(frozen=True, slots=True)
+class FoldResult:
+    status: str  # "ok" | "dup"
+    state: RouteState | None = None
+    outbox: Outbox | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class OutboxItem:
+    topic: str  # "control" | "alerts"
+    value: bytes
+    route: str
+
+
+class RedisBreakerStore:
+    """Per-route breaker state in Redis; every method is safe to race."""
+
+    def __init__(
+        self,
+        client: aioredis.Redis,
+        signer: CommandSigner,
+        key_prefix: str = "qd:",
+        seen_ttl_s: int = 7 * 24 * 3600,
+        noise_floor: NoiseFloor = NoiseFloor(),
+    ) -> None:
+        self._r = client
+        self._signer = signer
+        self._p = key_prefix
+        self._ttl = seen_ttl_s
+        self._floor = noise_floor
+        self._script = client.register_script(_LUA)
+
+    # -- keys -----------------------------------------------------------------
+    def _k(self, route: str, what: str) -> str:
+        return f"{self._p}route:{{{route}}}:{what}"
+
+    def command_key(self, route: str) -> str:
+        return self._k(route, "command")
+
+    def _floor_key(self, route: str, mode: str) -> str:
+        return f"{self._p}noise:{{{route}}}:{mode}"
+
+    # -- reads ----------------------------------------------------------------
+    async def read(self, route: str) -> tuple[RouteState, int]:
+        return await self._read_hash(self._k(route, "state"), RouteState.from_json)
+
+    async def read_floor(self, route: str, mode: str) -> tuple[NoiseFloorState, int]:
+        return await self._read_hash(self._floor_key(route, mode), NoiseFloorState.from_json)
+
+    async def routes(self) -> list[str]:
+        try:
+            members = await self._r.smembers(f"{self._p}routes")
+        except RedisError as exc:
+            raise BreakerStoreError(f"redis: {exc}") from exc
+        return sorted(m.decode() if isinstance(m, bytes) else m for m in members)
+
+    async def latest_command(self, route: str) -> RouteCommand | None:
+        try:
+            raw = await self._r.get(self.command_key(route))
+        except RedisError as exc:
+            raise BreakerStoreError(f"redis: {exc}") from exc
+        return RouteCommand.parse(raw) if raw else None
+
+    async def _read_hash(self, key: str, build: Callable[[Any], Any]) -> tuple[Any, int]:
+        try:
+            raw = await self._r.hmget(key, "v", "s")
+        except RedisError as exc:
+            raise BreakerStoreError(f"redis: {exc}") from exc
+        version = int(raw[0]) if raw[0] else 0
+        return build(orjson.loads(raw[1]) if raw[1] else None), version
+
+    # -- writes ---------------------------------------------------------------
+    async def fold(self, score: ScoreEvent, policy: RoutePolicy, now: float) -> FoldResult:
+        """Fold one score exactly once (by pair_id), retrying on a lost race."""
+        route = score.route
+        seen = self._k(route, f"seen:{score.kind}:{score.pair_id}")
+        mode = floor_key_suffix(score)
+        for _ in range(MAX_ATTEMPTS):
+            floor, floor_v = await self.read_floor(route, mode)
+            if score.kind == "noise":
+                folded = fold(policy, RouteState(), floor, score, now, self._floor)
+                assert folded.floor is not None
+                status, _ = await self._apply(
+                    self._floor_key(route, mode), seen, floor_v,
+                    orjson.dumps(folded.floor.to_json()), route, None, ())
+                if status == "conflict":
+                    continue
+                return FoldResult(status)
+            state, version = await self.read(route)
+            folded = fold(policy, state, floor, score, now, self._floor)
+            assert folded.route_state is not None
+            result = await self._commit(route, seen, version, folded.route_state,
+                                        folded.transition, now, "breaker")
+            if result is not None:
+                return result
+        raise BreakerStoreError(f"route {route}: gave up after {MAX_ATTEMPTS} write conflicts")
+
+    async def tick(self, route: str, policy: RoutePolicy, now: float) -> FoldResult:
+        """Time-driven transitions (open -> half_open), raced safely by every worker."""
+        return await self._decide(route, lambda s: tick(policy, s, now), now, "breaker")
+
+    async def manual(
+        self, route: str, action: str, policy: RoutePolicy, now: float, who: str = "cli"
+    ) -> FoldResult:
+        return await self._decide(route, lambda s: manual(policy, s, action, now, who), now, "manual")
+
+    async def _decide(
+        self, route: str, decide: Callable[[RouteState], Decision], now: float, source: str
+    ) -> FoldResult:
+        for _ in range(MAX_ATTEMPTS):
+            state, version = await self.read(route)
+            decision = decide(state)
+            if decision.transition is None and decision.state == state:
+                return FoldResult("ok", state)
+            result = await self._commit(route, "", version, decision.state,
+                                        decision.transition, now, source)
+            if result is not None:
+                return result
+        raise BreakerStoreError(f"route {route}: gave up after {MAX_ATTEMPTS} write conflicts")
+
+    async def _commit(
+        self, route: str, seen: str, version: int, new_state: RouteState,
+        transition: Transition | None, now: float, source: str,
+    ) -> FoldResult | None:
+        outbox = None
+        items: tuple[bytes, ...] = ()
+        command_json = None
+        if transition is not None:
+            outbox = build_outbox(route, transition, new_state, self._signer, now, source)
+            command_json = outbox.command.dumps()
+            items = (
+                orjson.dumps({"topic": "control", "value": command_json.decode()}),
+                orjson.dumps({"topic": "alerts", "value": outbox.alert.dumps().decode()}),
+            )
+        status, _ = await self._apply(
+            self._k(route, "state"), seen, version, orjson.dumps(new_state.to_json()),
+            route, command_json, items)
+        if status == "conflict":
+            return None
+        if status == "dup":
+            return FoldResult("dup")
+        return FoldResult("ok", new_state, outbox)
+
+    async def _apply(
+        self, state_key: str, seen: str, version: int, body: bytes, route: str,
+        command_json: bytes | None, items: tuple[bytes, ...],
+    ) -> tuple[str, int]:
+        keys = [state_key, seen, self.command_key(route), self._k(route, "outbox"),
+                f"{self._p}routes"]
+        args: list[Any] = [version, body, self._ttl, command_json or b"", route, *items]
+        try:
+            status, v = await self._script(keys=keys, args=args)
+        except RedisError as exc:
+            raise BreakerStoreError(f"redis: {exc}") from exc
+        return (status.decode() if isinstance(status, bytes) else status), int(v)
+
+    # -- outbox ---------------------------------------------------------------
+    async def pending(self, route: str) -> list[OutboxItem]:
+        """Commands and alerts written by a transition and not yet published."""
+        try:
+            raw = await self._r.lrange(self._k(route, "outbox"), 0, -1)
+        except RedisError as exc:
+            raise BreakerStoreError(f"redis: {exc}") from exc
+        out = []
+        for item in raw:
+            data = json.loads(item)
+            out.append(OutboxItem(data["topic"], data["value"].encode(), route))
+        return out
+
+    async def ack(self, route: str, count: int) -> None:
+        """Drop the first ``count`` outbox items once they are on their topics."""
+        if count <= 0:
+            return
+        try:
+            await self._r.ltrim(self._k(route, "outbox"), count, -1)
+        except RedisError as exc:
+            raise BreakerStoreError(f"redis: {exc}") from exc

@@ -1,0 +1,112 @@
+"""``quantdrift stack up`` / ``stack down``: the embedded broker and Redis, detached.
+
+``stack up`` prints shell lines, so ``eval "$(quantdrift stack up)"`` points
+the current shell at the stack; human-readable lines are ``#`` comments.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+import sys
+from pathlib import Path
+
+from quantdrift.errors import StackError
+from quantdrift.stack.embedded import (
+    EmbeddedStack,
+    default_state_path,
+    read_state,
+    stop_from_state,
+)
+
+_REDIS_SCHEMES = ("redis://", "rediss://", "unix://")
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    """Add ``stack up`` and ``stack down`` to the main parser's subcommands."""
+    stack = subparsers.add_parser("stack", help="start or stop the embedded broker and Redis")
+    commands = stack.add_subparsers(dest="stack_command", metavar="{up,down}", required=True)
+
+    up = commands.add_parser(
+        "up",
+        help="start Tansu and a Redis in the background; prints export lines to eval",
+    )
+    up.add_argument(
+        "--redis-url",
+        type=_redis_url,
+        default=None,
+        help="use this Redis instead of probing 127.0.0.1:6379 or starting one",
+    )
+    up.add_argument("--state", type=Path, default=None, help="state file (.quantdrift/stack.json)")
+    up.set_defaults(func=stack_up)
+
+    down = commands.add_parser("down", help="stop what `stack up` started")
+    down.add_argument("--state", type=Path, default=None, help="state file (.quantdrift/stack.json)")
+    down.set_defaults(func=stack_down)
+
+
+def _redis_url(value: str) -> str:
+    if not value.startswith(_REDIS_SCHEMES):
+        raise argparse.ArgumentTypeError(
+            f"{value!r} is not a Redis URL (expected redis://, rediss:// or unix://)"
+        )
+    return value
+
+
+def _fail(command: str, exc: Exception) -> int:
+    """One line on stderr: the first line of the error and the last lines of any log tail."""
+    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+    if len(lines) > 1:
+        lines = lines[:1] + lines[1:][-3:]
+    print(f"quantdrift stack {command}: {' | '.join(lines) or type(exc).__name__}", file=sys.stderr)
+    return 1
+
+
+def stack_up(args: argparse.Namespace) -> int:
+    """Start the stack detached, record it, print how to reach it."""
+    path: Path = args.state or default_state_path()
+    if path.exists():
+        try:
+            previous = read_state(path)
+        except StackError as exc:
+            return _fail("up", StackError(f"{exc}; delete it if no stack is running"))
+        if previous.alive():
+            return _fail(
+                "up",
+                StackError(
+                    f"already up at {previous.bootstrap} (state {path}); "
+                    "run `quantdrift stack down` first"
+                ),
+            )
+    stack = EmbeddedStack(redis_url=args.redis_url, detached=True)
+    try:
+        stack.start()
+    except StackError as exc:
+        return _fail("up", exc)
+    try:
+        stack.write_state(path)
+    except StackError as exc:
+        stack.stop()
+        return _fail("up", exc)
+    assert stack.broker is not None and stack.redis is not None
+    redis_note = (
+        f"started by us, pid {stack.redis.pid}" if stack.redis.started_by_us else "already running"
+    )
+    print(f"# kafka bootstrap {stack.bootstrap} (Tansu pid {stack.broker.pid})")
+    print(f"# redis {stack.redis_url} ({redis_note})")
+    print(f"# state {path}; stop with: quantdrift stack down")
+    print(f"export QUANTDRIFT_KAFKA__BOOTSTRAP_SERVERS={shlex.quote(stack.bootstrap)}")
+    print(f"export QUANTDRIFT_REDIS__URL={shlex.quote(stack.redis_url)}")
+    return 0
+
+
+def stack_down(args: argparse.Namespace) -> int:
+    """Stop the processes recorded by ``stack up``, and only those."""
+    path: Path = args.state or default_state_path()
+    try:
+        outcomes = stop_from_state(path)
+    except StackError as exc:
+        return _fail("down", exc)
+    for role, outcome in outcomes.items():
+        print(f"{role}: {outcome}")
+    return 0

@@ -1,0 +1,121 @@
+"""The decision rules as plain functions: seeded streams, golden indices."""
+
+from __future__ import annotations
+
+import pytest
+
+from quantdrift.breaker import MemoryBreaker, Policy, RoutePolicy, RouteState, judge, manual, tick
+from quantdrift.breaker.machine import initial_state
+from quantdrift.detectors.noise_floor import NoiseFloor
+from quantdrift.schemas import Metrics, ScoreEvent
+
+POLICY = RoutePolicy(
+    min_pairs=5, cooldown_s=10, half_open_pairs=3, candidate_precision="int4",
+    reference_precision="bf16", rules=("consecutive", "window"),
+)
+
+
+def score(i: int, cosine: float, verdict: str = "ok", kind: str = "shadow") -> ScoreEvent:
+    reasons = [] if verdict == "ok" else [f"cosine {cosine:.2f} < 0.88"]
+    return ScoreEvent(pair_id=f"p{i}", route="r", kind=kind, ts=float(i),
+                      metrics=Metrics(cosine=cosine), verdict=verdict, reasons=reasons)
+
+
+def run(policy: RoutePolicy, scores: list[ScoreEvent]) -> list[tuple[int, str]]:
+    state, events = initial_state(policy), []
+    for i, s in enumerate(scores):
+        d = judge(policy, state, s, now=float(i))
+        state = d.state
+        if d.transition:
+            events.append((i, d.transition.to_state))
+    return events
+
+
+def test_healthy_stream_never_trips() -> None:
+    assert run(POLICY, [score(i, 0.95) for i in range(200)]) == []
+
+
+def test_three_consecutive_failures_trip_once_after_min_pairs() -> None:
+    stream = [score(i, 0.95) for i in range(10)] + [score(10 + i, 0.5, "drift") for i in range(10)]
+    assert run(POLICY, stream) == [(12, "open")]
+
+
+def test_no_rule_fires_before_min_pairs() -> None:
+    policy = POLICY.model_copy(update={"min_pairs": 8})
+    stream = [score(i, 0.5, "drift") for i in range(10)]
+    assert run(policy, stream) == [(7, "open")]
+
+
+def test_window_rule_on_mean_similarity_without_consecutive_failures() -> None:
+    policy = POLICY.model_copy(update={"rules": ("window",), "window_size": 10})
+    # Alternating 0.70 / 0.95: never 3 failures in a row, but after min_pairs (5) the
+    # window mean is (3 * 0.70 + 2 * 0.95) / 5 = 0.80 < 0.85.
+    stream = [score(i, 0.95 if i % 2 else 0.70, "ok" if i % 2 else "drift") for i in range(30)]
+    assert run(policy, stream) == [(4, "open")]
+
+
+@pytest.mark.parametrize("failing", [True, False])
+def test_half_open_probe(failing: bool) -> None:
+    state = initial_state(POLICY)
+    for i in range(8):
+        state = judge(POLICY, state, score(i, 0.5, "drift"), now=float(i)).state
+    assert state.state == "open" and state.target == "bf16" and state.epoch == 1
+    assert tick(POLICY, state, now=state.opened_at + 5).transition is None
+    d = tick(POLICY, state, now=state.opened_at + 10)
+    assert d.transition and d.transition.action == "canary" and d.state.state == "half_open"
+    state = d.state
+    if failing:
+        d = judge(POLICY, state, score(100, 0.4, "drift"), now=200.0)
+        assert d.state.state == "open" and d.state.cooldown_s == 20  # backoff x2
+    else:
+        for i in range(3):
+            d = judge(POLICY, state, score(100 + i, 0.97), now=200.0 + i)
+            state = d.state
+        assert d.transition and d.transition.action == "restore"
+        assert state.state == "closed" and state.target == "int4" and state.epoch == 3
+
+
+def test_manual_rollback_locks_route() -> None:
+    d = manual(POLICY, RouteState(), "rollback", now=1.0)
+    assert d.state.locked and d.state.target == "bf16" and d.state.epoch == 1
+    state = d.state
+    for i in range(20):
+        state = judge(POLICY, state, score(i, 0.99), now=2.0 + i).state
+    assert state.state == "open" and state.locked
+    released = manual(POLICY, state, "release", now=30.0)
+    assert not released.state.locked and released.state.epoch == 2
+
+
+def test_state_json_round_trip() -> None:
+    state = initial_state(POLICY)
+    for i in range(6):
+        state = judge(POLICY, state, score(i, 0.5, "drift"), now=float(i)).state
+    assert RouteState.from_json(state.to_json()) == state
+
+
+def test_sequential_rule_trips_against_noise_floor_and_not_on_noise() -> None:
+    policy = POLICY.model_copy(update={"rules": ("sequential",), "min_noise_pairs": 20,
+                                       "false_alarm_budget_pairs": 1000})
+    breaker = MemoryBreaker(Policy(default=policy), NoiseFloor(capacity=200))
+    import random
+
+    rng = random.Random(7)
+    for i in range(200):
+        breaker.fold(score(i, rng.uniform(0.85, 0.99), kind="noise"), now=float(i))
+    # Healthy shadow pairs drawn from the noise distribution: no trip.
+    for i in range(300):
+        breaker.fold(score(1000 + i, rng.uniform(0.85, 0.99)), now=300.0 + i)
+    assert breaker.trips == []
+    # Shift below every noise value, with per-pair verdicts still "ok": only the
+    # sequential test can see it.
+    for i in range(30):
+        breaker.fold(score(5000 + i, 0.80), now=700.0 + i)
+    assert breaker.trips and breaker.trips[0].transition.rule == "sequential"
+    assert breaker.trips[0].index - 300 <= 10
+
+
+def test_memory_breaker_counts_redelivered_pair_once() -> None:
+    breaker = MemoryBreaker(Policy(default=POLICY))
+    for _ in range(3):
+        breaker.fold(score(1, 0.5, "drift"), now=1.0)
+    assert breaker.states["r"].pairs_seen == 1
