@@ -10,7 +10,12 @@ import pytest
 import redis
 
 from quantdrift.stack import EmbeddedStack
-from tests.integration.kafka_helpers import consume_n
+
+# rootdir-style imports: works whether or not tests/ and tests/integration/ are packages.
+try:
+    from kafka_helpers import consume_n
+except ImportError:
+    from tests.integration.kafka_helpers import consume_n
 
 
 @pytest.fixture(scope="session")

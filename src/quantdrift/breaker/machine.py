@@ -125,7 +125,8 @@ def _closed(
             effects = {}
             if floor is not None:
                 effects = noise_floor.effect_sizes(floor, metric_values(score.metrics))
-            return _trip(policy, state, rule, reason, {**numbers, "effect_sizes": effects}, now)
+            numbers = {**numbers, "decisive_pair_id": score.pair_id, "effect_sizes": effects}
+            return _trip(policy, state, rule, reason, numbers, now)
     return Decision(state)
 
 
@@ -170,7 +171,8 @@ def _probe(policy: RoutePolicy, state: RouteState, failing: bool, score: ScoreEv
     """Half-open: the candidate runs in shadow behind the reference and must prove itself."""
     if failing:
         reason = "half-open probe failed: " + ", ".join(score.reasons or [score.verdict])
-        return _trip(policy, state, "half_open_probe", reason, {"pair_id": score.pair_id}, state.updated_at)
+        return _trip(policy, state, "half_open_probe", reason, {"decisive_pair_id": score.pair_id},
+                     state.updated_at)
     passes = state.half_open_passes + 1
     if passes < policy.half_open_pairs:
         return Decision(state.evolve(half_open_passes=passes, last_decision="probe_pass"))

@@ -6,7 +6,8 @@ workers (or a redelivered batch) racing on one transition: one wins, the other
 re-reads, finds the pair seen or folds onto the new state, so a transition
 bumps the epoch once and yields exactly one command and one alert.
 
-Keys (``{route}`` is a hash tag, so a route's keys share a cluster slot):
+Keys (single-instance Redis or a primary with replicas; Redis Cluster would need
+hash tags, which the gateway's key format does not use yet):
   {prefix}route:{R}:state     hash  v = version, s = RouteState JSON
   {prefix}route:{R}:command   str   the latest signed RouteCommand (gateways poll it)
   {prefix}route:{R}:outbox    list  commands and alerts still to publish
@@ -76,13 +77,13 @@ class RedisBreakerStore:
 
     # -- keys -----------------------------------------------------------------
     def _k(self, route: str, what: str) -> str:
-        return f"{self._p}route:{{{route}}}:{what}"
+        return f"{self._p}route:{route}:{what}"
 
     def command_key(self, route: str) -> str:
         return self._k(route, "command")
 
     def _floor_key(self, route: str, mode: str) -> str:
-        return f"{self._p}noise:{{{route}}}:{mode}"
+        return f"{self._p}noise:{route}:{mode}"
 
     # -- reads ----------------------------------------------------------------
     async def read(self, route: str) -> tuple[RouteState, int]:

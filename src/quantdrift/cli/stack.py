@@ -41,7 +41,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     up.set_defaults(func=stack_up)
 
     down = commands.add_parser("down", help="stop what `stack up` started")
-    down.add_argument("--state", type=Path, default=None, help="state file (.quantdrift/stack.json)")
+    down.add_argument(
+        "--state", type=Path, default=None, help="state file (.quantdrift/stack.json)"
+    )
     down.set_defaults(func=stack_down)
 
 

@@ -107,7 +107,9 @@ def sentence_bleu(candidate: str, reference: str) -> float:
     1.0
     """
     tokenizer = "zh" if has_cjk(candidate) or has_cjk(reference) else "13a"
-    return float(_bleu(tokenizer).sentence_score(candidate, [reference]).score) / 100.0
+    score = float(_bleu(tokenizer).sentence_score(candidate, [reference]).score) / 100.0
+    # sacrebleu's exp(log(...)) lands on 100.00000000000004 for identical texts.
+    return min(max(score, 0.0), 1.0)
 
 
 def jaccard(candidate: Sequence[str], reference: Sequence[str]) -> float:

@@ -178,10 +178,11 @@ class ShadowPublisher:
         task, self._task = self._task, None
         if task is not None:
             # queue.join() covers queued pairs and those in flight (task_done on delivery).
-            if self._connected.is_set():
-                with contextlib.suppress(TimeoutError):
-                    async with asyncio.timeout(timeout):
-                        await self._queue.join()
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(timeout):
+                    if not self._queue.empty():
+                        await self._connected.wait()
+                    await self._queue.join()
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await task
@@ -210,25 +211,34 @@ class ShadowPublisher:
         while True:
             item = await self._queue.get()
             try:
-                key, value = self._encode(item)
-            except SchemaError as exc:
-                self.stats.drop(INVALID)
-                self._queue.task_done()
-                log.warning("pair dropped, invalid: %s", exc)
-                continue
-            await self._in_flight.acquire()
-            try:
-                future = await producer.send(self._topic, key=key, value=value)
+                await self._send_one(producer, item)
             except asyncio.CancelledError:
-                self._in_flight.release()
+                # Taken off the queue but never handed to the producer: say so.
+                self.stats.drop(STOP_TIMEOUT)
                 self._queue.task_done()
                 raise
-            except Exception as exc:  # KafkaError, timeouts: counted, never fatal
-                self._in_flight.release()
-                self._queue.task_done()
-                self._failed(exc)
-                continue
-            future.add_done_callback(self._delivered)
+
+    async def _send_one(self, producer: AIOKafkaProducer, item: Any) -> None:
+        """Own one queue slot: ``task_done`` exactly once, here or on delivery."""
+        try:
+            key, value = self._encode(item)
+        except SchemaError as exc:
+            self.stats.drop(INVALID)
+            self._queue.task_done()
+            log.warning("pair dropped, invalid: %s", exc)
+            return
+        await self._in_flight.acquire()
+        try:
+            future = await producer.send(self._topic, key=key, value=value)
+        except asyncio.CancelledError:
+            self._in_flight.release()
+            raise
+        except Exception as exc:  # KafkaError, timeouts: counted, never fatal
+            self._in_flight.release()
+            self._queue.task_done()
+            self._failed(exc)
+            return
+        future.add_done_callback(self._delivered)
 
     def _delivered(self, future: asyncio.Future[Any]) -> None:
         self._in_flight.release()

@@ -37,6 +37,14 @@ class Metrics(BaseModel):
     whitespace_run: int = 0
     json_ok: bool | None = None
     json_error: str | None = None
+    # Token counts (quantdrift.detectors.tokenize) and the reference's own
+    # degeneration signals: a loop the reference also produces was asked for
+    # ("repeat X ten times"), not caused by quantization, so the verdict compares.
+    candidate_tokens: int | None = None
+    reference_tokens: int | None = None
+    reference_repetition_run: int | None = None
+    reference_looping: bool | None = None
+    reference_whitespace_run: int | None = None
 
 
 class ScoreEvent(Message):

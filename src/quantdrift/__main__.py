@@ -1,0 +1,3 @@
+from quantdrift.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,40 @@
+"""What several commands share: settings from the environment, finding Redis."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from pydantic import ValidationError
+
+from quantdrift.config import Settings
+from quantdrift.errors import ConfigError
+
+STACK_STATE = Path(".quantdrift/stack.json")
+
+
+def load_settings() -> Settings:
+    """The one place the environment is read (QUANTDRIFT_* variables)."""
+    try:
+        return Settings()
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        loc = "__".join(str(p) for p in first["loc"]).upper()
+        raise ConfigError(f"setting QUANTDRIFT_{loc}: {first['msg']}") from exc
+
+
+def with_stack(settings: Settings, state_path: Path = STACK_STATE) -> Settings:
+    """Fill broker and Redis from a running ``quantdrift stack up`` when not set."""
+    if not state_path.exists():
+        return settings
+    data = json.loads(state_path.read_text())
+    update: dict[str, object] = {}
+    if settings.redis.url is None and data.get("redis_url"):
+        update["redis"] = settings.redis.model_copy(update={"url": data["redis_url"]})
+    if data.get("bootstrap") and settings.kafka.bootstrap_servers == "127.0.0.1:9092":
+        update["kafka"] = settings.kafka.model_copy(update={"bootstrap_servers": data["bootstrap"]})
+    return settings.model_copy(update=update) if update else settings
+
+
+def redis_url(settings: Settings) -> str:
+    return settings.redis.url or "redis://127.0.0.1:6379/0"

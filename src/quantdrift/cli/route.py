@@ -1,0 +1,98 @@
+"""``quantdrift route status|rollback|restore|release --route R``: the one-click console.
+
+A manual rollback or restore is signed like the breaker's commands, bumps the
+route's epoch in the same atomic Redis step, and locks the route so the breaker
+does not undo it; ``release`` hands the route back to the breaker.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import getpass
+import json
+import time
+
+from quantdrift.cli.common import load_settings, redis_url, with_stack
+from quantdrift.config import Settings
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("route", help="show or steer a route's breaker")
+    p.add_argument("action", choices=["status", "rollback", "restore", "release"])
+    p.add_argument("--route", required=False, help="route name, e.g. cs-agent/int4 (status: all)")
+    p.add_argument("--json", action="store_true", help="print JSON")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.action != "status" and not args.route:
+        raise SystemExit(f"quantdrift: error: route {args.action} needs --route")
+    settings = with_stack(load_settings())
+    return asyncio.run(_run(settings, args))
+
+
+async def _run(settings: Settings, args: argparse.Namespace) -> int:
+    import redis.asyncio as aioredis
+
+    from quantdrift.breaker.policy import load_policy
+    from quantdrift.breaker.store import RedisBreakerStore
+    from quantdrift.schemas.signing import signer_from_settings
+
+    client = aioredis.Redis.from_url(redis_url(settings), socket_timeout=3)
+    signer = signer_from_settings(settings.signing.active_key_id, settings.signing.keys)
+    store = RedisBreakerStore(client, signer, key_prefix=settings.redis.key_prefix)
+    try:
+        if args.action == "status":
+            routes = [args.route] if args.route else await store.routes()
+            rows = []
+            for route in routes:
+                state, _ = await store.read(route)
+                rows.append({"route": route, "state": state.state, "target": state.target,
+                             "epoch": state.epoch, "locked": state.locked,
+                             "pairs_seen": state.pairs_seen, "last_decision": state.last_decision,
+                             "last_similarity": state.last_similarity})
+            if args.json:
+                print(json.dumps(rows))
+            else:
+                for r in rows:
+                    lock = " LOCKED" if r["locked"] else ""
+                    print(f"{r['route']}: {r['state']}{lock} target={r['target'] or '-'} "
+                          f"epoch={r['epoch']} pairs={r['pairs_seen']} last={r['last_decision']}")
+                if not rows:
+                    print("no routes yet")
+            return 0
+        policy = load_policy(settings.policy_file).for_route(args.route)
+        result = await store.manual(args.route, args.action, policy, time.time(),
+                                    who=f"{getpass.getuser()}@cli")
+        await _publish(settings, store, args.route)
+        state = result.state
+        assert state is not None
+        print(f"{args.route}: {args.action} -> {state.state} target={state.target} "
+              f"epoch={state.epoch}{' (locked)' if state.locked else ''}")
+        return 0
+    finally:
+        await client.aclose()
+
+
+async def _publish(settings: Settings, store, route: str) -> None:  # type: ignore[no-untyped-def]
+    """Send the outbox now; if Kafka is down the Redis key still steers gateways."""
+    from aiokafka import AIOKafkaProducer
+
+    from quantdrift.gateway.kafka_config import producer_kwargs
+
+    items = await store.pending(route)
+    if not items:
+        return
+    producer = AIOKafkaProducer(**producer_kwargs(settings.kafka))
+    try:
+        await asyncio.wait_for(producer.start(), timeout=10)
+        topics = settings.kafka.topics
+        for item in items:
+            topic = topics.control if item.topic == "control" else topics.alerts
+            await producer.send_and_wait(topic, key=route.encode(), value=item.value)
+        await store.ack(route, len(items))
+    except (TimeoutError, OSError, Exception) as exc:  # noqa: BLE001 - reported, not fatal
+        print(f"warning: could not publish to Kafka ({exc!r}); the Redis route key is set")
+    finally:
+        await producer.stop()

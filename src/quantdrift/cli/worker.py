@@ -1,0 +1,28 @@
+"""``quantdrift worker``: run one Faust worker (scale by running more)."""
+
+from __future__ import annotations
+
+import argparse
+
+from quantdrift.cli.common import load_settings, redis_url, with_stack
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("worker", help="score pairs and judge routes (a Faust worker)")
+    p.add_argument("--loglevel", default="warning", choices=["debug", "info", "warning", "error"])
+    p.add_argument("--web-port", type=int, default=None, help="status page port (0 = off)")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from quantdrift.streams.worker import run_worker
+
+    settings = with_stack(load_settings())
+    if args.web_port is not None:
+        if not 0 <= args.web_port <= 65535:
+            raise SystemExit(f"quantdrift: error: --web-port {args.web_port} is not a port")
+        settings = settings.model_copy(
+            update={"worker": settings.worker.model_copy(update={"web_port": args.web_port})}
+        )
+    run_worker(settings, redis_url(settings), loglevel=args.loglevel)
+    return 0

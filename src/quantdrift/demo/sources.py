@@ -1,0 +1,61 @@
+"""Where the demo's pairs come from: recorded lab pairs if shipped, else generated ones."""
+
+from __future__ import annotations
+
+import gzip
+import itertools
+from collections.abc import Iterator
+from importlib import resources
+from pathlib import Path
+
+from quantdrift.demo import synthetic as generated
+from quantdrift.errors import ConfigError
+from quantdrift.schemas import PairEvent
+
+LAB_PAIRS = "lab_pairs.jsonl.gz"
+ROUTE = "cs-agent/int4"
+
+
+def read_pairs(path: Path | None = None) -> list[PairEvent]:
+    """PairEvents from JSONL (gzipped or not); None reads the pairs shipped in the package."""
+    if path is None:
+        ref = resources.files("quantdrift.data").joinpath(LAB_PAIRS)
+        raw = gzip.decompress(ref.read_bytes())
+    elif path.suffix == ".gz":
+        raw = gzip.decompress(path.read_bytes())
+    else:
+        raw = path.read_bytes()
+    pairs = []
+    for n, line in enumerate(raw.splitlines(), 1):
+        if line.strip():
+            try:
+                pairs.append(PairEvent.parse(line))
+            except ValueError as exc:
+                raise ConfigError(f"{path or LAB_PAIRS} line {n}: {exc}") from exc
+    return pairs
+
+
+def _cycle_as(pairs: list[PairEvent], label: str) -> Iterator[PairEvent]:
+    """Replay pairs on the demo route, with fresh ids on each pass so dedupe keeps them."""
+    for n, pair in enumerate(itertools.cycle(pairs)):
+        yield pair.model_copy(update={"route": ROUTE, "pair_id": f"{label}-{n:05d}-{pair.pair_id}"})
+
+
+def demo_streams(
+    path: Path | None, *, synthetic: bool = False
+) -> tuple[Iterator[PairEvent], Iterator[PairEvent], str]:
+    """(healthy, drifted, description). Lab pairs: healthy = int8 + noise, drifted = int2/int3."""
+    if not synthetic:
+        try:
+            pairs = read_pairs(path)
+        except (FileNotFoundError, ModuleNotFoundError):
+            if path is not None:
+                raise ConfigError(f"pairs file not found: {path}") from None
+            pairs = []
+        healthy = [p for p in pairs if p.label in ("int8", "noise")]
+        broken = [p for p in pairs if p.label in ("int2", "int3")]
+        if healthy and broken:
+            return _cycle_as(healthy, "healthy"), _cycle_as(broken, "drifted"), "recorded lab pairs"
+        if path is not None:
+            raise ConfigError(f"{path}: needs pairs labelled int8/noise and int2/int3")
+    return generated.healthy(ROUTE), generated.drifted(ROUTE), "generated pairs"

@@ -1,0 +1,212 @@
+"""Every metric of a pair in one call, and the per-pair verdict.
+
+The score agent hands :func:`score_pairs` a batch from the stream; all texts of
+the batch go to the embedder in ONE call (the transformer dominates the cost,
+and batching is where CPU throughput comes from), each text is tokenized once
+and its tokens reused by every lexical and repetition metric.
+:func:`verdict` is the seeds' per-pair failure rule, pure, so the judge, the
+replay and the CLI all decide the same way.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from quantdrift.detectors import entropy as ent
+from quantdrift.detectors import lexical as lex
+from quantdrift.detectors import repetition as rep
+from quantdrift.detectors.json_contract import check_json_contract
+from quantdrift.detectors.semantic import Embedder, cosine_pairs
+from quantdrift.detectors.tokenize import tokenize
+from quantdrift.schemas.pair import ModelOutput, PairEvent, RequestInfo
+from quantdrift.schemas.score import Metrics, Verdict
+
+
+def _finite(x: float | None) -> float | None:
+    # Metrics refuses NaN/inf; absurd-but-valid inputs (log-probs of -1e308) can
+    # overflow a mean, and "unknown" is the honest answer then.
+    return x if x is None or math.isfinite(x) else None
+
+
+def _metrics(
+    candidate: ModelOutput,
+    reference: ModelOutput,
+    request: RequestInfo,
+    reference_on_candidate: Sequence[float] | None,
+    cosine: float | None,
+    tier: str | None,
+) -> Metrics:
+    cand_tokens = tokenize(candidate.text)
+    ref_tokens = tokenize(reference.text)
+    cand_ids = rep.token_ids(cand_tokens)
+    ref_ids = rep.token_ids(ref_tokens)
+
+    cand_h = ent.token_entropies(candidate)
+    ref_h = ent.token_entropies(reference)
+    h_mean, h_min = ent.entropy_stats(cand_h)
+    ref_mean, _ = ent.entropy_stats(ref_h)
+    kl, flips = ent.kl_and_flip_rate(reference.top_logprobs, candidate.top_logprobs)
+    json_ok, json_error = check_json_contract(candidate.text, request)
+
+    return Metrics(
+        cosine=cosine,
+        cosine_tier=tier if cosine is not None else None,
+        bleu=lex.sentence_bleu(candidate.text, reference.text),
+        rouge1=lex.rouge1_f(cand_tokens, ref_tokens),
+        rougeL=lex.rougeL_f(cand_tokens, ref_tokens),
+        jaccard=lex.jaccard(cand_tokens, ref_tokens),
+        length_ratio=lex.length_ratio(cand_tokens, ref_tokens),
+        first_divergence=lex.first_divergence(cand_tokens, ref_tokens),
+        entropy_mean=_finite(h_mean),
+        entropy_min=_finite(h_min),
+        entropy_shift=_finite(ent.entropy_shift(h_mean, ref_mean)),
+        kl=_finite(kl),
+        flip_rate=flips,
+        tf_gap=_finite(ent.teacher_forced_gap(reference.token_logprobs, reference_on_candidate)),
+        repetition_run=rep.repetition_run(cand_ids),
+        looping=rep.looping(cand_ids),
+        distinct_2=rep.distinct_2(cand_ids),
+        whitespace_run=rep.whitespace_run(candidate.text),
+        json_ok=json_ok,
+        json_error=json_error,
+        candidate_tokens=len(cand_tokens),
+        reference_tokens=len(ref_tokens),
+        reference_repetition_run=rep.repetition_run(ref_ids),
+        reference_looping=rep.looping(ref_ids),
+        reference_whitespace_run=rep.whitespace_run(reference.text),
+    )
+
+
+def score_pairs(pairs: Sequence[PairEvent], embedder: Embedder | None) -> list[Metrics]:
+    """Metrics for each pair, in order; one ``embed`` call for the whole batch.
+
+    ``embedder=None`` leaves ``cosine`` None (the verdict then falls back to ROUGE-L).
+    """
+    cosines: list[float | None] = [None] * len(pairs)
+    tier = getattr(embedder, "tier", None) if embedder is not None else None
+    if embedder is not None and pairs:
+        values = cosine_pairs(
+            embedder, [p.candidate.text for p in pairs], [p.reference.text for p in pairs]
+        )
+        cosines = [_finite(float(c)) for c in values]
+    return [
+        _metrics(
+            p.candidate, p.reference, p.request, p.reference_logprobs_on_candidate, cos, tier
+        )
+        for p, cos in zip(pairs, cosines, strict=True)
+    ]
+
+
+def score_text_pair(candidate: str, reference: str, embedder: Embedder | None) -> Metrics:
+    """Metrics of two bare texts (``quantdrift score``): no token data, no JSON contract.
+
+    Examples
+    --------
+    >>> m = score_text_pair("The cat sat on the mat.", "The cat sat on a mat.", None)
+    >>> m.rouge1, m.first_divergence, m.cosine is None
+    (0.8333333333333334, 4, True)
+    """
+    cos: float | None = None
+    tier = getattr(embedder, "tier", None) if embedder is not None else None
+    if embedder is not None:
+        cos = _finite(float(cosine_pairs(embedder, [candidate], [reference])[0]))
+    return _metrics(
+        ModelOutput(text=candidate), ModelOutput(text=reference), RequestInfo(), None, cos, tier
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class FailureThresholds:
+    """When one pair fails (the seeds' rule; the judge counts consecutive failures).
+
+    ``lexical_similarity`` is the drift threshold used only when there is no
+    cosine: ROUGE-L is on another scale (a healthy quantized model sits near
+    0.46 against BF16), so 0.88 would call every pair a drift.
+    """
+
+    similarity: float = 0.88
+    lexical_similarity: float = 0.35
+    entropy_floor: float = 0.05
+    entropy_min_tokens: int = 8
+    repetition_run: int = 4
+    whitespace_run: int = 128
+
+    def __post_init__(self) -> None:
+        if not -1.0 <= self.similarity <= 1.0 or not 0.0 <= self.lexical_similarity <= 1.0:
+            raise ValueError("similarity thresholds must be in [-1, 1] / [0, 1]")
+        if self.entropy_floor < 0 or self.repetition_run < 2 or self.whitespace_run < 1:
+            raise ValueError("entropy_floor >= 0, repetition_run >= 2, whitespace_run >= 1")
+
+
+DEFAULT_THRESHOLDS = FailureThresholds()
+
+
+def _anomalies(m: Metrics, t: FailureThresholds) -> list[str]:
+    reasons: list[str] = []
+    # Each degeneration signal is excused when the reference shows it too: then
+    # the prompt asked for it ("repeat this ten times"), quantization did not cause it.
+    if m.looping and not m.reference_looping:
+        reasons.append("looping tail")
+    ref_run = m.reference_repetition_run or 0
+    if m.repetition_run >= t.repetition_run and m.repetition_run > 2 * ref_run:
+        reasons.append(f"repetition loop ({m.repetition_run}x)")
+    if m.json_ok is False:
+        reasons.append(m.json_error or "json: broken contract")
+    if (
+        m.entropy_mean is not None
+        and m.entropy_mean < t.entropy_floor
+        and (m.candidate_tokens is None or m.candidate_tokens >= t.entropy_min_tokens)
+    ):
+        ref_mean = None if m.entropy_shift is None else m.entropy_mean - m.entropy_shift
+        if ref_mean is None or ref_mean >= t.entropy_floor:
+            reasons.append(f"entropy {m.entropy_mean:.3f} < {t.entropy_floor:g} nats")
+    ref_ws = m.reference_whitespace_run or 0
+    if m.whitespace_run >= t.whitespace_run and ref_ws < t.whitespace_run:
+        reasons.append(f"whitespace run {m.whitespace_run}")
+    return reasons
+
+
+def _drift(m: Metrics, t: FailureThresholds) -> str | None:
+    if m.cosine is not None:
+        if m.cosine < t.similarity:
+            return f"cosine {m.cosine:.2f} < {t.similarity:g}"
+        return None
+    if m.rougeL is None:
+        return None
+    # Identical token sequences (first_divergence None, tokens counted) are a perfect
+    # match even when both are empty, where ROUGE-L is 0 by rouge-score's convention.
+    identical = m.first_divergence is None and m.candidate_tokens is not None
+    if not identical and m.rougeL < t.lexical_similarity:
+        return f"rougeL {m.rougeL:.2f} < {t.lexical_similarity:g} (no cosine)"
+    return None
+
+
+def verdict(
+    metrics: Metrics, thresholds: FailureThresholds = DEFAULT_THRESHOLDS
+) -> tuple[Verdict, list[str]]:
+    """``anomaly`` (degenerate output), ``drift`` (too dissimilar) or ``ok``, with reasons.
+
+    Anomaly: a looping tail, a repetition loop, a broken JSON contract, collapsed
+    entropy (mean < floor, only when entropy is known and the text has at least
+    ``entropy_min_tokens`` tokens) or runaway whitespace — each unless the
+    reference shows the same. Drift: cosine below ``similarity``, or without a
+    cosine, ROUGE-L below ``lexical_similarity``. Reasons list every cause found.
+
+    Examples
+    --------
+    >>> verdict(Metrics(cosine=0.71))
+    ('drift', ['cosine 0.71 < 0.88'])
+    >>> verdict(Metrics(cosine=0.95, json_ok=False, json_error="json: missing key 'name'"))
+    ('anomaly', ["json: missing key 'name'"])
+    >>> verdict(Metrics(cosine=0.95))
+    ('ok', [])
+    """
+    reasons = _anomalies(metrics, thresholds)
+    drift = _drift(metrics, thresholds)
+    if drift is not None:
+        reasons.append(drift)
+    if len(reasons) > (drift is not None):
+        return "anomaly", reasons
+    return ("drift" if drift is not None else "ok"), reasons

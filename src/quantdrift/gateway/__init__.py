@@ -1,0 +1,30 @@
+"""The gateway side of the guard loop: mirror pairs out, obey commands in.
+
+* ``ShadowPublisher``: deterministic sampling and a non-blocking, bounded produce path.
+* ``RouteController``: follows signed RouteCommands on the control topic, with the
+  route's Redis key as a backstop.
+"""
+
+from quantdrift.gateway.controller import (
+    AppliedCommand,
+    ControllerStats,
+    RouteController,
+    command_key,
+)
+from quantdrift.gateway.kafka_config import consumer_kwargs, producer_kwargs
+from quantdrift.gateway.publisher import PublisherStats, ShadowPublisher, prompt_sha256
+from quantdrift.gateway.sampling import bucket, sampled
+
+__all__ = [
+    "AppliedCommand",
+    "ControllerStats",
+    "PublisherStats",
+    "RouteController",
+    "ShadowPublisher",
+    "bucket",
+    "command_key",
+    "consumer_kwargs",
+    "producer_kwargs",
+    "prompt_sha256",
+    "sampled",
+]

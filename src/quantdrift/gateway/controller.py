@@ -1,0 +1,412 @@
+"""RouteController: the gateway obeys signed RouteCommands within a second.
+
+Two ways in, one gate. Commands arrive on the control topic (fast path, ~tens
+of ms) and are mirrored by the breaker into a Redis key per route
+(``{prefix}route:{route}:command``, the latest signed command), which the
+controller polls as a backstop: if the topic is unreachable, or a command was
+published while this gateway was down, the key still carries the route's
+current command. Both paths go through the same check: a known key signed
+it, and its epoch is newer than the one applied for that route. Bad bytes and
+refused commands are counted, never raised.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import inspect
+import logging
+import random
+import time
+from collections.abc import Awaitable, Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import redis.asyncio as aioredis
+from aiokafka import AIOKafkaConsumer, TopicPartition
+from redis.exceptions import RedisError
+
+from quantdrift.config import KafkaSettings
+from quantdrift.errors import SchemaError, SignatureError, StaleCommand
+from quantdrift.gateway.kafka_config import consumer_kwargs
+from quantdrift.schemas.command import Action, RouteCommand
+from quantdrift.schemas.signing import CommandVerifier
+
+log = logging.getLogger(__name__)
+
+Callback = Callable[[str, RouteCommand], Awaitable[None] | None]
+
+_GLOB_SPECIALS = "\\*?[]"
+
+
+def command_key(key_prefix: str, route: str) -> str:
+    """The Redis key holding a route's latest signed command (written by the breaker)."""
+    return f"{key_prefix}route:{route}:command"
+
+
+@dataclass(frozen=True, slots=True)
+class AppliedCommand:
+    """What the gateway does for a route now, and since when (monotonic seconds)."""
+
+    target_precision: str
+    epoch: int
+    action: Action
+    locked: bool
+    percent: float | None
+    breaker_state: str
+    command: RouteCommand
+    applied_at: float
+    source: str  # "kafka" or "redis"
+
+
+@dataclass(slots=True)
+class ControllerStats:
+    """Counters; refusals by reason live in ``verifier.refused``."""
+
+    received: dict[str, int] = field(default_factory=lambda: {"kafka": 0, "redis": 0})
+    applied: int = 0
+    duplicates: int = 0
+    bad_messages: int = 0
+    callback_errors: int = 0
+    kafka_errors: int = 0
+    redis_errors: int = 0
+
+
+class RouteController:
+    """Follows the control topic from its latest offset, with the Redis key as backstop."""
+
+    def __init__(
+        self,
+        kafka: KafkaSettings,
+        redis_url: str,
+        verifier: CommandVerifier,
+        key_prefix: str = "qd:",
+        control_topic: str | None = None,
+        poll_interval_s: float = 0.5,
+        default_target: str = "candidate",
+        *,
+        routes: Iterable[str] = (),
+        scan_interval_s: float | None = None,
+        redis_options: Mapping[str, Any] | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        if poll_interval_s <= 0:
+            raise ValueError(f"poll_interval_s must be > 0, got {poll_interval_s}")
+        self._kafka = kafka
+        self._redis_url = redis_url
+        self._redis_options = dict(redis_options or {})
+        self.verifier = verifier
+        self._prefix = key_prefix
+        self._topic = control_topic or kafka.topics.control
+        self._poll_interval = poll_interval_s
+        # SCAN walks the whole keyspace (dedupe keys included), so by default it runs
+        # every 10 polls; known routes are read every poll with one MGET.
+        self._scan_interval = 10 * poll_interval_s if scan_interval_s is None else scan_interval_s
+        self.default_target = default_target
+        self._clock = clock
+        self._targets: dict[str, AppliedCommand] = {}
+        self._known: set[str] = set(routes)
+        self._last_raw: dict[str, bytes] = {}
+        self._callbacks: list[Callback] = []
+        self._changed = asyncio.Condition()
+        self._apply_lock = asyncio.Lock()
+        self._kafka_ready = asyncio.Event()
+        self._redis: aioredis.Redis | None = None
+        self._tasks: list[asyncio.Task[None]] = []
+        self.stats = ControllerStats()
+
+    # -- reading ---------------------------------------------------------------
+
+    def target(self, route: str) -> str | None:
+        """The precision the route must serve; None = no command ever, serve the default."""
+        applied = self._targets.get(route)
+        return applied.target_precision if applied else None
+
+    def serving(self, route: str) -> str:
+        """``target(route)`` or, before any command, ``default_target``."""
+        return self.target(route) or self.default_target
+
+    def epoch(self, route: str) -> int:
+        """Epoch of the last applied command; 0 before any."""
+        applied = self._targets.get(route)
+        return applied.epoch if applied else 0
+
+    def state(self, route: str) -> AppliedCommand | None:
+        return self._targets.get(route)
+
+    def applied_at(self, route: str) -> float | None:
+        """Monotonic time the route's current command was applied (for switch latency)."""
+        applied = self._targets.get(route)
+        return applied.applied_at if applied else None
+
+    def routes(self) -> list[str]:
+        return sorted(self._targets)
+
+    @property
+    def kafka_ready(self) -> bool:
+        """True once the consumer is positioned on every partition of the control topic."""
+        return self._kafka_ready.is_set()
+
+    def on_change(self, cb: Callback) -> None:
+        """Call ``cb(route, command)`` after each applied command (sync or async)."""
+        self._callbacks.append(cb)
+
+    def watch(self, route: str) -> None:
+        """Poll this route's Redis key from now on, without waiting for a SCAN."""
+        self._known.add(route)
+
+    async def wait_for(
+        self,
+        route: str,
+        predicate: Callable[[RouteCommand], bool],
+        timeout: float,
+    ) -> RouteCommand:
+        """Return the route's applied command once ``predicate`` holds; TimeoutError after."""
+        async with asyncio.timeout(timeout), self._changed:
+
+            def satisfied() -> bool:
+                applied = self._targets.get(route)
+                return applied is not None and predicate(applied.command)
+
+            await self._changed.wait_for(satisfied)
+            return self._targets[route].command
+
+    async def wait_kafka_ready(self, timeout: float) -> bool:
+        """True once the control topic is being followed; False on timeout."""
+        try:
+            async with asyncio.timeout(timeout):
+                await self._kafka_ready.wait()
+        except TimeoutError:
+            return False
+        return True
+
+    # -- lifecycle -------------------------------------------------------------
+
+    async def start(self) -> None:
+        """Read the Redis keys once (bounded), then follow topic and keys in the background.
+
+        Never fails because Kafka or Redis is down: both are retried in the background
+        and the gateway serves its last known (or default) targets meanwhile.
+        """
+        if self._tasks:
+            return
+        self._redis = aioredis.from_url(
+            self._redis_url,
+            **{"socket_connect_timeout": 2.0, "socket_timeout": 2.0, **self._redis_options},
+        )
+        # A restarting gateway must not serve a rolled-back candidate until the first poll.
+        try:
+            async with asyncio.timeout(3.0):
+                await self._poll_redis(scan=True)
+        except (RedisError, OSError, TimeoutError) as exc:
+            self.stats.redis_errors += 1
+            log.warning("route keys not readable at start (%r); following the topic", exc)
+        self._tasks = [
+            asyncio.create_task(self._follow_topic(), name="quantdrift-control-topic"),
+            asyncio.create_task(self._follow_redis(), name="quantdrift-control-redis"),
+        ]
+
+    async def stop(self) -> None:
+        tasks, self._tasks = self._tasks, []
+        for task in tasks:
+            task.cancel()
+        for task in tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        if self._redis is not None:
+            redis, self._redis = self._redis, None
+            with contextlib.suppress(RedisError, OSError):
+                await redis.aclose()
+        self._kafka_ready.clear()
+
+    # -- the gate --------------------------------------------------------------
+
+    async def handle(self, raw: bytes | str, source: str = "kafka") -> bool:
+        """Parse, verify and apply one command; True if applied. Never raises on bad input."""
+        self.stats.received[source] = self.stats.received.get(source, 0) + 1
+        try:
+            command = RouteCommand.parse(raw)
+        except SchemaError as exc:
+            self.stats.bad_messages += 1
+            log.warning("unreadable control message from %s: %s", source, exc)
+            return False
+        return await self.apply(command, source)
+
+    async def apply(self, command: RouteCommand, source: str = "direct") -> bool:
+        """Verify and apply a parsed command; True if applied, False if refused or a replay."""
+        async with self._apply_lock:
+            current = self._targets.get(command.route)
+            last_epoch = current.epoch if current else 0
+            try:
+                self.verifier.verify_signature(command)
+                if current is not None and command.command_id == current.command.command_id:
+                    # The same command seen again (topic redelivery, the Redis mirror of
+                    # what the topic already brought): nothing to refuse, nothing to do.
+                    self.stats.duplicates += 1
+                    return False
+                self.verifier.verify(command, last_epoch)
+            except StaleCommand as exc:
+                log.info("ignored %s command: %s", source, exc)
+                return False
+            except SignatureError as exc:
+                log.warning("refused %s command: %s", source, exc)
+                return False
+            applied = AppliedCommand(
+                target_precision=command.target_precision,
+                epoch=command.epoch,
+                action=command.action,
+                locked=command.locked,
+                percent=command.percent,
+                breaker_state=command.state,
+                command=command,
+                applied_at=self._clock(),
+                source=source,
+            )
+            self._targets[command.route] = applied
+            self._known.add(command.route)
+            self.stats.applied += 1
+            log.info(
+                "route %s: %s -> %s (epoch %d, via %s)",
+                command.route,
+                command.action,
+                command.target_precision,
+                command.epoch,
+                source,
+            )
+            async with self._changed:
+                self._changed.notify_all()
+            for cb in list(self._callbacks):
+                try:
+                    result = cb(command.route, command)
+                    if inspect.isawaitable(result):
+                        await result
+                except Exception:  # a broken listener must not stop the controller
+                    self.stats.callback_errors += 1
+                    log.exception("on_change callback failed for route %s", command.route)
+            return True
+
+    # -- the control topic -----------------------------------------------------
+
+    async def _follow_topic(self) -> None:
+        """Consume the control topic forever; reconnect with backoff on any failure.
+
+        No consumer group and no commits: every gateway reads every command, and a
+        gateway that restarts starts from the latest offset (the Redis key gives it the
+        current state). Partitions first seen after the start are read from the
+        beginning, since all they hold is newer than our start.
+
+        Tansu quirk: its "latest offset" answer is the last *batch's* base offset + 1,
+        not the high-water mark, so starting "from latest" can re-deliver the tail of
+        the last batch. Harmless here: those commands are not newer than what the
+        start-up read of the Redis keys applied (or are the same command), so the epoch
+        and duplicate checks drop them.
+        """
+        delay = 0.1
+        positions: dict[TopicPartition, int] = {}
+        while True:
+            consumer = AIOKafkaConsumer(
+                **consumer_kwargs(self._kafka),
+                group_id=None,
+                enable_auto_commit=False,
+                auto_offset_reset="latest",
+            )
+            try:
+                await consumer.start()
+                partitions = consumer.partitions_for_topic(self._topic)
+                if not partitions:
+                    # Topic not created yet: look again soon (a fresh consumer refetches
+                    # metadata; aiokafka only tracks topics it was asked about).
+                    await asyncio.sleep(1.0)
+                    continue
+                tps = [TopicPartition(self._topic, p) for p in sorted(partitions)]
+                consumer.assign(tps)
+                first_time = not positions
+                for tp in tps:
+                    if tp in positions:
+                        consumer.seek(tp, positions[tp])
+                    elif first_time:
+                        await consumer.seek_to_end(tp)
+                    else:
+                        await consumer.seek_to_beginning(tp)
+                for tp in tps:
+                    positions[tp] = await consumer.position(tp)
+                self._kafka_ready.set()
+                delay = 0.1
+                while True:
+                    batches = await consumer.getmany(timeout_ms=1000)
+                    for tp, messages in batches.items():
+                        for message in messages:
+                            positions[tp] = message.offset + 1
+                            if message.value is not None:
+                                await self.handle(message.value, "kafka")
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # KafkaError, OSError: keep trying, Redis covers us
+                self._kafka_ready.clear()
+                self.stats.kafka_errors += 1
+                if self.stats.kafka_errors == 1 or self.stats.kafka_errors % 20 == 0:
+                    log.warning(
+                        "control topic %s unreachable at %s (%d errors): %r",
+                        self._topic,
+                        self._kafka.bootstrap_servers,
+                        self.stats.kafka_errors,
+                        exc,
+                    )
+                await asyncio.sleep(delay * random.uniform(0.8, 1.2))
+                delay = min(5.0, delay * 2)
+            finally:
+                with contextlib.suppress(Exception):
+                    await consumer.stop()
+
+    # -- the Redis backstop ----------------------------------------------------
+
+    async def _follow_redis(self) -> None:
+        loop = asyncio.get_running_loop()
+        next_scan = loop.time() + self._scan_interval
+        failures = 0
+        while True:
+            scan = loop.time() >= next_scan
+            try:
+                await self._poll_redis(scan=scan)
+            except (RedisError, OSError) as exc:
+                failures += 1
+                self.stats.redis_errors += 1
+                if failures == 1 or failures % 20 == 0:
+                    log.warning(
+                        "route keys unreadable (%d tries), keeping targets: %r", failures, exc
+                    )
+                # Back off up to 10 polls while Redis is down; targets stay as they are.
+                await asyncio.sleep(self._poll_interval * min(10, 2 ** min(failures, 4)))
+                continue
+            if failures:
+                log.info("route keys readable again after %d failed polls", failures)
+            failures = 0
+            if scan:
+                next_scan = loop.time() + self._scan_interval
+            await asyncio.sleep(self._poll_interval)
+
+    async def _poll_redis(self, scan: bool) -> None:
+        redis = self._redis
+        if redis is None:
+            return
+        if scan:
+            prefix = "".join("\\" + c if c in _GLOB_SPECIALS else c for c in self._prefix)
+            head, tail = f"{self._prefix}route:", ":command"
+            async for key in redis.scan_iter(match=f"{prefix}route:*:command", count=500):
+                name = key.decode("utf-8", "replace") if isinstance(key, bytes) else str(key)
+                if name.startswith(head) and name.endswith(tail) and len(name) > len(head + tail):
+                    self._known.add(name[len(head) : -len(tail)])
+        if not self._known:
+            return
+        routes = sorted(self._known)
+        values = await redis.mget([command_key(self._prefix, r) for r in routes])
+        for route, value in zip(routes, values, strict=True):
+            if value is None:
+                continue
+            raw = value if isinstance(value, bytes) else str(value).encode()
+            # The key changes only at a transition: skip unchanged bytes, so a forged or
+            # stale value is counted once, not every poll.
+            if self._last_raw.get(route) == raw:
+                continue
+            self._last_raw[route] = raw
+            await self.handle(raw, "redis")

@@ -1,0 +1,198 @@
+"""The agents: read, call a pure step, write, send. Nothing more.
+
+* score agent: pairs -> (batched embeddings) -> scores; bad records -> DLQ.
+* judge agent: scores -> one atomic Redis step per score -> commands + alerts.
+* a 0.5 s timer: cool-downs (open -> half_open) and any outbox left unsent.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+
+import faust
+import redis.asyncio as aioredis
+
+from quantdrift.breaker.policy import Policy
+from quantdrift.breaker.store import RedisBreakerStore
+from quantdrift.detectors import Embedder, FailureThresholds, score_pairs
+from quantdrift.errors import BreakerStoreError
+from quantdrift.schemas import DeadLetter, ScoreEvent
+from quantdrift.streams.app import Topics
+from quantdrift.streams.handlers import RawRecord, parse_batch, parse_score, to_scores
+
+log = logging.getLogger("quantdrift.worker")
+
+
+@dataclass
+class WorkerStats:
+    """Counters the status page and /metrics read."""
+
+    pairs_scored: int = 0
+    dead_letters: int = 0
+    scores_judged: int = 0
+    duplicates: int = 0
+    transitions: int = 0
+    store_errors: int = 0
+    batches: int = 0
+    scoring_seconds: list[float] = field(default_factory=list)
+
+
+def thresholds_for(policy: Policy, route: str) -> FailureThresholds:
+    p = policy.for_route(route)
+    return FailureThresholds(similarity=p.similarity_threshold, entropy_floor=p.entropy_floor)
+
+
+def attach_agents(
+    app: faust.App,
+    topics: Topics,
+    *,
+    policy: Policy,
+    store_factory: Callable[[], RedisBreakerStore],
+    embedder_factory: Callable[[], Embedder | None],
+    batch_max: int,
+    batch_within_s: float,
+    clock: Callable[[], float] = time.time,
+) -> WorkerStats:
+    stats = WorkerStats()
+    # One thread for the embedder: torch releases the GIL, the event loop keeps
+    # heartbeating while a batch is embedded.
+    executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="quantdrift-embed")
+    holder: dict[str, object] = {}
+
+    def embedder() -> Embedder | None:
+        if "embedder" not in holder:
+            holder["embedder"] = embedder_factory()
+        return holder["embedder"]  # type: ignore[return-value]
+
+    def store() -> RedisBreakerStore:
+        if "store" not in holder:
+            holder["store"] = store_factory()
+        return holder["store"]  # type: ignore[return-value]
+
+    async def dead_letter(letters: list[DeadLetter]) -> None:
+        for letter in letters:
+            stats.dead_letters += 1
+            key = (letter.key or "").encode() or None
+            await topics.dlq.send(key=key, value=letter.dumps())
+
+    @app.task
+    async def warm_embedder() -> None:
+        """Load the model before the first batch, not during it (a ~5 s stall)."""
+        await asyncio.get_running_loop().run_in_executor(executor, embedder)
+
+    @app.agent(topics.pairs)
+    async def score_agent(stream: faust.StreamT[bytes]) -> None:
+        async for events in stream.take_events(batch_max, within=batch_within_s):
+            records = [
+                RawRecord(e.value, e.key, e.message.topic, e.message.partition, e.message.offset)
+                for e in events
+            ]
+            pairs, dead = parse_batch(records, clock())
+            await dead_letter(dead)
+            if not pairs:
+                continue
+            started = time.perf_counter()
+            try:
+                metrics = await asyncio.get_running_loop().run_in_executor(
+                    executor, score_pairs, pairs, embedder()
+                )
+            except Exception as exc:  # noqa: BLE001 - a scoring bug must not kill the worker
+                log.exception("scoring failed for a batch of %d pairs", len(pairs))
+                await dead_letter([
+                    DeadLetter.of(p.dumps(), topic=topics.pairs.get_topic_name(),
+                                  key=p.route, error=f"scoring failed: {exc!r}", now=clock())
+                    for p in pairs
+                ])
+                continue
+            stats.scoring_seconds.append((time.perf_counter() - started) / len(pairs))
+            del stats.scoring_seconds[:-2048]
+            stats.batches += 1
+            by_route: dict[str, FailureThresholds] = {}
+            for p in pairs:
+                by_route.setdefault(p.route, thresholds_for(policy, p.route))
+            for pair, score in zip(pairs, _scores(pairs, metrics, by_route), strict=True):
+                await topics.scores.send(key=pair.route.encode(), value=score.dumps())
+                stats.pairs_scored += 1
+
+    @app.agent(topics.scores)
+    async def judge_agent(stream: faust.StreamT[bytes]) -> None:
+        async for event in stream.events():
+            rec = RawRecord(event.value, event.key, event.message.topic,
+                            event.message.partition, event.message.offset)
+            parsed = parse_score(rec, clock())
+            if isinstance(parsed, DeadLetter):
+                await dead_letter([parsed])
+                continue
+            await _fold_until_done(parsed)
+
+    async def _fold_until_done(score: ScoreEvent) -> None:
+        """Redis down: wait and retry, so no decision is lost (the offset is not acked)."""
+        delay = 0.1
+        while True:
+            try:
+                result = await store().fold(score, policy.for_route(score.route), clock())
+                break
+            except BreakerStoreError as exc:
+                stats.store_errors += 1
+                log.warning("breaker store unavailable (%s); retrying in %.1fs", exc, delay)
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 5.0)
+        stats.scores_judged += 1
+        if result.status == "dup":
+            stats.duplicates += 1
+            return
+        if result.outbox is not None:
+            stats.transitions += 1
+            log.warning("%s", result.outbox.alert.summary)
+        await flush_outbox(score.route)
+
+    flush_lock = asyncio.Lock()
+
+    async def flush_outbox(route: str) -> None:
+        """Publish what transitions queued; a failure leaves it for the clock to retry."""
+        async with flush_lock:
+            try:
+                items = await store().pending(route)
+                for item in items:
+                    topic = topics.control if item.topic == "control" else topics.alerts
+                    await topic.send(key=route.encode(), value=item.value)
+                await store().ack(route, len(items))
+            except BreakerStoreError as exc:
+                stats.store_errors += 1
+                log.warning("outbox of %s not flushed yet (%s)", route, exc)
+
+    @app.timer(interval=0.5)
+    async def breaker_clock() -> None:
+        try:
+            for route in await store().routes():
+                result = await store().tick(route, policy.for_route(route), clock())
+                if result.outbox is not None:
+                    stats.transitions += 1
+                    log.warning("%s", result.outbox.alert.summary)
+                await flush_outbox(route)
+        except BreakerStoreError as exc:
+            stats.store_errors += 1
+            log.warning("breaker clock: store unavailable (%s)", exc)
+
+    return stats
+
+
+def _scores(pairs, metrics, by_route) -> list[ScoreEvent]:  # type: ignore[no-untyped-def]
+    out: list[ScoreEvent] = []
+    for pair, m in zip(pairs, metrics, strict=True):
+        out.extend(to_scores([pair], [m], by_route[pair.route]))
+    return out
+
+
+def redis_store_factory(url: str, signer, key_prefix: str, ttl: int) -> Callable[[], RedisBreakerStore]:  # type: ignore[no-untyped-def]
+    def make() -> RedisBreakerStore:
+        client = aioredis.Redis.from_url(url, socket_timeout=2.0, socket_connect_timeout=2.0,
+                                         health_check_interval=5)
+        return RedisBreakerStore(client, signer, key_prefix=key_prefix, seen_ttl_s=ttl)
+
+    return make

@@ -1,0 +1,85 @@
+"""Pure steps of the agents: parse a batch, turn metrics into score events.
+
+No Kafka, no Redis here: agents read records, call these, and write.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from quantdrift.detectors import FailureThresholds, verdict
+from quantdrift.errors import SchemaError
+from quantdrift.schemas import DeadLetter, Metrics, PairEvent, ScoreEvent
+
+
+@dataclass(frozen=True, slots=True)
+class RawRecord:
+    """One Kafka record as the agent received it; enough to dead-letter it whole."""
+
+    value: bytes | None
+    key: bytes | None
+    topic: str
+    partition: int | None
+    offset: int | None
+
+
+def parse_batch(
+    records: Sequence[RawRecord], now: float
+) -> tuple[list[PairEvent], list[DeadLetter]]:
+    """Split a batch into valid pairs and dead letters (with the reason), losing nothing."""
+    pairs: list[PairEvent] = []
+    dead: list[DeadLetter] = []
+    for rec in records:
+        try:
+            if rec.value is None:
+                raise SchemaError("empty record (tombstone)")
+            pair = PairEvent.parse(rec.value)
+            if rec.key is not None and rec.key.decode("utf-8", "replace") != pair.route:
+                raise SchemaError(
+                    f"record key {rec.key[:200]!r} differs from route {pair.route!r}: "
+                    "pairs must be keyed by route so one partition owns a route"
+                )
+        except SchemaError as exc:
+            dead.append(
+                DeadLetter.of(rec.value, topic=rec.topic, partition=rec.partition,
+                              offset=rec.offset, key=rec.key, error=str(exc), now=now)
+            )
+            continue
+        pairs.append(pair)
+    return pairs, dead
+
+
+def to_scores(
+    pairs: Sequence[PairEvent], metrics: Sequence[Metrics], thresholds: FailureThresholds
+) -> list[ScoreEvent]:
+    """Attach the per-pair verdict; the route-level decision is the judge's."""
+    scores = []
+    for pair, m in zip(pairs, metrics, strict=True):
+        v, reasons = verdict(m, thresholds)
+        scores.append(
+            ScoreEvent(
+                pair_id=pair.pair_id,
+                route=pair.route,
+                kind=pair.kind,
+                ts=pair.ts,
+                decoding=pair.request.decoding,
+                candidate_precision=pair.candidate.precision,
+                metrics=m,
+                verdict=v,
+                reasons=reasons,
+                label=pair.label,
+            )
+        )
+    return scores
+
+
+def parse_score(rec: RawRecord, now: float) -> ScoreEvent | DeadLetter:
+    """A score the judge cannot read is dead-lettered like a bad pair."""
+    try:
+        if rec.value is None:
+            raise SchemaError("empty record (tombstone)")
+        return ScoreEvent.parse(rec.value)
+    except SchemaError as exc:
+        return DeadLetter.of(rec.value, topic=rec.topic, partition=rec.partition,
+                             offset=rec.offset, key=rec.key, error=str(exc), now=now)

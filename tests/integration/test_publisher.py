@@ -1,0 +1,133 @@
+"""ShadowPublisher against the real broker: delivery, privacy, and a dead broker."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+
+import orjson
+import pytest
+
+from quantdrift.config import KafkaSettings
+from quantdrift.gateway.publisher import ShadowPublisher, prompt_sha256
+from quantdrift.schemas import ModelOutput, PairEvent, RequestInfo
+from quantdrift.stack import EmbeddedStack, create_topics, free_port
+
+try:
+    from kafka_helpers import consume_n, unique_topic
+except ImportError:
+    from tests.integration.kafka_helpers import consume_n, unique_topic
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(60)]
+
+
+def pair(i: int, route: str = "cs-agent/int4", **request: object) -> PairEvent:
+    return PairEvent(
+        pair_id=f"p-{i}",
+        ts=1_700_000_000.0 + i,
+        route=route,
+        candidate=ModelOutput(text=f"candidate {i}", precision="int4"),
+        reference=ModelOutput(text=f"reference {i}", precision="bf16"),
+        request=RequestInfo.model_validate(request),
+    )
+
+
+async def wait_until(predicate: Callable[[], bool], timeout: float) -> None:
+    """Bounded wait on a counter the publisher updates from its own task."""
+    async with asyncio.timeout(timeout):
+        while not predicate():
+            await asyncio.sleep(0.02)
+
+
+async def test_pairs_arrive_on_the_topic_keyed_by_route(stack: EmbeddedStack) -> None:
+    topic = unique_topic("pairs")
+    await create_topics(stack.bootstrap, [topic], partitions=2)
+    publisher = ShadowPublisher(KafkaSettings(bootstrap_servers=stack.bootstrap), 1.0, topic=topic)
+    pairs = [pair(i, route=("a/int4", "b/fp8")[i % 2]) for i in range(30)]
+    # Offered before start: queued, then sent once the producer is up.
+    assert all(publisher.offer(p) for p in pairs[:10])
+    await publisher.start()
+    assert all(publisher.offer(p) for p in pairs[10:])
+    await publisher.stop(timeout=10.0)  # flushes the queue
+
+    assert publisher.stats.sent == 30
+    assert publisher.stats.dropped == {} and publisher.stats.failed == 0
+    records = await consume_n(stack.bootstrap, topic, 30, timeout=10.0)
+    assert sorted((r.key, r.value) for r in records) == sorted(
+        (p.route.encode(), p.dumps()) for p in pairs
+    )
+    assert [PairEvent.parse(r.value) for r in records if r.key == b"a/int4"] == [
+        p for p in pairs if p.route == "a/int4"
+    ]  # one route -> one partition -> order kept
+
+
+async def test_prompts_are_hashed_where_they_must_not_travel(stack: EmbeddedStack) -> None:
+    topic = unique_topic("pairs-private")
+    await create_topics(stack.bootstrap, [topic], partitions=1)
+    kafka = KafkaSettings(bootstrap_servers=stack.bootstrap)
+    plain = ShadowPublisher(kafka, 1.0, topic=topic)
+    hashing = ShadowPublisher(kafka, 1.0, topic=topic, hash_prompts=True)
+    private_dict = pair(1).model_dump(mode="json")
+    private_dict["request"] = {"prompt": "my card is 4111", "private": True}
+    # The schema refuses a private pair with a prompt; a copy that skipped validation
+    # (or a dict) must still go out without it.
+    private_model = pair(2).model_copy(
+        update={"request": RequestInfo.model_construct(prompt="ssn 078-05-1120", private=True)}
+    )
+    for publisher in (plain, hashing):
+        await publisher.start()
+    assert plain.offer(private_dict)
+    assert plain.offer(private_model)
+    assert plain.offer(pair(3, prompt="public question"))
+    assert hashing.offer(pair(4, prompt="hash me"))
+    assert plain.offer({"route": "no pair here"})  # accepted, then dropped as invalid
+    for publisher in (plain, hashing):
+        await publisher.stop(timeout=10.0)
+
+    assert plain.stats.dropped == {"invalid": 1}
+    records = await consume_n(stack.bootstrap, topic, 4, timeout=10.0)
+    bodies = [orjson.loads(r.value) for r in records]
+    requests = {body["pair_id"]: body["request"] for body in bodies}
+    assert "prompt" not in requests["p-1"] and requests["p-1"]["private"] is True
+    assert requests["p-1"]["prompt_hash"] == prompt_sha256("my card is 4111")
+    assert "prompt" not in requests["p-2"]
+    assert requests["p-2"]["prompt_hash"] == prompt_sha256("ssn 078-05-1120")
+    assert requests["p-3"]["prompt"] == "public question"
+    assert "prompt" not in requests["p-4"]
+    assert requests["p-4"]["prompt_hash"] == prompt_sha256("hash me")
+
+
+async def test_offer_never_blocks_when_the_broker_is_down() -> None:
+    dead = KafkaSettings(bootstrap_servers=f"127.0.0.1:{free_port()}", request_timeout_ms=1000)
+    publisher = ShadowPublisher(dead, 1.0, queue_size=50, topic="quantdrift.pairs.v1")
+    await publisher.start()
+    results, slowest = [], 0.0
+    for i in range(500):
+        t0 = time.perf_counter()
+        results.append(publisher.offer(pair(i)))
+        slowest = max(slowest, time.perf_counter() - t0)
+        if i % 50 == 0:
+            await asyncio.sleep(0)  # let the drain task run between bursts
+    assert slowest < 0.01
+    assert results.count(True) == 50
+    assert publisher.stats.dropped_queue_full == 450
+    assert publisher.stats.dropped == {"queue_full": 450}
+    # The drain task keeps retrying with backoff (0.1 s, 0.2 s, ...), offer stays instant.
+    await wait_until(lambda: publisher.stats.connect_failures >= 3, timeout=5.0)
+    assert not publisher.connected
+
+    t0 = time.monotonic()
+    await publisher.stop(timeout=0.5)
+    assert time.monotonic() - t0 < 2.0
+    assert publisher.offer(pair(999)) is False
+    stats = publisher.stats
+    assert stats.dropped == {"queue_full": 450, "stop_timeout": 50, "stopped": 1}
+    assert stats.offered == 501 and stats.sent == 0
+
+
+async def test_sampling_is_deterministic_per_request_id() -> None:
+    publisher = ShadowPublisher(KafkaSettings(), 0.25)
+    decisions = [publisher.should_mirror(f"req-{i}") for i in range(4_000)]
+    assert decisions == [publisher.should_mirror(f"req-{i}") for i in range(4_000)]
+    assert 0.2 < sum(decisions) / len(decisions) < 0.3
