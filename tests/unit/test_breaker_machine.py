@@ -10,15 +10,26 @@ from quantdrift.detectors.noise_floor import NoiseFloor
 from quantdrift.schemas import Metrics, ScoreEvent
 
 POLICY = RoutePolicy(
-    min_pairs=5, cooldown_s=10, half_open_pairs=3, candidate_precision="int4",
-    reference_precision="bf16", rules=("consecutive", "window"),
+    min_pairs=5,
+    cooldown_s=10,
+    half_open_pairs=3,
+    candidate_precision="int4",
+    reference_precision="bf16",
+    rules=("consecutive", "window"),
 )
 
 
 def score(i: int, cosine: float, verdict: str = "ok", kind: str = "shadow") -> ScoreEvent:
     reasons = [] if verdict == "ok" else [f"cosine {cosine:.2f} < 0.88"]
-    return ScoreEvent(pair_id=f"p{i}", route="r", kind=kind, ts=float(i),
-                      metrics=Metrics(cosine=cosine), verdict=verdict, reasons=reasons)
+    return ScoreEvent(
+        pair_id=f"p{i}",
+        route="r",
+        kind=kind,
+        ts=float(i),
+        metrics=Metrics(cosine=cosine),
+        verdict=verdict,
+        reasons=reasons,
+    )
 
 
 def run(policy: RoutePolicy, scores: list[ScoreEvent]) -> list[tuple[int, str]]:
@@ -94,8 +105,9 @@ def test_state_json_round_trip() -> None:
 
 
 def test_sequential_rule_trips_against_noise_floor_and_not_on_noise() -> None:
-    policy = POLICY.model_copy(update={"rules": ("sequential",), "min_noise_pairs": 20,
-                                       "false_alarm_budget_pairs": 1000})
+    policy = POLICY.model_copy(
+        update={"rules": ("sequential",), "min_noise_pairs": 20, "false_alarm_budget_pairs": 1000}
+    )
     breaker = MemoryBreaker(Policy(default=policy), NoiseFloor(capacity=200))
     import random
 

@@ -98,8 +98,12 @@ def test_flip_rate_over_aligned_positions_only() -> None:
     assert flips == pytest.approx(2 / 3)
 
 
-@pytest.mark.parametrize(("ref", "cand"), [(None, [{"a": 0.0}]), ([{"a": 0.0}], None), ([{}], [{}])])
-def test_kl_unknown(ref: list[dict[str, float]] | None, cand: list[dict[str, float]] | None) -> None:
+@pytest.mark.parametrize(
+    ("ref", "cand"), [(None, [{"a": 0.0}]), ([{"a": 0.0}], None), ([{}], [{}])]
+)
+def test_kl_unknown(
+    ref: list[dict[str, float]] | None, cand: list[dict[str, float]] | None
+) -> None:
     assert kl_and_flip_rate(ref, cand) == (None, None)
 
 

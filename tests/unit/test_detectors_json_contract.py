@@ -22,7 +22,7 @@ SCHEMA: dict[str, Any] = {
         ("anything", RequestInfo(), None, None),
         ('{"a": 1}', RequestInfo(expects_json=True), True, None),
         ('```json\n{"a": 1}\n```', RequestInfo(expects_json=True), True, None),
-        ('```\n[1, 2]\n```\n', RequestInfo(expects_json=True), True, None),
+        ("```\n[1, 2]\n```\n", RequestInfo(expects_json=True), True, None),
         ("Sure! Here it is: {", RequestInfo(expects_json=True), False, "json: invalid"),
         ("", RequestInfo(expects_json=True), False, "json: invalid"),
         ('{"a": NaN}', RequestInfo(expects_json=True), False, "json: invalid"),
@@ -30,18 +30,33 @@ SCHEMA: dict[str, Any] = {
         ('{"name": "x"}', RequestInfo(expected_keys=["name", "age"]), False, "missing key 'age'"),
         ("[1]", RequestInfo(expected_keys=["name"]), False, "expected an object"),
         ('{"name": "x", "age": 3}', RequestInfo(json_schema=SCHEMA), True, None),
-        ('{"age": 3}', RequestInfo(json_schema=SCHEMA), False, "json: schema: 'name' is a required"),
+        (
+            '{"age": 3}',
+            RequestInfo(json_schema=SCHEMA),
+            False,
+            "json: schema: 'name' is a required",
+        ),
         ('{"name": "x", "age": -1}', RequestInfo(json_schema=SCHEMA), False, "at $.age"),
         # A looping model repeats keys; json.loads would quietly keep the last one.
-        ('{"name": "x", "name": "x", "name": "x"}', RequestInfo(expects_json=True), False,
-         "duplicate key 'name'"),
-        ('{"name": "x", "name": "x", "name": "x", "name', RequestInfo(expects_json=True), False,
-         "json: invalid"),
+        (
+            '{"name": "x", "name": "x", "name": "x"}',
+            RequestInfo(expects_json=True),
+            False,
+            "duplicate key 'name'",
+        ),
+        (
+            '{"name": "x", "name": "x", "name": "x", "name',
+            RequestInfo(expects_json=True),
+            False,
+            "json: invalid",
+        ),
         ("[" * 100_000, RequestInfo(expects_json=True), False, "json: invalid"),
         ('{"a": 1}', RequestInfo(json_schema={"type": "nonsense"}), None, "invalid schema"),
     ],
 )
-def test_contract(text: str, request_: RequestInfo, ok: bool | None, error_part: str | None) -> None:
+def test_contract(
+    text: str, request_: RequestInfo, ok: bool | None, error_part: str | None
+) -> None:
     got_ok, error = check_json_contract(text, request_)
     assert got_ok is ok
     if error_part is None:

@@ -100,12 +100,17 @@ def test_cache_is_bounded(embedder: SentenceTransformerEmbedder) -> None:
 def test_score_pairs_with_minilm(embedder: SentenceTransformerEmbedder) -> None:
     pairs = [
         PairEvent(
-            pair_id=f"p{i}", ts=0.0, route="r",
-            candidate=ModelOutput(text=c), reference=ModelOutput(text=r),
+            pair_id=f"p{i}",
+            ts=0.0,
+            route="r",
+            candidate=ModelOutput(text=c),
+            reference=ModelOutput(text=r),
         )
         for i, (c, r) in enumerate(
-            [("The capital of France is Paris.", "Paris is the capital of France."),
-             ("I like turtles.", "The mitochondria is the powerhouse of the cell.")]
+            [
+                ("The capital of France is Paris.", "Paris is the capital of France."),
+                ("I like turtles.", "The mitochondria is the powerhouse of the cell."),
+            ]
         )
     ]
     same, other = score_pairs(pairs, embedder)

@@ -31,14 +31,20 @@ class FakeEmbedder:
         return out / np.linalg.norm(out, axis=1, keepdims=True)
 
 
-def pair(cand: str, ref: str, **kw: Any) -> PairEvent:
+def pair(
+    cand_text: str,
+    ref_text: str,
+    cand: dict[str, Any] | None = None,
+    ref: dict[str, Any] | None = None,
+    **kw: Any,
+) -> PairEvent:
     request = kw.pop("request", RequestInfo())
     return PairEvent(
         pair_id=kw.pop("pair_id", "p1"),
         ts=1.0,
         route="cs/int4",
-        candidate=ModelOutput(text=cand, **kw.pop("cand", {})),
-        reference=ModelOutput(text=ref, **kw.pop("ref", {})),
+        candidate=ModelOutput(text=cand_text, **(cand or {})),
+        reference=ModelOutput(text=ref_text, **(ref or {})),
         request=request,
         **kw,
     )
@@ -96,29 +102,50 @@ def test_score_text_pair() -> None:
         (Metrics(cosine=0.71), "drift", ["cosine 0.71 < 0.88"]),
         (Metrics(cosine=0.95, looping=True, reference_looping=False), "anomaly", ["looping tail"]),
         (Metrics(cosine=0.95, looping=True, reference_looping=True), "ok", []),
-        (Metrics(cosine=0.95, repetition_run=6, reference_repetition_run=1), "anomaly",
-         ["repetition loop (6x)"]),
+        (
+            Metrics(cosine=0.95, repetition_run=6, reference_repetition_run=1),
+            "anomaly",
+            ["repetition loop (6x)"],
+        ),
         # The reference repeats too ("say it five times"): excused.
         (Metrics(cosine=0.95, repetition_run=6, reference_repetition_run=5), "ok", []),
         (Metrics(cosine=0.95, repetition_run=3), "ok", []),
-        (Metrics(cosine=0.95, json_ok=False, json_error="json: missing key 'name'"), "anomaly",
-         ["json: missing key 'name'"]),
+        (
+            Metrics(cosine=0.95, json_ok=False, json_error="json: missing key 'name'"),
+            "anomaly",
+            ["json: missing key 'name'"],
+        ),
         (Metrics(cosine=0.95, json_ok=None), "ok", []),
-        (Metrics(cosine=0.95, entropy_mean=0.01, candidate_tokens=40), "anomaly",
-         ["entropy 0.010 < 0.05 nats"]),
+        (
+            Metrics(cosine=0.95, entropy_mean=0.01, candidate_tokens=40),
+            "anomaly",
+            ["entropy 0.010 < 0.05 nats"],
+        ),
         (Metrics(cosine=0.95, entropy_mean=0.01, candidate_tokens=3), "ok", []),  # short
         # The reference is just as certain (shift ~0): canned answer, not collapse.
-        (Metrics(cosine=0.95, entropy_mean=0.01, entropy_shift=-0.005, candidate_tokens=40),
-         "ok", []),
-        (Metrics(cosine=0.95, entropy_mean=0.01, entropy_shift=-0.5, candidate_tokens=40),
-         "anomaly", ["entropy 0.010 < 0.05 nats"]),
-        (Metrics(cosine=0.95, whitespace_run=500, reference_whitespace_run=2), "anomaly",
-         ["whitespace run 500"]),
+        (
+            Metrics(cosine=0.95, entropy_mean=0.01, entropy_shift=-0.005, candidate_tokens=40),
+            "ok",
+            [],
+        ),
+        (
+            Metrics(cosine=0.95, entropy_mean=0.01, entropy_shift=-0.5, candidate_tokens=40),
+            "anomaly",
+            ["entropy 0.010 < 0.05 nats"],
+        ),
+        (
+            Metrics(cosine=0.95, whitespace_run=500, reference_whitespace_run=2),
+            "anomaly",
+            ["whitespace run 500"],
+        ),
         (Metrics(cosine=0.5, looping=True), "anomaly", ["looping tail", "cosine 0.50 < 0.88"]),
         # No cosine: ROUGE-L against its own, lower, threshold.
         (Metrics(rougeL=0.5, first_divergence=3, candidate_tokens=9), "ok", []),
-        (Metrics(rougeL=0.2, first_divergence=0, candidate_tokens=9), "drift",
-         ["rougeL 0.20 < 0.35 (no cosine)"]),
+        (
+            Metrics(rougeL=0.2, first_divergence=0, candidate_tokens=9),
+            "drift",
+            ["rougeL 0.20 < 0.35 (no cosine)"],
+        ),
         # Two empty texts: ROUGE 0 by convention, but identical -> not drift.
         (Metrics(rougeL=0.0, first_divergence=None, candidate_tokens=0), "ok", []),
         (Metrics(), "ok", []),

@@ -163,7 +163,9 @@ def _trip(
     )
     return Decision(
         new,
-        Transition(from_state, "open", "rollback", policy.reference_precision, rule, reason, evidence),
+        Transition(
+            from_state, "open", "rollback", policy.reference_precision, rule, reason, evidence
+        ),
     )
 
 
@@ -171,8 +173,14 @@ def _probe(policy: RoutePolicy, state: RouteState, failing: bool, score: ScoreEv
     """Half-open: the candidate runs in shadow behind the reference and must prove itself."""
     if failing:
         reason = "half-open probe failed: " + ", ".join(score.reasons or [score.verdict])
-        return _trip(policy, state, "half_open_probe", reason, {"decisive_pair_id": score.pair_id},
-                     state.updated_at)
+        return _trip(
+            policy,
+            state,
+            "half_open_probe",
+            reason,
+            {"decisive_pair_id": score.pair_id},
+            state.updated_at,
+        )
     passes = state.half_open_passes + 1
     if passes < policy.half_open_pairs:
         return Decision(state.evolve(half_open_passes=passes, last_decision="probe_pass"))
@@ -187,8 +195,15 @@ def _probe(policy: RoutePolicy, state: RouteState, failing: bool, score: ScoreEv
     reason = f"{passes} passing shadow pairs in half-open"
     return Decision(
         new,
-        Transition("half_open", "closed", "restore", policy.candidate_precision, "half_open_probe",
-                   reason, {"passes": passes}),
+        Transition(
+            "half_open",
+            "closed",
+            "restore",
+            policy.candidate_precision,
+            "half_open_probe",
+            reason,
+            {"passes": passes},
+        ),
     )
 
 
@@ -204,8 +219,15 @@ def tick(policy: RoutePolicy, state: RouteState, now: float) -> Decision:
     reason = f"cool-down of {state.cooldown_s:g} s over: candidate runs in shadow"
     return Decision(
         new,
-        Transition("open", "half_open", "canary", policy.reference_precision, "cooldown", reason,
-                   {"cooldown_s": state.cooldown_s, "percent": 0.0}),
+        Transition(
+            "open",
+            "half_open",
+            "canary",
+            policy.reference_precision,
+            "cooldown",
+            reason,
+            {"cooldown_s": state.cooldown_s, "percent": 0.0},
+        ),
     )
 
 
@@ -216,9 +238,18 @@ def manual(
     if not state.target:
         state = initial_state(policy)
     if action == "release":
-        new = state.evolve(locked=False, epoch=state.epoch + 1, last_decision="released", updated_at=now)
-        transition = Transition(state.state, new.state, "restore" if new.state == "closed" else "rollback",
-                                new.target, "manual", f"lock released by {who}", {"who": who})
+        new = state.evolve(
+            locked=False, epoch=state.epoch + 1, last_decision="released", updated_at=now
+        )
+        transition = Transition(
+            state.state,
+            new.state,
+            "restore" if new.state == "closed" else "rollback",
+            new.target,
+            "manual",
+            f"lock released by {who}",
+            {"who": who},
+        )
         return Decision(new, transition)
     to_state = "open" if action == "rollback" else "closed"
     target = policy.reference_precision if action == "rollback" else policy.candidate_precision
@@ -231,14 +262,22 @@ def manual(
         last_decision=f"manual:{action}",
         updated_at=now,
     )
-    transition = Transition(state.state, to_state, "rollback" if action == "rollback" else "restore",
-                            target, "manual", f"manual {action} by {who}; route locked", {"who": who})
+    transition = Transition(
+        state.state,
+        to_state,
+        "rollback" if action == "rollback" else "restore",
+        target,
+        "manual",
+        f"manual {action} by {who}; route locked",
+        {"who": who},
+    )
     return Decision(new, transition)
 
 
 def _reset_counters(state: RouteState) -> RouteState:
-    return state.evolve(consecutive_failures=0, window=(), seq_n=0, seq_log_m=0.0,
-                        half_open_passes=0, worst=())
+    return state.evolve(
+        consecutive_failures=0, window=(), seq_n=0, seq_log_m=0.0, half_open_passes=0, worst=()
+    )
 
 
 def _worst(

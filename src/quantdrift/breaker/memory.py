@@ -68,4 +68,3 @@ class MemoryBreaker:
     def _record(self, score: ScoreEvent, transition: Transition, state: RouteState) -> None:
         index = self.counts.get(score.route, 0)
         self.trips.append(Trip(score.route, index, score.pair_id, transition, state.epoch))
-

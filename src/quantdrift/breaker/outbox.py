@@ -29,7 +29,11 @@ class Outbox:
 
 
 def build_outbox(
-    route: str, transition: Transition, state: RouteState, signer: CommandSigner, now: float,
+    route: str,
+    transition: Transition,
+    state: RouteState,
+    signer: CommandSigner,
+    now: float,
     source: str = "breaker",
 ) -> Outbox:
     percent = transition.evidence.get("percent") if transition.action == "canary" else None

@@ -51,7 +51,8 @@ class RouteState:
         data = dict(data)
         data["window"] = tuple((w[0], bool(w[1])) for w in data.get("window", ()))
         data["worst"] = tuple(
-            WorstPair(w["pair_id"], w["similarity"], tuple(w["reasons"])) for w in data.get("worst", ())
+            WorstPair(w["pair_id"], w["similarity"], tuple(w["reasons"]))
+            for w in data.get("worst", ())
         )
         known = {f for f in cls.__dataclass_fields__}
         return cls(**{k: v for k, v in data.items() if k in known})

@@ -126,16 +126,23 @@ class RedisBreakerStore:
                 folded = fold(policy, RouteState(), floor, score, now, self._floor)
                 assert folded.floor is not None
                 status, _ = await self._apply(
-                    self._floor_key(route, mode), seen, floor_v,
-                    orjson.dumps(folded.floor.to_json()), route, None, ())
+                    self._floor_key(route, mode),
+                    seen,
+                    floor_v,
+                    orjson.dumps(folded.floor.to_json()),
+                    route,
+                    None,
+                    (),
+                )
                 if status == "conflict":
                     continue
                 return FoldResult(status)
             state, version = await self.read(route)
             folded = fold(policy, state, floor, score, now, self._floor)
             assert folded.route_state is not None
-            result = await self._commit(route, seen, version, folded.route_state,
-                                        folded.transition, now, "breaker")
+            result = await self._commit(
+                route, seen, version, folded.route_state, folded.transition, now, "breaker"
+            )
             if result is not None:
                 return result
         raise BreakerStoreError(f"route {route}: gave up after {MAX_ATTEMPTS} write conflicts")
@@ -147,7 +154,9 @@ class RedisBreakerStore:
     async def manual(
         self, route: str, action: str, policy: RoutePolicy, now: float, who: str = "cli"
     ) -> FoldResult:
-        return await self._decide(route, lambda s: manual(policy, s, action, now, who), now, "manual")
+        return await self._decide(
+            route, lambda s: manual(policy, s, action, now, who), now, "manual"
+        )
 
     async def _decide(
         self, route: str, decide: Callable[[RouteState], Decision], now: float, source: str
@@ -157,15 +166,22 @@ class RedisBreakerStore:
             decision = decide(state)
             if decision.transition is None and decision.state == state:
                 return FoldResult("ok", state)
-            result = await self._commit(route, "", version, decision.state,
-                                        decision.transition, now, source)
+            result = await self._commit(
+                route, "", version, decision.state, decision.transition, now, source
+            )
             if result is not None:
                 return result
         raise BreakerStoreError(f"route {route}: gave up after {MAX_ATTEMPTS} write conflicts")
 
     async def _commit(
-        self, route: str, seen: str, version: int, new_state: RouteState,
-        transition: Transition | None, now: float, source: str,
+        self,
+        route: str,
+        seen: str,
+        version: int,
+        new_state: RouteState,
+        transition: Transition | None,
+        now: float,
+        source: str,
     ) -> FoldResult | None:
         outbox = None
         items: tuple[bytes, ...] = ()
@@ -178,8 +194,14 @@ class RedisBreakerStore:
                 orjson.dumps({"topic": "alerts", "value": outbox.alert.dumps().decode()}),
             )
         status, _ = await self._apply(
-            self._k(route, "state"), seen, version, orjson.dumps(new_state.to_json()),
-            route, command_json, items)
+            self._k(route, "state"),
+            seen,
+            version,
+            orjson.dumps(new_state.to_json()),
+            route,
+            command_json,
+            items,
+        )
         if status == "conflict":
             return None
         if status == "dup":
@@ -187,11 +209,22 @@ class RedisBreakerStore:
         return FoldResult("ok", new_state, outbox)
 
     async def _apply(
-        self, state_key: str, seen: str, version: int, body: bytes, route: str,
-        command_json: bytes | None, items: tuple[bytes, ...],
+        self,
+        state_key: str,
+        seen: str,
+        version: int,
+        body: bytes,
+        route: str,
+        command_json: bytes | None,
+        items: tuple[bytes, ...],
     ) -> tuple[str, int]:
-        keys = [state_key, seen, self.command_key(route), self._k(route, "outbox"),
-                f"{self._p}routes"]
+        keys = [
+            state_key,
+            seen,
+            self.command_key(route),
+            self._k(route, "outbox"),
+            f"{self._p}routes",
+        ]
         args: list[Any] = [version, body, self._ttl, command_json or b"", route, *items]
         try:
             status, v = await self._script(keys=keys, args=args)

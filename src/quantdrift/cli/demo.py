@@ -15,8 +15,12 @@ from pathlib import Path
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("demo", help="healthy then drifted pairs on the embedded stack")
     p.add_argument("--json", action="store_true", help="print one JSON object at the end")
-    p.add_argument("--pairs", type=Path, default=None,
-                   help="PairEvent JSONL(.gz) to replay (default: the recorded lab pairs)")
+    p.add_argument(
+        "--pairs",
+        type=Path,
+        default=None,
+        help="PairEvent JSONL(.gz) to replay (default: the recorded lab pairs)",
+    )
     p.add_argument("--synthetic", action="store_true", help="generated pairs instead of lab pairs")
     p.add_argument("--healthy-pairs", type=_positive, default=60)
     p.add_argument("--rate", type=float, default=20.0, help="pairs per second")
@@ -65,13 +69,22 @@ def run(args: argparse.Namespace) -> int:
         if score is not None and score.kind == "shadow":
             m = score.metrics
             state["sim"] = m.cosine if m.cosine is not None else m.rougeL
-            state["verdict"] = score.verdict + (": " + "; ".join(score.reasons) if score.reasons else "")
+            state["verdict"] = score.verdict + (
+                ": " + "; ".join(score.reasons) if score.reasons else ""
+            )
         live.update(render(result))
 
     with live:
-        result = asyncio.run(run_demo(load_settings(), healthy, drifted,
-                                      healthy_pairs=args.healthy_pairs, rate_per_s=args.rate,
-                                      progress=progress))
+        result = asyncio.run(
+            run_demo(
+                load_settings(),
+                healthy,
+                drifted,
+                healthy_pairs=args.healthy_pairs,
+                rate_per_s=args.rate,
+                progress=progress,
+            )
+        )
     summary = result.summary()
     if result.ok:
         console.print(

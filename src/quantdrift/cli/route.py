@@ -48,28 +48,41 @@ async def _run(settings: Settings, args: argparse.Namespace) -> int:
             rows = []
             for route in routes:
                 state, _ = await store.read(route)
-                rows.append({"route": route, "state": state.state, "target": state.target,
-                             "epoch": state.epoch, "locked": state.locked,
-                             "pairs_seen": state.pairs_seen, "last_decision": state.last_decision,
-                             "last_similarity": state.last_similarity})
+                rows.append(
+                    {
+                        "route": route,
+                        "state": state.state,
+                        "target": state.target,
+                        "epoch": state.epoch,
+                        "locked": state.locked,
+                        "pairs_seen": state.pairs_seen,
+                        "last_decision": state.last_decision,
+                        "last_similarity": state.last_similarity,
+                    }
+                )
             if args.json:
                 print(json.dumps(rows))
             else:
                 for r in rows:
                     lock = " LOCKED" if r["locked"] else ""
-                    print(f"{r['route']}: {r['state']}{lock} target={r['target'] or '-'} "
-                          f"epoch={r['epoch']} pairs={r['pairs_seen']} last={r['last_decision']}")
+                    print(
+                        f"{r['route']}: {r['state']}{lock} target={r['target'] or '-'} "
+                        f"epoch={r['epoch']} pairs={r['pairs_seen']} last={r['last_decision']}"
+                    )
                 if not rows:
                     print("no routes yet")
             return 0
         policy = load_policy(settings.policy_file).for_route(args.route)
-        result = await store.manual(args.route, args.action, policy, time.time(),
-                                    who=f"{getpass.getuser()}@cli")
+        result = await store.manual(
+            args.route, args.action, policy, time.time(), who=f"{getpass.getuser()}@cli"
+        )
         await _publish(settings, store, args.route)
         state = result.state
         assert state is not None
-        print(f"{args.route}: {args.action} -> {state.state} target={state.target} "
-              f"epoch={state.epoch}{' (locked)' if state.locked else ''}")
+        print(
+            f"{args.route}: {args.action} -> {state.state} target={state.target} "
+            f"epoch={state.epoch}{' (locked)' if state.locked else ''}"
+        )
         return 0
     finally:
         await client.aclose()
@@ -92,7 +105,7 @@ async def _publish(settings: Settings, store, route: str) -> None:  # type: igno
             topic = topics.control if item.topic == "control" else topics.alerts
             await producer.send_and_wait(topic, key=route.encode(), value=item.value)
         await store.ack(route, len(items))
-    except (TimeoutError, OSError, Exception) as exc:  # noqa: BLE001 - reported, not fatal
+    except (TimeoutError, OSError, Exception) as exc:
         print(f"warning: could not publish to Kafka ({exc!r}); the Redis route key is set")
     finally:
         await producer.stop()

@@ -71,40 +71,75 @@ async def run_demo(
 ) -> DemoResult:
     run_id = uuid.uuid4().hex[:8]
     with EmbeddedStack() as stack:
-        settings = base.model_copy(update={
-            "kafka": base.kafka.model_copy(update={"bootstrap_servers": stack.bootstrap,
-                                                   "partitions": 2}),
-            "redis": base.redis.model_copy(update={"url": stack.redis_url,
-                                                   "key_prefix": f"qd:demo:{run_id}:"}),
-            "worker": base.worker.model_copy(update={"app_id": f"quantdrift-demo-{run_id}",
-                                                     "web_port": 0}),
-        })
+        settings = base.model_copy(
+            update={
+                "kafka": base.kafka.model_copy(
+                    update={"bootstrap_servers": stack.bootstrap, "partitions": 2}
+                ),
+                "redis": base.redis.model_copy(
+                    update={"url": stack.redis_url, "key_prefix": f"qd:demo:{run_id}:"}
+                ),
+                # Tansu joins a group in ~session_timeout / 2: short timeouts for the embedded
+                # broker only (real Kafka refuses sessions under 6 s).
+                "worker": base.worker.model_copy(
+                    update={
+                        "app_id": f"quantdrift-demo-{run_id}",
+                        "web_port": 0,
+                        "broker_session_timeout_s": 3.0,
+                        "broker_heartbeat_interval_s": 0.5,
+                    }
+                ),
+            }
+        )
         topics = settings.kafka.topics
-        await create_topics(stack.bootstrap, topics.model_dump().values(), settings.kafka.partitions)
+        await create_topics(
+            stack.bootstrap, topics.model_dump().values(), settings.kafka.partitions
+        )
         worker = WorkerProcess(settings, stack.redis_url).start()
         try:
-            return await _drive(settings, stack.redis_url, worker, healthy, drifted,
-                                healthy_pairs, max_drifted_pairs, rate_per_s, progress,
-                                startup_timeout_s)
+            return await _drive(
+                settings,
+                stack.redis_url,
+                worker,
+                healthy,
+                drifted,
+                healthy_pairs,
+                max_drifted_pairs,
+                rate_per_s,
+                progress,
+                startup_timeout_s,
+            )
         finally:
             worker.stop()
 
 
 async def _drive(
-    settings: Settings, redis_url: str, worker: WorkerProcess,
-    healthy: Iterator[PairEvent], drifted: Iterator[PairEvent],
-    healthy_pairs: int, max_drifted_pairs: int, rate_per_s: float,
-    progress: Progress | None, startup_timeout_s: float,
+    settings: Settings,
+    redis_url: str,
+    worker: WorkerProcess,
+    healthy: Iterator[PairEvent],
+    drifted: Iterator[PairEvent],
+    healthy_pairs: int,
+    max_drifted_pairs: int,
+    rate_per_s: float,
+    progress: Progress | None,
+    startup_timeout_s: float,
 ) -> DemoResult:
     result = DemoResult()
     topics = settings.kafka.topics
     controller = RouteController(
-        settings.kafka, redis_url, verifier_from_settings(settings.signing.keys),
-        key_prefix=settings.redis.key_prefix, routes=[ROUTE], poll_interval_s=0.25,
+        settings.kafka,
+        redis_url,
+        verifier_from_settings(settings.signing.keys),
+        key_prefix=settings.redis.key_prefix,
+        routes=[ROUTE],
+        poll_interval_s=0.25,
     )
     producer = AIOKafkaProducer(**producer_kwargs(settings.kafka))
-    scores = AIOKafkaConsumer(topics.scores, **{**consumer_kwargs(settings.kafka),
-                                                "group_id": None, "auto_offset_reset": "earliest"})
+    scores = AIOKafkaConsumer(
+        topics.scores,
+        **{**consumer_kwargs(settings.kafka), "group_id": None, "auto_offset_reset": "earliest"},
+    )
     published_at: dict[str, float] = {}
     index_of: dict[str, int] = {}
     switched = asyncio.Event()
@@ -175,7 +210,9 @@ async def _drive(
 
 
 async def _read_scores(
-    consumer: AIOKafkaConsumer, seen: dict[str, ScoreEvent], result: DemoResult,
+    consumer: AIOKafkaConsumer,
+    seen: dict[str, ScoreEvent],
+    result: DemoResult,
     progress: Progress | None,
 ) -> None:
     async for record in consumer:

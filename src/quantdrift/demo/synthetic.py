@@ -15,24 +15,36 @@ from collections.abc import Iterator
 from quantdrift.schemas import ModelOutput, PairEvent, RequestInfo
 
 ANSWERS = [
-    ("What is the capital of France?",
-     "The capital of France is Paris, which is also its largest city.",
-     "Paris is the capital of France and also its largest city."),
-    ("How do I reset my password?",
-     "Open Settings, choose Security, then click Reset password and follow the emailed link.",
-     "Go to Settings, pick Security and click Reset password, then follow the link in the email."),
-    ("Summarize the refund policy.",
-     "Refunds are issued within 30 days of purchase when the item is returned unused.",
-     "You can get a refund within 30 days of buying if the item comes back unused."),
-    ("Why is the sky blue?",
-     "Sunlight scatters off air molecules, and blue light scatters the most, so the sky looks blue.",
-     "Air molecules scatter sunlight, blue light most strongly, which makes the sky appear blue."),
-    ("Explain what a mutex is.",
-     "A mutex is a lock that lets only one thread at a time enter a critical section.",
-     "A mutex is a lock allowing just one thread at a time into a critical section."),
-    ("请用一句话介绍长城。",
-     "长城是中国古代修建的军事防御工程，全长两万多公里。",
-     "长城是中国古代的军事防御工程，总长度超过两万公里。"),
+    (
+        "What is the capital of France?",
+        "The capital of France is Paris, which is also its largest city.",
+        "Paris is the capital of France and also its largest city.",
+    ),
+    (
+        "How do I reset my password?",
+        "Open Settings, choose Security, then click Reset password and follow the emailed link.",
+        "Go to Settings, pick Security and click Reset password, then follow the link in the email.",
+    ),
+    (
+        "Summarize the refund policy.",
+        "Refunds are issued within 30 days of purchase when the item is returned unused.",
+        "You can get a refund within 30 days of buying if the item comes back unused.",
+    ),
+    (
+        "Why is the sky blue?",
+        "Sunlight scatters off air molecules, and blue light scatters the most, so the sky looks blue.",
+        "Air molecules scatter sunlight, blue light most strongly, which makes the sky appear blue.",
+    ),
+    (
+        "Explain what a mutex is.",
+        "A mutex is a lock that lets only one thread at a time enter a critical section.",
+        "A mutex is a lock allowing just one thread at a time into a critical section.",
+    ),
+    (
+        "请用一句话介绍长城。",
+        "长城是中国古代修建的军事防御工程，全长两万多公里。",
+        "长城是中国古代的军事防御工程，总长度超过两万公里。",
+    ),
 ]
 
 HALLUCINATIONS = [
@@ -48,8 +60,16 @@ def _entropy(rng: random.Random, n: int, level: float) -> list[float]:
 
 
 def _pair(
-    rng: random.Random, i: int, route: str, kind: str, prompt: str, cand: str, ref: str,
-    cand_entropy: float, label: str, expects_json: bool = False,
+    rng: random.Random,
+    i: int,
+    route: str,
+    kind: str,
+    prompt: str,
+    cand: str,
+    ref: str,
+    cand_entropy: float,
+    label: str,
+    expects_json: bool = False,
 ) -> PairEvent:
     ntok = lambda t: max(1, len(t.split()))  # noqa: E731
     return PairEvent(
@@ -57,13 +77,22 @@ def _pair(
         ts=time.time(),
         route=route,
         kind=kind,  # type: ignore[arg-type]
-        candidate=ModelOutput(text=cand, model="demo-int4", precision="int4",
-                              entropy=_entropy(rng, ntok(cand), cand_entropy)),
-        reference=ModelOutput(text=ref, model="demo-bf16", precision="bf16",
-                              entropy=_entropy(rng, ntok(ref), 0.9)),
-        request=RequestInfo(prompt=prompt, expects_json=expects_json,
-                            expected_keys=["name", "email"] if expects_json else None,
-                            temperature=0.0, max_tokens=256),
+        candidate=ModelOutput(
+            text=cand,
+            model="demo-int4",
+            precision="int4",
+            entropy=_entropy(rng, ntok(cand), cand_entropy),
+        ),
+        reference=ModelOutput(
+            text=ref, model="demo-bf16", precision="bf16", entropy=_entropy(rng, ntok(ref), 0.9)
+        ),
+        request=RequestInfo(
+            prompt=prompt,
+            expects_json=expects_json,
+            expected_keys=["name", "email"] if expects_json else None,
+            temperature=0.0,
+            max_tokens=256,
+        ),
         label=label,
     )
 
@@ -96,8 +125,18 @@ def drifted(route: str, seed: int = 11) -> Iterator[PairEvent]:
         elif mode == 2:
             ref_json = json.dumps({"name": "Ada Lovelace", "email": "ada@example.com"})
             broken = '{"name": "Ada Lovelace", "name": "Ada Lovelace", "name": "Ada'
-            yield _pair(rng, i, route, "shadow", "Extract name and email as JSON.", broken,
-                        ref_json, 0.8, "drifted", expects_json=True)
+            yield _pair(
+                rng,
+                i,
+                route,
+                "shadow",
+                "Extract name and email as JSON.",
+                broken,
+                ref_json,
+                0.8,
+                "drifted",
+                expects_json=True,
+            )
         else:
             collapsed = ref.split()[0] + " " + " ".join(["okay"] * 30)
             yield _pair(rng, i, route, "shadow", prompt, collapsed, ref, 0.01, "drifted")

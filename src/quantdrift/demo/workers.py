@@ -26,6 +26,9 @@ def settings_env(settings: Settings, redis_url: str) -> dict[str, str]:
         "QUANTDRIFT_REDIS__KEY_PREFIX": settings.redis.key_prefix,
         "QUANTDRIFT_WORKER__APP_ID": w.app_id,
         "QUANTDRIFT_WORKER__WEB_PORT": str(w.web_port),
+        "QUANTDRIFT_WORKER__BROKER_SESSION_TIMEOUT_S": str(w.broker_session_timeout_s),
+        "QUANTDRIFT_WORKER__BROKER_HEARTBEAT_INTERVAL_S": str(w.broker_heartbeat_interval_s),
+        "QUANTDRIFT_WORKER__BROKER_REBALANCE_TIMEOUT_S": str(w.broker_rebalance_timeout_s),
         "QUANTDRIFT_EMBEDDING__MODEL": settings.embedding.model,
     }
     for name, value in k.topics.model_dump().items():
@@ -41,17 +44,26 @@ class WorkerProcess:
 
     settings: Settings
     redis_url: str
-    log_path: Path = field(default_factory=lambda: Path(tempfile.mkstemp(prefix="qd-worker-", suffix=".log")[1]))
+    log_path: Path = field(
+        default_factory=lambda: Path(tempfile.mkstemp(prefix="qd-worker-", suffix=".log")[1])
+    )
     proc: subprocess.Popen[bytes] | None = None
 
     def start(self) -> WorkerProcess:
-        env = {**os.environ, **settings_env(self.settings, self.redis_url),
-               "TOKENIZERS_PARALLELISM": "false", "HF_HUB_OFFLINE": "1",
-               "OMP_NUM_THREADS": "1"}
+        env = {
+            **os.environ,
+            **settings_env(self.settings, self.redis_url),
+            "TOKENIZERS_PARALLELISM": "false",
+            "HF_HUB_OFFLINE": "1",
+            "OMP_NUM_THREADS": "1",
+        }
         log = self.log_path.open("ab")
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "quantdrift", "worker", "--loglevel", "warning"],
-            stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env=env,
+            start_new_session=True,
         )
         return self
 

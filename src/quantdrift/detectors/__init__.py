@@ -75,6 +75,7 @@ __all__ = [
     "score_pairs",
     "score_text_pair",
     "sentence_bleu",
+    "strip_fences",
     "teacher_forced_gap",
     "token_entropies",
     "token_ids",

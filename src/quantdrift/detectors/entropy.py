@@ -80,30 +80,28 @@ def entropy_stats(entropies: FloatArray | None) -> tuple[float | None, float | N
     return float(entropies.mean()), float(entropies.min())
 
 
-def _floored_probs(logprobs: Mapping[str, float], support: Sequence[str]) -> list[float]:
-    # Tokens this side did not list share its missing mass (1 - sum of listed
-    # probabilities), but none gets more than its smallest listed token (it would
-    # have been listed) nor less than PROB_FLOOR. Then renormalize over the support.
+def _floored_probs(logprobs: FloatArray, starts: npt.NDArray[np.intp]) -> FloatArray:
+    """One side's probabilities over each position's union support, flattened.
+
+    ``logprobs`` holds, segment by segment (``starts``), this side's log-prob of
+    each support token, NaN where it did not list the token. Unlisted tokens
+    share the side's missing mass (1 - sum of listed probabilities), but none
+    gets more than its smallest listed token (it would have been listed) nor
+    less than PROB_FLOOR; every probability is at least PROB_FLOOR so log(p/q)
+    stays finite; then each segment is renormalized to sum to 1.
+    """
+    listed = ~np.isnan(logprobs)
     # min(lp, 0): a log-prob above 0 is a gateway bug; it must not overflow exp.
-    probs = {t: math.exp(min(lp, 0.0)) for t, lp in logprobs.items()}
-    missing = len(support) - len(probs)
-    floor = 0.0
-    if missing:
-        residual = max(0.0, 1.0 - sum(probs.values()))
-        floor = max(PROB_FLOOR, min(residual / missing, min(probs.values())))
-    # Every probability at least PROB_FLOOR, so log(p / q) is always finite.
-    values = [max(probs.get(t, floor), PROB_FLOOR) for t in support]
-    total = sum(values)
-    return [v / total for v in values]
-
-
-def _kl(p_lp: Mapping[str, float], q_lp: Mapping[str, float]) -> float:
-    # Ordered (not a set) so the float sum is the same in every process.
-    support = [*p_lp, *(t for t in q_lp if t not in p_lp)]
-    p = _floored_probs(p_lp, support)
-    q = _floored_probs(q_lp, support)
-    kl = sum(a * (math.log(a) - math.log(b)) for a, b in zip(p, q, strict=True))
-    return max(kl, 0.0)
+    prob = np.exp(np.where(listed, np.minimum(logprobs, 0.0), -np.inf))
+    lengths = np.diff(np.append(starts, len(logprobs)))
+    mass = np.add.reduceat(prob, starts)
+    missing = np.add.reduceat((~listed).astype(np.float64), starts)
+    smallest = np.minimum.reduceat(np.where(listed, prob, np.inf), starts)
+    residual = np.maximum(0.0, 1.0 - mass)
+    share = np.minimum(residual / np.maximum(missing, 1.0), smallest)
+    floor = np.repeat(np.maximum(PROB_FLOOR, share), lengths)
+    values = np.maximum(np.where(listed, prob, floor), PROB_FLOOR)
+    return values / np.repeat(np.add.reduceat(values, starts), lengths)
 
 
 def kl_and_flip_rate(
@@ -131,17 +129,33 @@ def kl_and_flip_rate(
     """
     if not reference_top or not candidate_top:
         return None, None
-    total_kl, flips, aligned = 0.0, 0, 0
+    # One Python pass lays every aligned position's union support out flat (the
+    # reference's tokens first, in order, so sums are the same in every process);
+    # the arithmetic is then a few numpy segment reductions.
+    nan = math.nan
+    p_flat: list[float] = []
+    q_flat: list[float] = []
+    starts: list[int] = []
+    flips = 0
     for p, q in zip(reference_top, candidate_top, strict=False):
         if not p or not q:
             continue
-        aligned += 1
-        total_kl += _kl(p, q)
+        starts.append(len(p_flat))
+        p_flat.extend(p.values())
+        q_flat.extend(q.get(t, nan) for t in p)
+        extra = [t for t in q if t not in p]
+        p_flat.extend([nan] * len(extra))
+        q_flat.extend(q[t] for t in extra)
         if max(p, key=p.__getitem__) != max(q, key=q.__getitem__):
             flips += 1
-    if not aligned:
+    if not starts:
         return None, None
-    return total_kl / aligned, flips / aligned
+    seg = np.asarray(starts, dtype=np.intp)
+    p_prob = _floored_probs(np.asarray(p_flat, dtype=np.float64), seg)
+    q_prob = _floored_probs(np.asarray(q_flat, dtype=np.float64), seg)
+    per_position = np.add.reduceat(p_prob * (np.log(p_prob) - np.log(q_prob)), seg)
+    aligned = len(starts)
+    return float(np.maximum(per_position, 0.0).mean()), flips / aligned
 
 
 def entropy_shift(candidate_mean: float | None, reference_mean: float | None) -> float | None:

@@ -95,9 +95,7 @@ def check_json_contract(text: str, request: RequestInfo) -> tuple[bool | None, s
         return None, None
     body = strip_fences(text)
     try:
-        value = json.loads(
-            body, object_pairs_hook=_no_duplicates, parse_constant=_reject_constant
-        )
+        value = json.loads(body, object_pairs_hook=_no_duplicates, parse_constant=_reject_constant)
     except _DuplicateKey as exc:
         return False, _short(f"json: duplicate key {exc.args[0]!r}")
     except json.JSONDecodeError as exc:

@@ -75,7 +75,7 @@ def lcs_length(a: Sequence[str], b: Sequence[str]) -> int:
     return len(a) - v.bit_count()
 
 
-def rougeL_f(candidate: Sequence[str], reference: Sequence[str]) -> float:  # noqa: N802
+def rougeL_f(candidate: Sequence[str], reference: Sequence[str]) -> float:
     """ROUGE-L F1 (sentence-level LCS) of two token lists; 0.0 if either is empty.
 
     Examples

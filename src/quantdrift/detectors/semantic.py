@@ -99,8 +99,10 @@ class SentenceTransformerEmbedder:
         self.cache_size = cache_size
         self._model = _load_sentence_transformer(resolve_model_path(model), threads)
         # Renamed in sentence-transformers 6 (the old name warns).
-        get_dim = getattr(self._model, "get_embedding_dimension", None) or getattr(
-            self._model, "get_sentence_embedding_dimension"
+        get_dim = (
+            self._model.get_embedding_dimension
+            if hasattr(self._model, "get_embedding_dimension")
+            else self._model.get_sentence_embedding_dimension
         )
         dim = get_dim()
         self.dim = int(dim) if dim else int(self._encode([""]).shape[1])

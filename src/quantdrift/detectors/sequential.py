@@ -57,7 +57,9 @@ class Cusum:
         n, upper = state.n + 1, max(0.0, state.upper + x - self.slack)
         drift = n >= self.min_instances and upper > self.threshold
         # Restart after an alarm so one shift is reported once.
-        return (self.init() if drift else CusumState(n, upper)), Signal(drift, upper, self.threshold)
+        return (self.init() if drift else CusumState(n, upper)), Signal(
+            drift, upper, self.threshold
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,7 +89,7 @@ class ECusum:
     ...     if signal.drift_detected:
     ...         alarms.append(i)
     >>> alarms
-    [24]
+    [22, 27]
     """
 
     false_alarm_budget: float = 10_000.0

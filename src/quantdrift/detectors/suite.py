@@ -92,9 +92,7 @@ def score_pairs(pairs: Sequence[PairEvent], embedder: Embedder | None) -> list[M
         )
         cosines = [_finite(float(c)) for c in values]
     return [
-        _metrics(
-            p.candidate, p.reference, p.request, p.reference_logprobs_on_candidate, cos, tier
-        )
+        _metrics(p.candidate, p.reference, p.request, p.reference_logprobs_on_candidate, cos, tier)
         for p, cos in zip(pairs, cosines, strict=True)
     ]
 

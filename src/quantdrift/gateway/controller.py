@@ -144,11 +144,19 @@ class RouteController:
 
     @property
     def kafka_ready(self) -> bool:
-        """True once the consumer is positioned on every partition of the control topic."""
+        """True once the consumer is positioned on every partition of the control topic.
+
+        It stays True if the broker goes away later: aiokafka reconnects by itself and
+        does not surface the loss to ``getmany`` (it only logs), so the Redis poll, not
+        this flag, is what keeps the gateway following commands then.
+        """
         return self._kafka_ready.is_set()
 
     def on_change(self, cb: Callback) -> None:
-        """Call ``cb(route, command)`` after each applied command (sync or async)."""
+        """Call ``cb(route, command)`` after each applied command (sync or async).
+
+        Callbacks run in order, one command at a time; they must not call ``apply``.
+        """
         self._callbacks.append(cb)
 
     def watch(self, route: str) -> None:

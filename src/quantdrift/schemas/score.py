@@ -21,7 +21,7 @@ class Metrics(BaseModel):
     cosine_tier: str | None = None
     bleu: float | None = None
     rouge1: float | None = None
-    rougeL: float | None = None  # noqa: N815 - the name every ROUGE user knows
+    rougeL: float | None = None
     jaccard: float | None = None
     length_ratio: float | None = None
     first_divergence: int | None = None

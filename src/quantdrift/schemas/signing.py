@@ -1,6 +1,7 @@
 """HMAC-SHA256 signing of RouteCommands over a canonical encoding.
 
-The canonical body is the command without ``signature``, as JSON with sorted
+The canonical body is the command without ``signature`` and without null fields
+(exactly what ``dumps`` puts on the wire), as JSON with sorted
 keys and no spaces, so a gateway in any language can recompute it:
 ``hmac_sha256(key, json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=False))``.
 """
@@ -19,7 +20,7 @@ from quantdrift.schemas.command import RouteCommand
 
 def canonical_body(command: RouteCommand) -> bytes:
     """The exact bytes that are signed: every field but ``signature``."""
-    body = command.model_dump(mode="json", exclude={"signature"})
+    body = command.model_dump(mode="json", exclude={"signature"}, exclude_none=True)
     return json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
 
 
@@ -51,7 +52,9 @@ class CommandVerifier:
             self._refuse("unsigned", f"command {command.command_id} has no signature")
         key = self.keys.get(command.key_id)
         if key is None:
-            self._refuse("unknown_key", f"command {command.command_id}: unknown key id {command.key_id!r}")
+            self._refuse(
+                "unknown_key", f"command {command.command_id}: unknown key id {command.key_id!r}"
+            )
         expected = hmac.new(key, canonical_body(command), hashlib.sha256).hexdigest()
         if not hmac.compare_digest(expected, command.signature):
             self._refuse("bad_signature", f"command {command.command_id}: signature does not match")

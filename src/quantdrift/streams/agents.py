@@ -101,13 +101,20 @@ def attach_agents(
                 metrics = await asyncio.get_running_loop().run_in_executor(
                     executor, score_pairs, pairs, embedder()
                 )
-            except Exception as exc:  # noqa: BLE001 - a scoring bug must not kill the worker
+            except Exception as exc:
                 log.exception("scoring failed for a batch of %d pairs", len(pairs))
-                await dead_letter([
-                    DeadLetter.of(p.dumps(), topic=topics.pairs.get_topic_name(),
-                                  key=p.route, error=f"scoring failed: {exc!r}", now=clock())
-                    for p in pairs
-                ])
+                await dead_letter(
+                    [
+                        DeadLetter.of(
+                            p.dumps(),
+                            topic=topics.pairs.get_topic_name(),
+                            key=p.route,
+                            error=f"scoring failed: {exc!r}",
+                            now=clock(),
+                        )
+                        for p in pairs
+                    ]
+                )
                 continue
             stats.scoring_seconds.append((time.perf_counter() - started) / len(pairs))
             del stats.scoring_seconds[:-2048]
@@ -122,8 +129,13 @@ def attach_agents(
     @app.agent(topics.scores)
     async def judge_agent(stream: faust.StreamT[bytes]) -> None:
         async for event in stream.events():
-            rec = RawRecord(event.value, event.key, event.message.topic,
-                            event.message.partition, event.message.offset)
+            rec = RawRecord(
+                event.value,
+                event.key,
+                event.message.topic,
+                event.message.partition,
+                event.message.offset,
+            )
             parsed = parse_score(rec, clock())
             if isinstance(parsed, DeadLetter):
                 await dead_letter([parsed])
@@ -189,10 +201,13 @@ def _scores(pairs, metrics, by_route) -> list[ScoreEvent]:  # type: ignore[no-un
     return out
 
 
-def redis_store_factory(url: str, signer, key_prefix: str, ttl: int) -> Callable[[], RedisBreakerStore]:  # type: ignore[no-untyped-def]
+def redis_store_factory(
+    url: str, signer, key_prefix: str, ttl: int
+) -> Callable[[], RedisBreakerStore]:  # type: ignore[no-untyped-def]
     def make() -> RedisBreakerStore:
-        client = aioredis.Redis.from_url(url, socket_timeout=2.0, socket_connect_timeout=2.0,
-                                         health_check_interval=5)
+        client = aioredis.Redis.from_url(
+            url, socket_timeout=2.0, socket_connect_timeout=2.0, health_check_interval=5
+        )
         return RedisBreakerStore(client, signer, key_prefix=key_prefix, seen_ttl_s=ttl)
 
     return make

@@ -58,8 +58,15 @@ def create_app(settings: Settings, web_port: int | None = None) -> tuple[faust.A
     t = k.topics
 
     def topic(name: str) -> faust.TopicT:
-        return app.topic(name, key_type=bytes, value_type=bytes,
-                         key_serializer="raw", value_serializer="raw")
+        return app.topic(
+            name, key_type=bytes, value_type=bytes, key_serializer="raw", value_serializer="raw"
+        )
 
-    return app, Topics(topic(t.pairs), topic(t.scores), topic(t.control), topic(t.alerts),
-                       topic(t.dlq), topic(t.degradations))
+    return app, Topics(
+        topic(t.pairs),
+        topic(t.scores),
+        topic(t.control),
+        topic(t.alerts),
+        topic(t.dlq),
+        topic(t.degradations),
+    )

@@ -42,8 +42,15 @@ def parse_batch(
                 )
         except SchemaError as exc:
             dead.append(
-                DeadLetter.of(rec.value, topic=rec.topic, partition=rec.partition,
-                              offset=rec.offset, key=rec.key, error=str(exc), now=now)
+                DeadLetter.of(
+                    rec.value,
+                    topic=rec.topic,
+                    partition=rec.partition,
+                    offset=rec.offset,
+                    key=rec.key,
+                    error=str(exc),
+                    now=now,
+                )
             )
             continue
         pairs.append(pair)
@@ -81,5 +88,12 @@ def parse_score(rec: RawRecord, now: float) -> ScoreEvent | DeadLetter:
             raise SchemaError("empty record (tombstone)")
         return ScoreEvent.parse(rec.value)
     except SchemaError as exc:
-        return DeadLetter.of(rec.value, topic=rec.topic, partition=rec.partition,
-                             offset=rec.offset, key=rec.key, error=str(exc), now=now)
+        return DeadLetter.of(
+            rec.value,
+            topic=rec.topic,
+            partition=rec.partition,
+            offset=rec.offset,
+            key=rec.key,
+            error=str(exc),
+            now=now,
+        )

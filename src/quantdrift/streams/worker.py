@@ -50,7 +50,9 @@ def build_worker_app(
 def run_worker(settings: Settings, redis_url: str, loglevel: str = "warning") -> None:
     """Run until SIGTERM/SIGINT; Faust owns the event loop and the signals."""
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-    logging.basicConfig(level=loglevel.upper(), format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    logging.basicConfig(
+        level=loglevel.upper(), format="%(asctime)s %(name)s %(levelname)s %(message)s"
+    )
     app, _, _ = build_worker_app(settings, redis_url)
     # Load the embedder before joining the group, so the first batch is not a 5 s stall.
     worker = faust.Worker(app, loglevel=loglevel, quiet=True, redirect_stdouts=False)

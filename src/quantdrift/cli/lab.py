@@ -1,0 +1,151 @@
+"""``quantdrift lab ...``: record real pairs from SmolLM2-135M and its RTN-quantized variants.
+
+* ``lab generate --variants int8,int4-g64,int2-g64 --out PAIRS.jsonl[.gz]`` writes PairEvents
+  (shadow pairs per variant, plus ``--noise-pairs`` reference-vs-reference pairs).
+* ``lab quality PAIRS`` prints JSON validity and needle recall per variant.
+* ``lab serve --precision VARIANT`` serves one variant over an OpenAI-compatible API.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+from quantdrift.lab.quant import VARIANTS
+
+SERVE_PRECISIONS = ("ref-f32", *VARIANTS)
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    lab = sub.add_parser("lab", help="real model lab: generate, score and serve quantized variants")
+    lab_sub = lab.add_subparsers(dest="lab_command", required=True, parser_class=type(lab))
+
+    g = lab_sub.add_parser("generate", help="record shadow and noise PairEvents to JSONL")
+    g.add_argument(
+        "--variants",
+        type=_variants,
+        default=["int8", "int4-g64", "int2-g64"],
+        help=f"comma-separated, from {', '.join(VARIANTS)}",
+    )
+    g.add_argument("--out", type=Path, required=True, help="PAIRS.jsonl or PAIRS.jsonl.gz")
+    g.add_argument("--prompts", type=_positive, default=None, help="first N prompts (max 40)")
+    g.add_argument("--max-new-tokens", type=_positive, default=80)
+    g.add_argument(
+        "--decoding",
+        type=_decodings,
+        default=["greedy", "sampled"],
+        help="comma-separated: greedy, sampled",
+    )
+    g.add_argument("--noise-pairs", type=_non_negative, default=0)
+    g.add_argument("--seed", type=_non_negative, default=0)
+    g.add_argument("--batch-size", type=_positive, default=10)
+    g.add_argument("--threads", type=_positive, default=None, help="torch threads")
+    g.set_defaults(func=generate)
+
+    q = lab_sub.add_parser("quality", help="JSON validity and needle recall per variant")
+    q.add_argument("pairs", type=Path, help="PairEvent JSONL(.gz)")
+    q.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    q.set_defaults(func=quality)
+
+    s = lab_sub.add_parser("serve", help="OpenAI-compatible server for one variant")
+    s.add_argument("--precision", choices=SERVE_PRECISIONS, required=True)
+    s.add_argument("--port", type=_positive, default=8100)
+    s.add_argument("--host", default="127.0.0.1", help="loopback only (127.0.0.1 or localhost)")
+    s.add_argument("--threads", type=_positive, default=None, help="torch threads")
+    s.set_defaults(func=serve)
+
+
+def _positive(text: str) -> int:
+    value = _int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
+    return value
+
+
+def _non_negative(text: str) -> int:
+    value = _int(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be >= 0, got {value}")
+    return value
+
+
+def _int(text: str) -> int:
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+
+
+def _variants(text: str) -> list[str]:
+    names = [v.strip() for v in text.split(",") if v.strip()]
+    bad = [v for v in names if v not in VARIANTS]
+    if bad or not names:
+        raise argparse.ArgumentTypeError(
+            f"unknown variant {', '.join(bad) or '(none)'}; choose from {', '.join(VARIANTS)}"
+        )
+    return names
+
+
+def _decodings(text: str) -> list[str]:
+    names = [v.strip() for v in text.split(",") if v.strip()]
+    if not names or any(v not in ("greedy", "sampled") for v in names):
+        raise argparse.ArgumentTypeError(f"{text!r}: use greedy, sampled or greedy,sampled")
+    return list(dict.fromkeys(names))
+
+
+def generate(args: argparse.Namespace) -> int:
+    from quantdrift.lab import model as lab_model
+    from quantdrift.lab.generate import LabConfig, open_sink, run_lab
+    from quantdrift.lab.prompts import PROMPTS
+
+    if args.prompts is not None and args.prompts > len(PROMPTS):
+        sys.stderr.write(f"quantdrift: error: --prompts must be <= {len(PROMPTS)}\n")
+        return 2
+    t0 = time.perf_counter()
+    model, tokenizer = lab_model.load(threads=args.threads)
+    load_s = time.perf_counter() - t0
+    sys.stderr.write(f"lab: loaded {lab_model.MODEL_NAME} in {load_s:.1f}s\n")
+    cfg = LabConfig(
+        variants=args.variants,
+        prompts=args.prompts or len(PROMPTS),
+        max_new_tokens=args.max_new_tokens,
+        decodings=tuple(args.decoding),
+        noise_pairs=args.noise_pairs,
+        seed=args.seed,
+        batch_size=args.batch_size,
+    )
+    with open_sink(args.out) as sink:
+        stats = run_lab(model, tokenizer, cfg, sink)
+    stats["load_s"] = round(load_s, 1)
+    stats["total_s"] = round(time.perf_counter() - t0, 1)
+    stats["out"] = str(args.out)
+    print(json.dumps(stats))
+    return 0
+
+
+def quality(args: argparse.Namespace) -> int:
+    from quantdrift.demo.sources import read_pairs
+    from quantdrift.lab.quality import format_table, quality_by_variant
+
+    if not args.pairs.exists():
+        sys.stderr.write(f"quantdrift: error: no such file: {args.pairs}\n")
+        return 2
+    rows = quality_by_variant(read_pairs(args.pairs))
+    if args.json:
+        print(json.dumps([r.as_dict() for r in rows], indent=2))
+    else:
+        print(format_table(rows))
+    return 0
+
+
+def serve(args: argparse.Namespace) -> int:
+    if args.host not in ("127.0.0.1", "localhost"):
+        sys.stderr.write("quantdrift: error: --host must be 127.0.0.1 (loopback only)\n")
+        return 2
+    from quantdrift.lab.server import serve as run_server
+
+    run_server(args.precision, host=args.host, port=args.port, threads=args.threads)
+    return 0

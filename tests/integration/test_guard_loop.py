@@ -1,0 +1,252 @@
+"""The guard loop end to end: real Tansu, real Redis, real worker processes, real MiniLM."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import json
+import math
+import time
+import uuid
+from collections.abc import Iterator
+
+import orjson
+import pytest
+import redis
+import redis.asyncio as aioredis
+from aiokafka import AIOKafkaProducer
+
+from quantdrift.breaker.state import RouteState
+from quantdrift.config import Settings
+from quantdrift.demo import synthetic
+from quantdrift.demo.workers import WorkerProcess
+from quantdrift.gateway.controller import RouteController
+from quantdrift.schemas import DeadLetter, PairEvent, RouteCommand
+from quantdrift.schemas.signing import verifier_from_settings
+
+try:
+    from guard import isolated_settings, make_topics
+    from kafka_helpers import consume_n
+except ImportError:  # pragma: no cover - when tests/ is imported as a package
+    from tests.integration.guard import isolated_settings, make_topics
+    from tests.integration.kafka_helpers import consume_n
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+
+def _cleanup(url: str, prefix: str) -> None:
+    client = redis.Redis.from_url(url)
+    keys = list(client.scan_iter(match=f"{prefix}*", count=1000))
+    if keys:
+        client.delete(*keys)
+    client.close()
+
+
+@pytest.fixture(scope="module")
+def guard(stack) -> Iterator[tuple[Settings, WorkerProcess]]:  # type: ignore[no-untyped-def]
+    prefix = f"qdtest:{uuid.uuid4().hex}:"
+    settings = isolated_settings(stack, prefix)
+    asyncio.run(make_topics(settings))
+    worker = WorkerProcess(settings, stack.redis_url).start()
+    yield settings, worker
+    worker.stop()
+    _cleanup(stack.redis_url, prefix)
+
+
+def shadow_only(pairs: Iterator[PairEvent], n: int) -> list[PairEvent]:
+    return list(itertools.islice((p for p in pairs if p.kind == "shadow"), n))
+
+
+def on_route(pairs: list[PairEvent], route: str, tag: str) -> list[PairEvent]:
+    return [p.model_copy(update={"route": route, "pair_id": f"{tag}-{p.pair_id}"}) for p in pairs]
+
+
+async def send(settings: Settings, items: list[tuple[bytes | None, bytes]]) -> dict[bytes, float]:
+    """Produce records; returns each value's send time (monotonic)."""
+    producer = AIOKafkaProducer(
+        bootstrap_servers=settings.kafka.bootstrap_servers,
+        acks="all",
+        linger_ms=5,
+        max_request_size=8 * 1024 * 1024,
+    )
+    await producer.start()
+    sent = {}
+    try:
+        for key, value in items:
+            sent[value] = time.monotonic()
+            await producer.send_and_wait(settings.kafka.topics.pairs, key=key, value=value)
+    finally:
+        await producer.stop()
+    return sent
+
+
+async def route_state(settings: Settings, route: str) -> RouteState:
+    client = aioredis.Redis.from_url(settings.redis.url)
+    try:
+        raw = await client.hget(f"{settings.redis.key_prefix}route:{route}:state", "s")
+    finally:
+        await client.aclose()
+    return RouteState.from_json(orjson.loads(raw) if raw else None)
+
+
+async def until_seen(
+    settings: Settings, route: str, n: int, worker: WorkerProcess, timeout: float = 180.0
+) -> RouteState:
+    """Wait for the judge to have folded n shadow pairs of a route (a condition, not a sleep)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        state = await route_state(settings, route)
+        if state.pairs_seen >= n:
+            return state
+        assert worker.alive(), f"worker died:\n{worker.log_tail()}"
+        assert time.monotonic() < deadline, (
+            f"{route}: {state.pairs_seen}/{n} pairs judged after {timeout}s\n{worker.log_tail()}"
+        )
+        await asyncio.sleep(0.1)
+
+
+async def records_for(settings: Settings, topic: str, route: str, timeout: float = 3.0) -> list:
+    got = await consume_n(
+        settings.kafka.bootstrap_servers, topic, 10_000, timeout=timeout, strict=False
+    )
+    return [r for r in got if r.key == route.encode()]
+
+
+async def test_healthy_stream_gives_no_command_and_no_alert(guard) -> None:  # type: ignore[no-untyped-def]
+    settings, worker = guard
+    route = "test/healthy"
+    pairs = on_route(shadow_only(synthetic.healthy(route, seed=3), 40), route, "h")
+    await send(settings, [(route.encode(), p.dumps()) for p in pairs])
+    state = await until_seen(settings, route, 40, worker)
+    assert state.state == "closed" and state.epoch == 0
+    assert await records_for(settings, settings.kafka.topics.control, route) == []
+    assert await records_for(settings, settings.kafka.topics.alerts, route) == []
+
+
+async def test_drifted_stream_gives_one_rollback_applied_by_controller(guard) -> None:  # type: ignore[no-untyped-def]
+    settings, worker = guard
+    route = "test/drifted"
+    healthy = on_route(shadow_only(synthetic.healthy(route, seed=5), 25), route, "d")
+    drifted = on_route(shadow_only(synthetic.drifted(route, seed=6), 12), route, "d")
+    controller = RouteController(
+        settings.kafka,
+        settings.redis.url,
+        verifier_from_settings(settings.signing.keys),
+        key_prefix=settings.redis.key_prefix,
+        routes=[route],
+    )
+    await controller.start()
+    try:
+        assert await controller.wait_kafka_ready(30)
+        await send(settings, [(route.encode(), p.dumps()) for p in healthy])
+        await until_seen(settings, route, len(healthy), worker)
+        sent_at = await send(settings, [(route.encode(), p.dumps()) for p in drifted])
+        command = await controller.wait_for(route, lambda c: c.action == "rollback", timeout=60)
+        applied = controller.applied_at(route)
+        decisive = next(p for p in drifted if p.pair_id == command.evidence["decisive_pair_id"])
+        latency_ms = (applied - sent_at[decisive.dumps()]) * 1000
+        print(f"\ndecisive pair -> controller switch: {latency_ms:.0f} ms")
+        assert controller.target(route) == command.target_precision
+        await until_seen(settings, route, len(healthy) + len(drifted), worker)
+    finally:
+        await controller.stop()
+    commands = [
+        RouteCommand.parse(r.value)
+        for r in await records_for(settings, settings.kafka.topics.control, route)
+    ]
+    assert [(c.action, c.epoch) for c in commands] == [("rollback", 1)]
+    alerts = await records_for(settings, settings.kafka.topics.alerts, route)
+    assert len(alerts) == 1
+    assert json.loads(alerts[0].value)["evidence"]["worst_pairs"]
+
+
+async def test_poisoned_stream_dead_letters_every_bad_message(guard) -> None:  # type: ignore[no-untyped-def]
+    settings, worker = guard
+    route = "test/poison"
+    good = on_route(shadow_only(synthetic.healthy(route, seed=9), 20), route, "p")
+    template = json.loads(good[0].dumps())
+    nan_entropy = (
+        json.dumps({**template, "pair_id": "nan"})
+        .replace('"entropy": [', '"entropy": [NaN, ', 1)
+        .encode()
+    )
+    assert b"NaN" in nan_entropy
+    huge = json.dumps(
+        {
+            **template,
+            "pair_id": "huge",
+            "candidate": {**template["candidate"], "text": "x" * (5 * 1024 * 1024)},
+        }
+    )
+    bad: list[tuple[bytes | None, bytes]] = [
+        (route.encode(), b"{not json"),
+        (route.encode(), json.dumps({**template, "ts": "yesterday"}).encode()),
+        (
+            route.encode(),
+            json.dumps({k: v for k, v in template.items() if k != "reference"}).encode(),
+        ),
+        (route.encode(), huge.encode()),
+        (route.encode(), nan_entropy),
+        (route.encode(), b"\xff\xfe\x00garbage"),
+        (
+            route.encode(),
+            json.dumps(
+                {**template, "candidate": {**template["candidate"], "entropy": [math.pi, -1.0]}}
+            ).encode(),
+        ),
+        (b"some/other-route", json.dumps({**template, "pair_id": "wrong-key"}).encode()),
+        (route.encode(), b"[]"),
+        (route.encode(), json.dumps({**template, "schema_version": 99}).encode()),
+    ]
+    mixed: list[tuple[bytes | None, bytes]] = []
+    for i, pair in enumerate(good):
+        mixed.append((route.encode(), pair.dumps()))
+        if i < len(bad):
+            mixed.append(bad[i])
+    await send(settings, mixed)
+    await until_seen(settings, route, len(good), worker)
+    letters = [
+        DeadLetter.parse(r.value)
+        for r in await consume_n(
+            settings.kafka.bootstrap_servers,
+            settings.kafka.topics.dlq,
+            len(bad),
+            timeout=30,
+            strict=False,
+        )
+    ]
+    missing = {v[:80] for _, v in bad} - {letter.original()[:80] for letter in letters}
+    assert not missing, f"not dead-lettered: {missing}\n{worker.log_tail()}"
+    assert sorted(letter.original() for letter in letters) == sorted(v for _, v in bad)
+    assert all(letter.error and letter.offset is not None for letter in letters)
+    assert worker.alive()
+
+
+async def test_two_workers_and_a_redelivered_batch_give_one_command_per_transition(stack) -> None:  # type: ignore[no-untyped-def]
+    prefix = f"qdtest:{uuid.uuid4().hex}:"
+    settings = isolated_settings(stack, prefix, partitions=4)
+    await make_topics(settings)
+    workers = [WorkerProcess(settings, stack.redis_url).start() for _ in range(2)]
+    routes = [f"test/pool-{i}" for i in range(3)]
+    try:
+        batch = []
+        for route in routes:
+            pairs = on_route(shadow_only(synthetic.healthy(route, seed=1), 20), route, route)
+            pairs += on_route(shadow_only(synthetic.drifted(route, seed=2), 8), route, route)
+            batch += [(route.encode(), p.dumps()) for p in pairs]
+        await send(settings, batch)
+        await send(settings, batch)  # the same pair ids again: a redelivery
+        for route in routes:
+            state = await until_seen(settings, route, 28, workers[0])
+            assert state.pairs_seen == 28, "a redelivered pair was counted twice"
+        for route in routes:
+            commands = [
+                RouteCommand.parse(r.value)
+                for r in await records_for(settings, settings.kafka.topics.control, route)
+            ]
+            assert [(c.action, c.epoch) for c in commands] == [("rollback", 1)], route
+        assert all(w.alive() for w in workers)
+    finally:
+        for w in workers:
+            w.stop()
+        _cleanup(stack.redis_url, prefix)
