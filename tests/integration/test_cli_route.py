@@ -1,0 +1,64 @@
+"""`quantdrift route ...` and `quantdrift schema export` as an operator runs them."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import pytest
+import redis
+
+from quantdrift.cli import main
+from quantdrift.schemas import RouteCommand
+from quantdrift.schemas.signing import verifier_from_settings
+
+try:
+    from guard import isolated_settings, make_topics
+    from kafka_helpers import consume_n
+except ImportError:  # pragma: no cover
+    from tests.integration.guard import isolated_settings, make_topics
+    from tests.integration.kafka_helpers import consume_n
+
+pytestmark = pytest.mark.integration
+
+
+def test_manual_rollback_is_signed_locked_and_published(stack, redis_prefix, monkeypatch, capsys) -> None:  # type: ignore[no-untyped-def]
+    settings = isolated_settings(stack, redis_prefix)
+    asyncio.run(make_topics(settings))
+    monkeypatch.chdir(Path(__file__).parent)  # no .quantdrift/stack.json here
+    monkeypatch.setenv("QUANTDRIFT_KAFKA__BOOTSTRAP_SERVERS", stack.bootstrap)
+    monkeypatch.setenv("QUANTDRIFT_REDIS__URL", stack.redis_url)
+    monkeypatch.setenv("QUANTDRIFT_REDIS__KEY_PREFIX", redis_prefix)
+    monkeypatch.setenv("QUANTDRIFT_KAFKA__TOPICS__CONTROL", settings.kafka.topics.control)
+    monkeypatch.setenv("QUANTDRIFT_KAFKA__TOPICS__ALERTS", settings.kafka.topics.alerts)
+
+    assert main(["route", "rollback", "--route", "ops/int4"]) == 0
+    assert "epoch=1 (locked)" in capsys.readouterr().out
+    raw = redis.Redis.from_url(stack.redis_url).get(f"{redis_prefix}route:ops/int4:command")
+    command = RouteCommand.parse(raw)
+    verifier_from_settings(settings.signing.keys).verify(command, last_epoch=0)
+    assert (command.action, command.locked, command.source) == ("rollback", True, "manual")
+
+    records = asyncio.run(consume_n(stack.bootstrap, settings.kafka.topics.control, 1, timeout=10))
+    assert RouteCommand.parse(records[0].value) == command
+
+    assert main(["route", "release", "--route", "ops/int4"]) == 0
+    assert main(["route", "status", "--route", "ops/int4"]) == 0
+    out = capsys.readouterr().out
+    assert "ops/int4: open target=reference epoch=2" in out and "LOCKED" not in out
+
+
+def test_bad_arguments_get_one_line(capsys) -> None:  # type: ignore[no-untyped-def]
+    with pytest.raises(SystemExit) as info:
+        main(["route", "rollback"])
+    assert "needs --route" in str(info.value)
+    with pytest.raises(SystemExit) as info:
+        main(["route", "explode", "--route", "x"])
+    assert info.value.code == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "invalid choice" in err
+
+
+def test_schema_export(tmp_path: Path, capsys) -> None:  # type: ignore[no-untyped-def]
+    assert main(["schema", "export", str(tmp_path / "schemas")]) == 0
+    assert len(list((tmp_path / "schemas").glob("*.v1.schema.json"))) == 6
