@@ -1,6 +1,6 @@
 """Produce one PairEvent the way a gateway would (run `quantdrift stack up` first).
 
-    python examples/produce_pair.py
+python examples/produce_pair.py
 """
 
 from __future__ import annotations

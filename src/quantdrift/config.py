@@ -81,6 +81,16 @@ class EmbeddingSettings(BaseModel):
     batch_size: int = Field(default=32, ge=1)
     threads: int = Field(default=1, ge=1)
     cache_size: int = Field(default=4096, ge=0)
+    # Which tier scores (quantdrift.detectors.embedders): minilm on every pair,
+    # tiered (static everywhere, MiniLM where it can change a decision),
+    # static alone, or none.
+    tier: Literal["minilm", "tiered", "static", "none"] = "tiered"
+    static_model: str = "packaged:static-minilm"
+    calibration: Path | None = None  # None: calibration.json beside the static model
+    band: float | None = Field(default=None, ge=0)  # None: the calibration's band
+    sample_rate: float = Field(default=0.02, ge=0, le=1)
+    watch_pairs: int = Field(default=50, ge=0)
+    escalation_thresholds: tuple[float, ...] = (0.88,)
 
 
 class WorkerSettings(BaseModel):

@@ -22,7 +22,9 @@ except ImportError:  # pragma: no cover
 pytestmark = pytest.mark.integration
 
 
-def test_manual_rollback_is_signed_locked_and_published(stack, redis_prefix, monkeypatch, capsys) -> None:  # type: ignore[no-untyped-def]
+def test_manual_rollback_is_signed_locked_and_published(
+    stack, redis_prefix, monkeypatch, capsys
+) -> None:  # type: ignore[no-untyped-def]
     settings = isolated_settings(stack, redis_prefix)
     asyncio.run(make_topics(settings))
     monkeypatch.chdir(Path(__file__).parent)  # no .quantdrift/stack.json here

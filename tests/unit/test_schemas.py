@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 from pathlib import Path
 
@@ -33,15 +34,30 @@ PAIR = {
 
 EXAMPLES = {
     "PairEvent": PairEvent.parse(PAIR),
-    "ScoreEvent": ScoreEvent(pair_id="p1", route="r", kind="shadow", ts=1.0,
-                             metrics=Metrics(cosine=0.9, rougeL=0.5)),
-    "RouteCommand": RouteCommand(command_id="r#1", route="r", action="rollback",
-                                 target_precision="bf16", epoch=1, issued_at=2.0),
-    "AlertEvent": AlertEvent(alert_id="r#1", severity="P1", route="r", kind="breaker.open",
-                             summary="s", ts=2.0, dedupe_key="r:open:1"),
+    "ScoreEvent": ScoreEvent(
+        pair_id="p1", route="r", kind="shadow", ts=1.0, metrics=Metrics(cosine=0.9, rougeL=0.5)
+    ),
+    "RouteCommand": RouteCommand(
+        command_id="r#1",
+        route="r",
+        action="rollback",
+        target_precision="bf16",
+        epoch=1,
+        issued_at=2.0,
+    ),
+    "AlertEvent": AlertEvent(
+        alert_id="r#1",
+        severity="P1",
+        route="r",
+        kind="breaker.open",
+        summary="s",
+        ts=2.0,
+        dedupe_key="r:open:1",
+    ),
     "DeadLetter": DeadLetter.of(b"\xff", topic="t", error="invalid JSON", now=3.0),
-    "DegradationEvent": DegradationEvent(event_id="e", route="r", precision="int4",
-                                         reason="json", ts=4.0),
+    "DegradationEvent": DegradationEvent(
+        event_id="e", route="r", precision="int4", reason="json", ts=4.0
+    ),
 }
 
 
@@ -70,7 +86,10 @@ def test_decoding_mode_follows_temperature() -> None:
         (json.dumps({**PAIR, "route": "bad route with spaces"}).encode(), "route"),
         (json.dumps({**PAIR, "schema_version": 2}).encode(), "schema_version"),
         (json.dumps({**PAIR, "candidate": {"text": "x" * 200_001}}).encode(), "text"),
-        (json.dumps({**PAIR, "request": {"private": True, "prompt": "secret"}}).encode(), "private"),
+        (
+            json.dumps({**PAIR, "request": {"private": True, "prompt": "secret"}}).encode(),
+            "private",
+        ),
         (b"\xff\xfe", "invalid JSON"),
     ],
 )
@@ -83,10 +102,8 @@ def test_bad_pairs_are_refused_with_a_reason(raw: bytes, reason: str) -> None:
 @settings(max_examples=200, deadline=None)
 @given(st.binary(max_size=300))
 def test_any_bytes_parse_or_raise_schema_error(raw: bytes) -> None:
-    try:
+    with contextlib.suppress(SchemaError):
         PairEvent.parse(raw)
-    except SchemaError:
-        pass
 
 
 def test_exported_schemas_validate_the_examples(tmp_path: Path) -> None:

@@ -147,6 +147,35 @@ class RedisBreakerStore:
                 return result
         raise BreakerStoreError(f"route {route}: gave up after {MAX_ATTEMPTS} write conflicts")
 
+    async def seed_floor(
+        self,
+        route: str,
+        mode: str,
+        values: list[dict[str, float]],
+        merge: bool = False,
+    ) -> NoiseFloorState:
+        """Write a route's noise floor for one decoding mode (``quantdrift calibrate``).
+
+        ``merge=False`` replaces the floor with ``values``; ``merge=True`` appends
+        them to what is there. Compare-and-set on the floor's version, like
+        ``fold``, so a worker folding a live noise pair at the same moment
+        never loses its update or ours.
+        """
+        key = self._floor_key(route, mode)
+        for _ in range(MAX_ATTEMPTS):
+            floor, version = await self.read_floor(route, mode)
+            state = floor if merge else self._floor.init()
+            for row in values:
+                state = self._floor.update(state, row)
+            status, _ = await self._apply(
+                key, "", version, orjson.dumps(state.to_json()), route, None, ()
+            )
+            if status != "conflict":
+                return state
+        raise BreakerStoreError(
+            f"noise floor {route}/{mode}: gave up after {MAX_ATTEMPTS} conflicts"
+        )
+
     async def tick(self, route: str, policy: RoutePolicy, now: float) -> FoldResult:
         """Time-driven transitions (open -> half_open), raced safely by every worker."""
         return await self._decide(route, lambda s: tick(policy, s, now), now, "breaker")

@@ -23,7 +23,7 @@ ANSWERS = [
     (
         "How do I reset my password?",
         "Open Settings, choose Security, then click Reset password and follow the emailed link.",
-        "Go to Settings, pick Security and click Reset password, then follow the link in the email.",
+        "Go to Settings, pick Security, click Reset password, then follow the link in the email.",
     ),
     (
         "Summarize the refund policy.",
@@ -32,8 +32,8 @@ ANSWERS = [
     ),
     (
         "Why is the sky blue?",
-        "Sunlight scatters off air molecules, and blue light scatters the most, so the sky looks blue.",
-        "Air molecules scatter sunlight, blue light most strongly, which makes the sky appear blue.",
+        "Sunlight scatters off air molecules, blue light the most, so the sky looks blue.",
+        "Air molecules scatter sunlight, blue most strongly, which makes the sky appear blue.",
     ),
     (
         "Explain what a mutex is.",

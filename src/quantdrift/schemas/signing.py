@@ -65,7 +65,8 @@ class CommandVerifier:
         if command.epoch <= last_epoch:
             self.refused["stale_epoch"] = self.refused.get("stale_epoch", 0) + 1
             raise StaleCommand(
-                f"command {command.command_id}: epoch {command.epoch} is not newer than {last_epoch}"
+                f"command {command.command_id}: epoch {command.epoch} "
+                f"is not newer than {last_epoch}"
             )
 
     def _refuse(self, reason: str, message: str) -> None:  # -> NoReturn

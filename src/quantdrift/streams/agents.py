@@ -19,7 +19,8 @@ import redis.asyncio as aioredis
 
 from quantdrift.breaker.policy import Policy
 from quantdrift.breaker.store import RedisBreakerStore
-from quantdrift.detectors import Embedder, FailureThresholds, score_pairs
+from quantdrift.detectors import Embedder, FailureThresholds
+from quantdrift.detectors.embedders import score_with
 from quantdrift.errors import BreakerStoreError
 from quantdrift.schemas import DeadLetter, ScoreEvent
 from quantdrift.streams.app import Topics
@@ -99,7 +100,7 @@ def attach_agents(
             started = time.perf_counter()
             try:
                 metrics = await asyncio.get_running_loop().run_in_executor(
-                    executor, score_pairs, pairs, embedder()
+                    executor, score_with, embedder(), pairs
                 )
             except Exception as exc:
                 log.exception("scoring failed for a batch of %d pairs", len(pairs))
@@ -191,6 +192,9 @@ def attach_agents(
             stats.store_errors += 1
             log.warning("breaker clock: store unavailable (%s)", exc)
 
+    from quantdrift.status import attach_status
+
+    attach_status(app, stats, store, clock=clock)
     return stats
 
 

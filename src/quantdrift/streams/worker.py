@@ -16,15 +16,10 @@ from quantdrift.streams.app import Topics, create_app
 
 
 def make_embedder(settings: Settings) -> Embedder | None:
-    """The configured embedder; ``none`` turns semantic scoring off (ROUGE-L stands in)."""
-    e = settings.embedding
-    if e.model == "none":
-        return None
-    from quantdrift.detectors import SentenceTransformerEmbedder
+    """The configured scorer (``embedding.tier``: tiered, minilm, static, none)."""
+    from quantdrift.detectors.embedders import build_scorer
 
-    return SentenceTransformerEmbedder(
-        model=e.model, batch_size=e.batch_size, threads=e.threads, cache_size=e.cache_size
-    )
+    return build_scorer(settings.embedding)
 
 
 def build_worker_app(
