@@ -131,3 +131,18 @@ def test_memory_breaker_counts_redelivered_pair_once() -> None:
     for _ in range(3):
         breaker.fold(score(1, 0.5, "drift"), now=1.0)
     assert breaker.states["r"].pairs_seen == 1
+
+
+def sampled(i: int, cosine: float, verdict: str = "ok") -> ScoreEvent:
+    return score(i, cosine, verdict).model_copy(update={"decoding": "sampled"})
+
+
+def test_sampled_pairs_fail_fixed_rules_only_as_anomalies_by_default() -> None:
+    # Two samples of one model sit near cosine 0.5 (lab, SmolLM2 at T=0.7): a low
+    # similarity on a sampled pair is noise for the fixed rules, not a failure.
+    policy = POLICY.model_copy(update={"rules": ("consecutive", "window")})
+    assert run(policy, [sampled(i, 0.5, "drift") for i in range(60)]) == []
+    anomalies = [sampled(i, 0.9, "anomaly") for i in range(10)]
+    assert run(policy, anomalies) == [(4, "open")]
+    seeds = policy.model_copy(update={"fixed_rules_on_sampled": True})
+    assert run(seeds, [sampled(i, 0.5, "drift") for i in range(60)]) == [(4, "open")]

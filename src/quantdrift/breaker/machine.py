@@ -28,8 +28,20 @@ def similarity_of(score: ScoreEvent) -> float | None:
     return m.cosine if m.cosine is not None else m.rougeL
 
 
-def is_failure(score: ScoreEvent) -> bool:
-    """The seeds' failure: the per-pair verdict (cosine, entropy, loop, JSON) is not ok."""
+def judged_by_similarity(policy: RoutePolicy, score: ScoreEvent) -> bool:
+    """Absolute similarity means something for greedy pairs; for sampled ones only
+    when the policy says so (``fixed_rules_on_sampled``): two samples of the same
+    model already disagree far below any fixed threshold."""
+    return score.decoding == "greedy" or policy.fixed_rules_on_sampled
+
+
+def is_failure(score: ScoreEvent, policy: RoutePolicy | None = None) -> bool:
+    """The seeds' failure: the per-pair verdict (cosine, entropy, loop, JSON) is not ok.
+
+    With a policy, a sampled pair not judged by similarity fails only as an anomaly.
+    """
+    if policy is not None and not judged_by_similarity(policy, score):
+        return score.verdict == "anomaly"
     return score.verdict != "ok"
 
 
@@ -48,7 +60,7 @@ def judge(
     """Fold one shadow score into the route's state; noise scores never reach here."""
     if not state.target:
         state = state.evolve(target=policy.candidate_precision, cooldown_s=policy.cooldown_s)
-    failing = is_failure(score)
+    failing = is_failure(score, policy)
     similarity = similarity_of(score)
     state = state.evolve(
         pairs_seen=state.pairs_seen + 1,
@@ -76,7 +88,8 @@ def _closed(
     now: float,
 ) -> Decision:
     consecutive = state.consecutive_failures + 1 if failing else 0
-    window = (*state.window, (similarity, score.verdict == "anomaly"))[-policy.window_size :]
+    windowed = similarity if judged_by_similarity(policy, score) else None
+    window = (*state.window, (windowed, score.verdict == "anomaly"))[-policy.window_size :]
     seq = ECusum(false_alarm_budget=policy.false_alarm_budget_pairs)
     seq_state = ECusumState(state.seq_n, state.seq_log_m)
     p = None

@@ -33,6 +33,15 @@ class RoutePolicy(BaseModel):
     consecutive_failures: int = Field(default=3, ge=1)
     similarity_threshold: float = Field(default=0.88, ge=-1, le=1)
     entropy_floor: float = Field(default=0.05, ge=0)
+    # Whether the fixed rules (consecutive, window) judge *sampled* pairs by absolute
+    # similarity. Off by default, measured on the lab's SmolLM2-135M pairs
+    # (temperature 0.7): two sampled reference runs score cosine 0.47-0.54 and int8
+    # sampled pairs 0.53-0.60, every one a "drift" under 0.88, so three sampled pairs
+    # in a row roll back a healthy int8 model. Off, a sampled pair fails these rules
+    # only as an anomaly (loop, broken JSON, collapsed entropy) and its similarity
+    # stays out of the window; its disagreement is judged against the sampled noise
+    # floor by the sequential rule. The seeds' rule as they wrote it is ``True``.
+    fixed_rules_on_sampled: bool = False
     # Windowed rates over the last ``window_size`` shadow pairs.
     window_size: int = Field(default=50, ge=1)
     window_mean_similarity: float = Field(default=0.85, ge=-1, le=1)

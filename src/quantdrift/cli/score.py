@@ -1,0 +1,90 @@
+"""``quantdrift score CANDIDATE REFERENCE [--json] [--embedder minilm|none]``.
+
+Every metric of one pair, and the per-pair verdict with its reasons: what
+on-call and analysts run on a worst pair from an alert. Each text is given
+inline, as ``@path`` (read from a file) or ``-`` (read from stdin; at most one
+side). With ``--json``: one object whose keys include ``rouge1``, ``rougeL`` and
+``bleu`` (F-scores in [0, 1]), ``cosine``, ``verdict`` and ``reasons``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+EMBEDDERS = ("minilm", "none")
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("score", help="every metric and the verdict for one pair of texts")
+    p.add_argument("candidate", help="candidate text, @FILE, or - for stdin")
+    p.add_argument("reference", help="reference text, @FILE, or - for stdin")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.add_argument(
+        "--embedder",
+        choices=EMBEDDERS,
+        default=None,
+        help="minilm (the configured sentence embedder) or none (no cosine; "
+        "default: minilm unless QUANTDRIFT_EMBEDDING__MODEL=none)",
+    )
+    p.set_defaults(func=run)
+
+
+def _fail(message: str) -> int:
+    sys.stderr.write(f"quantdrift: error: {message}\n")
+    return 2
+
+
+def read_text(arg: str, stdin: Any) -> str:
+    """``-`` reads stdin, ``@path`` reads a file, anything else is the text itself."""
+    if arg == "-":
+        return str(stdin.read())
+    if arg.startswith("@") and len(arg) > 1:
+        path = Path(arg[1:])
+        try:
+            return path.read_text(encoding="utf-8")
+        except FileNotFoundError:
+            raise ValueError(f"no such file: {path}") from None
+        except (OSError, UnicodeDecodeError) as exc:
+            raise ValueError(f"cannot read {path}: {exc}") from None
+    return arg
+
+
+def run(args: argparse.Namespace) -> int:
+    from quantdrift.cli.common import load_settings
+    from quantdrift.detectors import score_text_pair, verdict
+
+    if args.candidate == "-" and args.reference == "-":
+        return _fail("only one of CANDIDATE and REFERENCE can be read from stdin (-)")
+    try:
+        candidate = read_text(args.candidate, sys.stdin)
+        reference = read_text(args.reference, sys.stdin)
+    except ValueError as exc:
+        return _fail(str(exc))
+    settings = load_settings()
+    choice = args.embedder or ("none" if settings.embedding.model == "none" else "minilm")
+    embedder = None
+    if choice == "minilm":
+        from quantdrift.detectors import SentenceTransformerEmbedder
+
+        e = settings.embedding
+        embedder = SentenceTransformerEmbedder(model=e.model, batch_size=e.batch_size, threads=1)
+    metrics = score_text_pair(candidate, reference, embedder)
+    v, reasons = verdict(metrics)
+    out = {**metrics.model_dump(), "verdict": v, "reasons": reasons}
+    if args.json:
+        print(json.dumps(out, ensure_ascii=False))
+        return 0
+    width = max(len(k) for k in out)
+    for key, value in out.items():
+        if key == "reasons":
+            value = "; ".join(reasons) or "-"
+        elif isinstance(value, float):
+            value = f"{value:.4f}"
+        elif value is None:
+            value = "-"
+        print(f"{key.ljust(width)}  {value}")
+    return 0

@@ -1,0 +1,107 @@
+"""`quantdrift calibrate` against the real Redis: the floor lands where the worker reads it."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import random
+from pathlib import Path
+
+import orjson
+import pytest
+import redis
+
+from quantdrift.breaker.store import RedisBreakerStore
+from quantdrift.cli import main
+from quantdrift.schemas import ModelOutput, PairEvent, RequestInfo
+from quantdrift.schemas.signing import CommandSigner
+
+pytestmark = pytest.mark.integration
+
+WORDS = "the a model answer route paris france capital city river blue sky cat mat".split()  # noqa: SIM905
+
+
+def noise_pair(i: int, temperature: float, identical: bool, rng: random.Random) -> PairEvent:
+    ref = " ".join(rng.choice(WORDS) for _ in range(12))
+    other = ref if identical else " ".join(rng.choice(WORDS) for _ in range(12))
+    return PairEvent(
+        pair_id=f"n{i}",
+        ts=float(i),
+        route="lab/noise",
+        kind="noise",
+        candidate=ModelOutput(text=other),
+        reference=ModelOutput(text=ref),
+        request=RequestInfo(temperature=temperature),
+        label="noise",
+    )
+
+
+@pytest.fixture
+def pairs_file(tmp_path: Path) -> Path:
+    rng = random.Random(3)
+    pairs = [noise_pair(i, 0.7, False, rng) for i in range(40)]
+    # Two greedy reference runs are identical: they must not become the greedy floor.
+    pairs += [noise_pair(100 + i, 0.0, True, rng) for i in range(40)]
+    path = tmp_path / "noise.jsonl"
+    path.write_text("\n".join(p.model_dump_json() for p in pairs) + "\n")
+    return path
+
+
+def floor_hash(url: str, key: str) -> tuple[int, dict[str, list[float]]]:
+    raw = redis.Redis.from_url(url).hmget(key, "v", "s")
+    return int(raw[0]), orjson.loads(raw[1])
+
+
+def test_calibrate_seeds_floor_per_route_and_mode(  # type: ignore[no-untyped-def]
+    stack, redis_prefix, pairs_file, monkeypatch, capsys
+) -> None:
+    monkeypatch.chdir(pairs_file.parent)  # no .quantdrift/stack.json here
+    base = ["calibrate", str(pairs_file), "--redis-url", stack.redis_url]
+    base += ["--key-prefix", redis_prefix, "--embedder", "none", "--json"]
+    assert main([*base, "--route", "cs-agent/int4"]) == 0
+    rows = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    by_mode = {r["mode"]: r for r in rows}
+    assert by_mode["sampled"]["seeded"] == 40 and by_mode["sampled"]["floor_pairs"] == 40
+    # The identical greedy pairs are dropped; greedy borrows the sampled floor.
+    assert by_mode["greedy"]["seeded"] == 40 and "proxy" in by_mode["greedy"]["source"]
+
+    v, sampled = floor_hash(stack.redis_url, f"{redis_prefix}noise:cs-agent/int4:sampled")
+    assert v == 1 and len(sampled["rougeL"]) == 40 and "cosine" not in sampled
+    _, greedy = floor_hash(stack.redis_url, f"{redis_prefix}noise:cs-agent/int4:greedy")
+    assert greedy == sampled
+    assert not redis.Redis.from_url(stack.redis_url).exists(
+        f"{redis_prefix}noise:lab/noise:sampled"
+    )
+
+    # The store the worker uses reads the same floor.
+    async def read() -> int:
+        import redis.asyncio as aioredis
+
+        client = aioredis.Redis.from_url(stack.redis_url)
+        store = RedisBreakerStore(client, CommandSigner("k", b"secret"), key_prefix=redis_prefix)
+        try:
+            floor, version = await store.read_floor("cs-agent/int4", "sampled")
+            return floor.count("rougeL") * 10 + version
+        finally:
+            await client.aclose()
+
+    assert asyncio.run(read()) == 401
+
+    # Re-running replaces (idempotent), --merge appends; each write bumps the version.
+    assert main([*base, "--route", "cs-agent/int4"]) == 0
+    assert main([*base, "--route", "cs-agent/int4", "--merge"]) == 0
+    capsys.readouterr()
+    v, sampled = floor_hash(stack.redis_url, f"{redis_prefix}noise:cs-agent/int4:sampled")
+    assert v == 3 and len(sampled["rougeL"]) == 80
+
+    # Without --route, the file's own route.
+    assert main(base) == 0
+    assert "lab/noise" in capsys.readouterr().out
+    assert floor_hash(stack.redis_url, f"{redis_prefix}noise:lab/noise:sampled")[0] == 1
+
+
+def test_calibrate_rejects_a_file_without_noise_pairs(tmp_path: Path, capsys) -> None:  # type: ignore[no-untyped-def]
+    path = tmp_path / "empty.jsonl"
+    path.write_text("")
+    assert main(["calibrate", str(path), "--embedder", "none"]) == 2
+    assert "no noise pairs" in capsys.readouterr().err

@@ -1,0 +1,101 @@
+"""`quantdrift eval --json`: one object per policy per line, with the documented keys."""
+
+from __future__ import annotations
+
+import json
+import random
+from pathlib import Path
+
+import pytest
+
+from quantdrift.cli import main
+from quantdrift.schemas import ModelOutput, PairEvent, RequestInfo
+
+KEYS = {
+    "policy",
+    "healthy_pairs",
+    "false_rollbacks",
+    "drifted_pairs",
+    "detection_delay_pairs",
+    "pairs_per_s",
+}
+
+
+def write(path: Path, pairs: list[PairEvent]) -> Path:
+    path.write_text("\n".join(p.model_dump_json() for p in pairs) + "\n")
+    return path
+
+
+def lab_like(tmp_path: Path) -> tuple[Path, Path, Path]:
+    rng = random.Random(1)
+    vocab = [f"w{i}" for i in range(200)]
+
+    def p(i: int, route: str, kind: str, cand: str, ref: str, label: str) -> PairEvent:
+        return PairEvent(
+            pair_id=f"{label}-{i}",
+            ts=float(i),
+            route=route,
+            kind=kind,  # type: ignore[arg-type]
+            candidate=ModelOutput(text=cand, precision=label),
+            reference=ModelOutput(text=ref),
+            request=RequestInfo(temperature=0.7),
+            label=label,
+        )
+
+    refs = [[rng.choice(vocab) for _ in range(15)] for _ in range(60)]
+    healthy = [
+        p(i, "lab/int8", "shadow", " ".join([*r[:-1], "x"]), " ".join(r), "int8")
+        for i, r in enumerate(refs)
+    ]
+    noise = [
+        p(i, "lab/noise", "noise", " ".join([*r[:-2], "y", "z"]), " ".join(r), "noise")
+        for i, r in enumerate(refs)
+    ]
+    drifted = [
+        p(i, "lab/int2-g64", "shadow", "zz " * 15, " ".join(r), "int2")
+        for i, r in enumerate(refs[:30])
+    ]
+    return (
+        write(tmp_path / "h.jsonl", healthy),
+        write(tmp_path / "d.jsonl", drifted),
+        write(tmp_path / "n.jsonl", noise),
+    )
+
+
+def test_eval_json_one_object_per_policy(tmp_path: Path, capsys) -> None:  # type: ignore[no-untyped-def]
+    h, d, n = lab_like(tmp_path)
+    argv = ["eval", "--healthy", str(h), "--drifted", str(d), "--calibrate", str(n)]
+    assert main([*argv, "--embedder", "none", "--json"]) == 0
+    captured = capsys.readouterr()
+    rows = [json.loads(line) for line in captured.out.splitlines()]
+    assert [r["policy"] for r in rows] == ["seeds", "windowed", "sequential", "all"]
+    assert all(set(r) >= KEYS for r in rows)
+    seq = rows[2]
+    assert (seq["healthy_pairs"], seq["drifted_pairs"], seq["false_rollbacks"]) == (60, 30, 0)
+    assert seq["detection_delay_pairs"] is not None and seq["detection_delay_pairs"] <= 20
+    assert "re-routed onto lab/int8" in captured.err
+
+
+def test_eval_label_filter_and_table(tmp_path: Path, capsys) -> None:  # type: ignore[no-untyped-def]
+    h, d, _n = lab_like(tmp_path)
+    argv = ["eval", "--healthy", str(h), "--healthy-label", "int8", "--drifted", str(d)]
+    assert main([*argv, "--drifted-label", "int2", "--embedder", "none"]) == 0
+    out = capsys.readouterr().out
+    assert out.splitlines()[0].split()[:3] == ["policy", "pairs", "healthy"]
+    assert "scoring: 90 pairs once" in out
+
+
+@pytest.mark.parametrize(
+    "extra, message",
+    [
+        (["--drifted", "/no/such.jsonl"], "no such file"),
+        (["--healthy-label", "int4"], "no pairs"),
+        (["--repeat", "0"], "must be >= 1"),
+    ],
+)
+def test_eval_bad_arguments_exit_2(tmp_path: Path, capsys, extra, message) -> None:  # type: ignore[no-untyped-def]
+    h, _, _ = lab_like(tmp_path)
+    with pytest.raises(SystemExit) as exc:
+        raise SystemExit(main(["eval", "--healthy", str(h), "--embedder", "none", *extra]))
+    assert exc.value.code == 2
+    assert message in capsys.readouterr().err
