@@ -6,7 +6,7 @@ STAMP_RUN := $(VENV)/.installed-run
 STAMP_DEV := $(VENV)/.installed-dev
 PYTEST_ARGS ?=
 
-.PHONY: help install dev demo test test-faults lint typecheck bench lab-pairs clean
+.PHONY: help install dev demo browser test test-faults lint typecheck bench lab-pairs clean
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
@@ -35,7 +35,14 @@ dev: $(STAMP_DEV)  ## install with the test and lint tools
 demo: $(STAMP_RUN)  ## watch a quantized route get rolled back (embedded broker + Redis)
 	$(BIN)/quantdrift demo
 
-test: $(STAMP_DEV)  ## the whole suite, on the real embedded broker and Redis
+# The status page is tested in a real headless browser: Debian's chromium.
+browser:  ## install chromium for the status-page test (needs root and Debian's packages)
+	@command -v chromium >/dev/null 2>&1 || { \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; \
+	  else echo "chromium missing: install it (e.g. apt-get install chromium) for the browser test"; fi; }
+
+test: $(STAMP_DEV) browser  ## the whole suite, on the real embedded broker and Redis
 	$(BIN)/pytest -q $(PYTEST_ARGS)
 
 lint: $(STAMP_DEV)  ## ruff and format check

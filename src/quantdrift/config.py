@@ -98,6 +98,8 @@ class WorkerSettings(BaseModel):
 
     app_id: str = "quantdrift"
     web_port: int = Field(default=6066, ge=0)
+    # Loopback by default; compose sets 0.0.0.0 so Prometheus can scrape /metrics.
+    web_bind: str = "127.0.0.1"
     batch_max: int = Field(default=64, ge=1)
     batch_within_s: float = Field(default=0.02, gt=0)
     broker_rebalance_timeout_s: float = 3.0

@@ -21,7 +21,13 @@ COMMAND_MODULES = (
     "quantdrift.cli.demo",
     "quantdrift.cli.score",
     "quantdrift.cli.evaluate",
+    "quantdrift.cli.calibrate",
     "quantdrift.cli.lab",
+    "quantdrift.cli.distill",
+    "quantdrift.cli.gateway",
+    "quantdrift.cli.replay",
+    "quantdrift.cli.archive",
+    "quantdrift.cli.alerts",
 )
 
 

@@ -1,0 +1,171 @@
+"""The worker's status page in a real headless browser, /metrics and /healthz on a real worker.
+
+Needs Debian's chromium (``apt-get install -y chromium``); the test installs nothing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import re
+import shutil
+import subprocess
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+import redis
+
+from quantdrift.config import EmbeddingSettings
+from quantdrift.demo import synthetic
+from quantdrift.demo.workers import WorkerProcess
+from quantdrift.stack.ports import free_port
+
+try:
+    from guard import isolated_settings, make_topics, wait_until
+    from kafka_helpers import produce
+except ImportError:  # pragma: no cover
+    from tests.integration.guard import isolated_settings, make_topics, wait_until
+    from tests.integration.kafka_helpers import produce
+
+pytestmark = [pytest.mark.integration]
+
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+CALM, STORMY = "faq/int8", "cs-agent/int4"
+
+
+def chromium_dom(url: str, budget_ms: int = 4000) -> str:
+    """The page's DOM after ``budget_ms`` of (virtual) time: its polling script has run."""
+    assert CHROMIUM is not None
+    out = subprocess.run(
+        [
+            CHROMIUM,
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-background-networking",
+            "--disable-dev-shm-usage",
+            f"--virtual-time-budget={budget_ms}",
+            "--dump-dom",
+            url,
+        ],
+        capture_output=True,
+        timeout=90,
+        check=True,
+    )
+    return out.stdout.decode("utf-8", "replace")
+
+
+def rows(dom: str) -> dict[str, dict[str, str]]:
+    found = {}
+    body = dom[dom.index("<tbody>") : dom.index("</tbody>")]  # not the script's source
+    for m in re.finditer(r'<tr class="route" ([^>]*)>', body):
+        attrs = dict(re.findall(r'data-(\w+)="([^"]*)"', m.group(1)))
+        found[attrs["route"]] = attrs
+    return found
+
+
+@pytest.fixture(scope="module")
+def worker(stack, tmp_path_factory) -> Iterator[tuple[object, WorkerProcess, str]]:  # type: ignore[no-untyped-def]
+    prefix = f"qdtest:{uuid.uuid4().hex}:"
+    policy = tmp_path_factory.mktemp("status") / "policy.yaml"
+    # No embedder in this test (ROUGE-L stands in): the window rule's 0.85 is cosine-scale.
+    policy.write_text("default:\n  rules: [consecutive]\n")
+    port = free_port()
+    base = isolated_settings(stack, prefix)
+    settings = base.model_copy(
+        update={
+            "policy_file": Path(policy),
+            "embedding": EmbeddingSettings(model="none"),
+            "worker": base.worker.model_copy(update={"web_port": port}),
+        }
+    )
+    asyncio.run(make_topics(settings))
+    proc = WorkerProcess(settings, stack.redis_url).start()
+    url = f"http://127.0.0.1:{port}"
+
+    def healthy() -> bool:
+        try:
+            return httpx.get(url + "/healthz", timeout=1).status_code == 200
+        except httpx.HTTPError:
+            return False
+
+    try:
+        wait_until(healthy, 60, "the worker's /healthz", proc)
+        yield settings, proc, url
+    finally:
+        proc.stop()
+        client = redis.Redis.from_url(stack.redis_url)
+        keys = list(client.scan_iter(match=f"{prefix}*", count=1000))
+        if keys:
+            client.delete(*keys)
+        client.close()
+
+
+def send(settings, pairs) -> None:  # type: ignore[no-untyped-def]
+    items = [(p.route.encode(), p.dumps()) for p in pairs]
+    asyncio.run(produce(settings.kafka.bootstrap_servers, settings.kafka.topics.pairs, items))
+
+
+def shadow(route: str, stream, n: int, tag: str):  # type: ignore[no-untyped-def]
+    picked = itertools.islice((p for p in stream if p.kind == "shadow"), n)
+    return [p.model_copy(update={"route": route, "pair_id": f"{tag}-{p.pair_id}"}) for p in picked]
+
+
+def route_json(url: str) -> dict[str, dict[str, object]]:
+    data = httpx.get(url + "/status.json", timeout=2).json()
+    return {r["route"]: r for r in data["routes"]}
+
+
+@pytest.mark.skipif(CHROMIUM is None, reason="chromium not installed: apt-get install -y chromium")
+def test_status_page_renders_routes_and_updates_in_a_browser(worker) -> None:  # type: ignore[no-untyped-def]
+    settings, proc, url = worker
+    calm, stormy = synthetic.healthy(CALM), synthetic.healthy(STORMY)
+    send(settings, shadow(CALM, calm, 8, "a") + shadow(STORMY, stormy, 8, "a"))
+    wait_until(
+        lambda: {r: v["pairs_seen"] for r, v in route_json(url).items()} == {CALM: 8, STORMY: 8},
+        30,
+        "both routes on /status.json",
+        proc,
+    )
+    first = rows(chromium_dom(url + "/status"))
+    assert set(first) == {CALM, STORMY}
+    assert first[STORMY]["state"] == "closed" and first[STORMY]["pairs"] == "8"
+    # More healthy pairs, then drift: the stormy route must trip (min_pairs 20, K=3).
+    send(settings, shadow(STORMY, synthetic.healthy(STORMY, seed=3), 14, "b"))
+    send(settings, shadow(STORMY, synthetic.drifted(STORMY), 4, "c"))
+    wait_until(lambda: route_json(url)[STORMY]["state"] == "open", 30, "the trip", proc)
+    dom = chromium_dom(url + "/status")
+    second = rows(dom)
+    assert second[STORMY]["state"] == "open" and int(second[STORMY]["epoch"]) == 1
+    assert second[CALM]["state"] == "closed"
+    assert int(second[STORMY]["pairs"]) > 20
+    # the sparkline is drawn from the history the page polled, and the page kept polling
+    assert re.search(r'<svg class="spark"[^>]*data-n="(\d+)"', dom)
+    assert int(re.search(r'data-polls="(\d+)"', dom).group(1)) >= 2  # type: ignore[union-attr]
+
+
+def test_metrics_and_healthz(worker) -> None:  # type: ignore[no-untyped-def]
+    settings, proc, url = worker
+    send(settings, shadow(CALM, synthetic.healthy(CALM, seed=5), 3, "m"))
+    wait_until(
+        lambda: (
+            "quantdrift_pairs_scored_total" in httpx.get(url + "/metrics", timeout=2).text
+            and route_json(url).get(CALM, {}).get("pairs_seen", 0) >= 3
+        ),
+        30,
+        "metrics",
+        proc,
+    )
+    resp = httpx.get(url + "/metrics", timeout=2)
+    assert resp.headers["content-type"].startswith("text/plain")
+    text = resp.text
+    scored = float(re.search(r"^quantdrift_pairs_scored_total (\S+)$", text, re.M).group(1))  # type: ignore[union-attr]
+    assert scored >= 3
+    assert f'quantdrift_breaker_state{{route="{CALM}"}} 0' in text
+    assert re.search(r'^quantdrift_scoring_seconds_bucket\{le="\+Inf"\} [1-9]', text, re.M)
+    assert "quantdrift_dead_letters_total 0" in text
+    health = httpx.get(url + "/healthz", timeout=2)
+    assert health.status_code == 200 and health.json()["ok"] is True

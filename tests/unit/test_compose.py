@@ -1,0 +1,171 @@
+"""docker-compose.yml, the Dockerfile and deploy/: parsed and checked against the code.
+
+Docker does not run on these machines; this keeps the files honest: services and
+ports, every QUANTDRIFT_* variable is a setting the code reads, Prometheus
+scrapes the port the worker serves, the dashboard queries metrics that exist.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from pydantic import BaseModel
+
+from quantdrift.config import Settings
+
+ROOT = Path(__file__).resolve().parents[2]
+COMPOSE = ROOT / "docker-compose.yml"
+
+
+@pytest.fixture(scope="module")
+def compose() -> dict[str, Any]:
+    return yaml.safe_load(COMPOSE.read_text())
+
+
+def setting_paths(model: type[BaseModel], prefix: str = "QUANTDRIFT_") -> set[str]:
+    """Every env name Settings reads, with the nested delimiter ``__``."""
+    names = set()
+    for name, field in model.model_fields.items():
+        env = f"{prefix}{name.upper()}"
+        names.add(env)
+        ann = field.annotation
+        if isinstance(ann, type) and issubclass(ann, BaseModel):
+            names |= setting_paths(ann, env + "__")
+    return names
+
+
+def environment(service: dict[str, Any]) -> dict[str, str]:
+    env = service.get("environment", {})
+    if isinstance(env, list):
+        env = dict(item.split("=", 1) for item in env)
+    return {k: str(v) for k, v in env.items()}
+
+
+def test_services_and_ports(compose: dict[str, Any]) -> None:
+    services = compose["services"]
+    assert {"kafka", "redis", "worker", "gateway", "prometheus", "grafana"} <= set(services)
+    kafka = services["kafka"]
+    assert kafka["image"].startswith("apache/kafka:")
+    assert "controller" in kafka["environment"]["KAFKA_PROCESS_ROLES"]  # KRaft, no ZooKeeper
+    assert "zookeeper" not in services
+    # --scale worker=N: no fixed name, no host ports
+    worker = services["worker"]
+    assert "container_name" not in worker and "ports" not in worker
+    assert "worker" in worker["command"]
+    gateway = services["gateway"]
+    assert gateway["command"][:3] == ["gateway", "--config", "/etc/quantdrift/gateway.yaml"]
+    assert any(str(p).endswith(":8080") for p in gateway["ports"])
+    assert any(str(p).startswith("9090:") for p in services["prometheus"]["ports"])
+    assert any(str(p).startswith("3000:") for p in services["grafana"]["ports"])
+    host_ports = [
+        str(p).split(":")[0] for s in services.values() for p in s.get("ports", []) if ":" in str(p)
+    ]
+    assert len(host_ports) == len(set(host_ports)), "two services publish the same host port"
+
+
+def test_every_quantdrift_variable_is_a_setting(compose: dict[str, Any]) -> None:
+    known = setting_paths(Settings)
+    used = {
+        (name, service)
+        for service, spec in compose["services"].items()
+        for name in environment(spec)
+        if name.startswith("QUANTDRIFT_")
+    }
+    assert used, "no QUANTDRIFT_* variables at all?"
+    unknown = sorted(f"{service}: {name}" for name, service in used if name not in known)
+    assert not unknown, f"not settings the code reads: {unknown}"
+
+
+def test_settings_parse_from_the_compose_environment(
+    compose: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The values too: what the worker gets must validate (defaults for ${VAR:-default})."""
+    env = environment(compose["services"]["worker"])
+    for name, value in env.items():
+        if name.startswith("QUANTDRIFT_"):
+            m = re.fullmatch(r"\$\{[A-Z_]+:-(.*)\}", value)
+            monkeypatch.setenv(name, m.group(1) if m else value)
+    settings = Settings()
+    assert settings.kafka.bootstrap_servers == "kafka:9092"
+    assert settings.redis.url == "redis://redis:6379/0"
+    assert settings.signing.active_key_id in settings.signing.keys
+
+
+def test_mounted_files_exist(compose: dict[str, Any]) -> None:
+    for spec in compose["services"].values():
+        for volume in spec.get("volumes", []):
+            source = str(volume).split(":")[0]
+            if source.startswith("."):
+                assert (ROOT / source).exists(), f"missing {source}"
+
+
+def test_prometheus_scrapes_the_worker_port(compose: dict[str, Any]) -> None:
+    prom = yaml.safe_load((ROOT / "deploy/prometheus.yml").read_text())
+    job = next(j for j in prom["scrape_configs"] if j["job_name"] == "quantdrift-worker")
+    assert job["metrics_path"] == "/metrics"
+    sd = job["dns_sd_configs"][0]
+    assert sd["names"] == ["worker"]
+    assert str(sd["port"]) in compose["services"]["worker"]["command"]
+
+
+def test_dashboard_queries_metrics_the_worker_exports() -> None:
+    from quantdrift.breaker.state import RouteState
+    from quantdrift.status.page import LatencyHistogram, metrics_text
+    from quantdrift.streams.agents import WorkerStats
+
+    exported = set(
+        re.findall(
+            r"^# TYPE (\S+)",
+            metrics_text(WorkerStats(), {"r": RouteState()}, LatencyHistogram(), {"t/0": 1}),
+            re.M,
+        )
+    )
+    dash = json.loads((ROOT / "deploy/grafana/dashboards/quantdrift.json").read_text())
+    queried = {
+        name
+        for panel in dash["panels"]
+        for target in panel["targets"]
+        for name in re.findall(r"\b(quantdrift_[a-z_]+)", target["expr"])
+    }
+    assert queried
+    for name in queried:
+        base = re.sub(r"_(bucket|sum|count)$", "", name)
+        assert base in exported, f"dashboard queries {name}, which no worker exports"
+    ds = yaml.safe_load(
+        (ROOT / "deploy/grafana/provisioning/datasources/prometheus.yml").read_text()
+    )
+    assert ds["datasources"][0]["uid"] == "prometheus"
+
+
+def test_dockerfile_pins_cpu_torch_first() -> None:
+    text = (ROOT / "Dockerfile").read_text()
+    torch = text.index("torch==2.13.0")
+    assert torch < text.index("COPY src")
+    assert 'ENTRYPOINT ["quantdrift"]' in text
+
+
+def _compose_cli() -> list[str] | None:
+    for cmd in (["docker", "compose"], ["docker-compose"]):
+        if shutil.which(cmd[0]) is None:
+            continue
+        probe = subprocess.run([*cmd, "version"], capture_output=True, timeout=20)
+        if probe.returncode == 0:
+            return cmd
+    return None
+
+
+def test_docker_compose_config_is_valid() -> None:
+    cmd = _compose_cli()
+    if cmd is None:
+        pytest.skip("no docker compose client here (docker compose / docker-compose absent)")
+    out = subprocess.run(
+        [*cmd, "-f", str(COMPOSE), "config", "-q"], capture_output=True, timeout=60
+    )
+    assert out.returncode == 0, out.stderr.decode()
