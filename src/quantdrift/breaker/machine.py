@@ -118,9 +118,14 @@ def _closed(
                 {"consecutive": consecutive, "last_reasons": list(score.reasons)},
             )
         elif rule == "window" and len(window) >= min(policy.window_size, policy.min_pairs):
-            if mean_sim is not None and mean_sim < policy.window_mean_similarity:
+            bar = (
+                policy.window_mean_similarity
+                if score.metrics.cosine is not None
+                else policy.window_mean_lexical
+            )
+            if mean_sim is not None and mean_sim < bar:
                 fired = (
-                    f"window mean similarity {mean_sim:.3f} < {policy.window_mean_similarity}",
+                    f"window mean similarity {mean_sim:.3f} < {bar}",
                     {"mean_similarity": round(mean_sim, 4), "window": len(window)},
                 )
             elif anomaly_rate > policy.window_anomaly_rate:

@@ -45,6 +45,10 @@ class RoutePolicy(BaseModel):
     # Windowed rates over the last ``window_size`` shadow pairs.
     window_size: int = Field(default=50, ge=1)
     window_mean_similarity: float = Field(default=0.85, ge=-1, le=1)
+    # Without an embedder the window averages ROUGE-L, whose healthy level is far lower
+    # (~0.46 for a healthy quantized 8B model, ~0.6 on the demo's paraphrases): comparing
+    # it to the cosine-scale 0.85 rolled back healthy traffic after min_pairs.
+    window_mean_lexical: float = Field(default=0.35, ge=0, le=1)
     window_anomaly_rate: float = Field(default=0.10, ge=0, le=1)
     # No rule fires before this many shadow pairs: a quiet route cannot roll back a fleet.
     min_pairs: int = Field(default=20, ge=1)
