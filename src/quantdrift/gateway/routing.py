@@ -1,0 +1,129 @@
+"""Which precision serves a request, which runs in shadow, and where to fall back.
+
+One pure function, ``decide``: no I/O, no clock, so every rule of the routing
+is in this file and tested as a table.
+
+Rules, first match wins:
+
+1. ``high_precision`` preference: the user gets the reference; the candidate runs
+   in shadow (unless the route is rolled back: then it does not run at all).
+2. The route is rolled back (the controller's target is the reference precision,
+   action ``rollback`` or ``restore`` to the reference): users get the reference,
+   the candidate does not run (it is suspended until the breaker half-opens).
+3. Half-open (action ``canary`` with percent 0): users get the reference and the
+   candidate runs in shadow. Roles swap: the *shadow* call is the candidate.
+4. Canary with percent p > 0: a deterministic p % of requests (by request id)
+   get the candidate, the rest the reference; the other side is the shadow.
+5. Otherwise (no command, or a command whose target is not the reference):
+   users get the target (the route's candidate by default); the reference is the
+   shadow side.
+
+The fallback chain is the configured precision order from the serving
+precision onward (INT4 -> INT8 -> BF16): a JSON or degeneration failure, or
+an upstream failure, moves to the next one.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+from quantdrift.gateway.sampling import sampled
+
+Preference = Literal["cost_optimized", "high_precision"]
+PREFERENCES: tuple[str, ...] = ("cost_optimized", "high_precision")
+Mode = Literal["normal", "high_precision", "rolled_back", "half_open", "canary"]
+
+CANARY_SALT = "canary:"
+
+
+@dataclass(frozen=True, slots=True)
+class RouteState:
+    """What the RouteController says about a route (None fields: no command yet)."""
+
+    action: str | None = None
+    target_precision: str | None = None
+    percent: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    """The plan for one request.
+
+    ``serve`` is the precision the user is answered from; ``chain`` is where to
+    go on failure, ``serve`` first. ``pair_candidate`` / ``pair_reference`` are
+    the two sides of a shadow pair, or ``pair_candidate`` None when no shadow may
+    run (rolled back).
+    """
+
+    serve: str
+    chain: tuple[str, ...]
+    mode: Mode
+    pair_candidate: str | None
+    pair_reference: str
+
+    @property
+    def shadow_precision(self) -> str | None:
+        """The precision the shadow call goes to (the side the user is not on)."""
+        if self.pair_candidate is None:
+            return None
+        return self.pair_reference if self.serve != self.pair_reference else self.pair_candidate
+
+
+def fallback_chain(order: Sequence[str], start: str) -> tuple[str, ...]:
+    """``order`` from ``start`` onward; just ``(start,)`` if it is not in the order.
+
+    >>> fallback_chain(["int4", "int8", "bf16"], "int8")
+    ('int8', 'bf16')
+    """
+    if start not in order:
+        return (start,)
+    return tuple(order[list(order).index(start) :])
+
+
+def decide(
+    *,
+    order: Sequence[str],
+    candidate: str,
+    reference: str,
+    preference: Preference,
+    state: RouteState | None,
+    request_id: str,
+) -> Decision:
+    """The routing decision for one request (pure; see the module docstring).
+
+    >>> d = decide(order=["int4", "int8", "bf16"], candidate="int4", reference="bf16",
+    ...            preference="cost_optimized", state=None, request_id="r1")
+    >>> d.serve, d.chain, d.shadow_precision
+    ('int4', ('int4', 'int8', 'bf16'), 'bf16')
+    """
+    state = state or RouteState()
+    target = state.target_precision
+    rolled_back = target == reference and state.action in ("rollback", "restore")
+    half_open = state.action == "canary" and not state.percent
+
+    def plan(serve: str, mode: Mode, shadow: bool = True) -> Decision:
+        # The pair's candidate is what runs quantized: the serving precision, or the
+        # route's candidate when the user is on the reference.
+        pair_candidate = serve if serve != reference else candidate
+        return Decision(
+            serve=serve,
+            chain=fallback_chain(order, serve),
+            mode=mode,
+            pair_candidate=pair_candidate if shadow and pair_candidate != reference else None,
+            pair_reference=reference,
+        )
+
+    if preference == "high_precision":
+        return plan(reference, "high_precision", shadow=not rolled_back)
+    if rolled_back:
+        return plan(reference, "rolled_back", shadow=False)
+    if half_open:
+        return plan(reference, "half_open")
+    if state.action == "canary":
+        percent = float(state.percent or 0.0)
+        on_candidate = sampled(request_id, min(1.0, percent / 100.0), CANARY_SALT)
+        quantized = target if target and target != reference else candidate
+        return plan(quantized if on_candidate else reference, "canary")
+    return plan(target or candidate, "normal")

@@ -1,0 +1,641 @@
+"""The gateway against scripted upstreams (one small uvicorn server, a behaviour per path),
+the real embedded broker and Redis: every fallback path, shadow and noise pairs, commands.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import threading
+import time
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+import httpx
+import pytest
+import uvicorn
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse, StreamingResponse
+
+from quantdrift.config import KafkaSettings, TopicNames
+from quantdrift.gateway.controller import RouteController
+from quantdrift.gateway.gateway_config import GatewayConfig, parse_config
+from quantdrift.gateway.publisher import ShadowPublisher
+from quantdrift.gateway.server import DegradationPublisher, Gateway, create_app
+from quantdrift.schemas import (
+    CommandSigner,
+    CommandVerifier,
+    DegradationEvent,
+    PairEvent,
+    RouteCommand,
+)
+from quantdrift.stack import EmbeddedStack, create_topics, free_port
+
+try:
+    from kafka_helpers import consume_n, produce, unique_topic
+except ImportError:
+    from tests.integration.kafka_helpers import consume_n, produce, unique_topic
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
+
+ROUTE = "chat/int4"
+KEY = b"gateway-test-key"
+
+# -- the scripted upstream ---------------------------------------------------------------
+
+
+def _entry(token: str, certain: bool = False) -> dict[str, Any]:
+    lp, alts = (0.0, [-30.0, -31.0, -32.0, -33.0]) if certain else (-0.7, [-1.2, -1.9, -2.5, -3.0])
+    top = [{"token": token, "logprob": lp}] + [
+        {"token": f"{token}~{i}", "logprob": a} for i, a in enumerate(alts)
+    ]
+    return {"token": token, "logprob": lp, "top_logprobs": top}
+
+
+def _chunk(tag: str, content: str | None, entry: dict | None = None, finish: str | None = None):
+    delta = {} if content is None else {"content": content}
+    choice = {
+        "index": 0,
+        "delta": delta,
+        "finish_reason": finish,
+        "logprobs": {"content": [entry]} if entry else None,
+    }
+    return (
+        "data: "
+        + json.dumps(
+            {
+                "id": f"up-{tag}",
+                "object": "chat.completion.chunk",
+                "created": 1,
+                "model": f"m-{tag}",
+                "choices": [choice],
+            }
+        )
+        + "\n\n"
+    )
+
+
+def _wants_json(body: dict[str, Any]) -> bool:
+    text = json.dumps(body.get("messages", []))
+    return bool(body.get("response_format")) or "json" in text.lower()
+
+
+def _pieces(mode: str, tag: str, body: dict[str, Any]) -> list[tuple[str, bool]]:
+    """(token, certain) pieces of the scripted answer."""
+    if mode == "loop":
+        return [(t, False) for t in ("I ", "am ", "sorry. ") * 40]
+    if mode == "collapse":
+        return [(f"w{i} ", True) for i in range(120)]
+    if mode == "lateloop":
+        return [(f"w{i} ", False) for i in range(12)] + [(t, False) for t in ("na ", "na ") * 40]
+    if mode == "badjson":
+        text = '{"answer": "ok",, "more": "' + "x" * 40 + '"}'
+    elif mode == "missing":
+        text = '{"other": 1}'
+    elif mode == "ws":
+        text = '{"answer":' + " " * 100 + '"ok"}'
+    elif mode == "dup":
+        text = '{"answer": 1, "answer": 2}'
+    elif _wants_json(body):
+        text = '```json\n{"answer": "ok", "precision": "' + tag + '"}\n```'
+    else:
+        text = f"Hello from {tag}, the answer is forty two."
+    return [(text[i : i + 4], False) for i in range(0, len(text), 4)]
+
+
+class Scripted:
+    """One uvicorn server in a thread; base URL ``{url}/{mode}/{tag}`` picks a behaviour."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, str, dict[str, Any]]] = []
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        app = FastAPI()
+
+        @app.post("/{mode}/{tag}/v1/score")
+        async def score(mode: str, tag: str, request: Request) -> dict[str, Any]:
+            body = await request.json()
+            self.calls.append((mode, f"{tag}/score", body))
+            return {"continuation_logprobs": [-0.25] * len(body["continuation"].split())}
+
+        @app.post("/{mode}/{tag}/v1/chat/completions", response_model=None)
+        async def chat(mode: str, tag: str, request: Request) -> Any:
+            body = await request.json()
+            self.calls.append((mode, tag, body))
+            if mode == "e500":
+                return JSONResponse({"error": {"message": "boom"}}, status_code=500)
+            if mode == "e503":
+                return JSONResponse({"error": {"message": "busy"}}, status_code=503)
+            if mode == "e400":
+                return JSONResponse({"error": {"message": "bad", "type": "x"}}, status_code=400)
+            if mode == "slow":
+                await asyncio.sleep(3.0)
+            pieces = _pieces(mode, tag, body)
+
+            async def events() -> AsyncIterator[str]:
+                yield _chunk(tag, "")
+                for i, (tok, certain) in enumerate(pieces):
+                    if mode == "stall" and i == 2:
+                        await asyncio.sleep(3.0)
+                    if mode == "disconnect" and i == 3:
+                        raise RuntimeError("scripted disconnect")
+                    yield _chunk(tag, tok, _entry(tok, certain))
+                    if mode == "delay":
+                        await asyncio.sleep(0.002)
+                yield _chunk(tag, None, finish="stop")
+                yield "data: [DONE]\n\n"
+
+            return StreamingResponse(events(), media_type="text/event-stream")
+
+        self.server = uvicorn.Server(
+            uvicorn.Config(app, host="127.0.0.1", port=self.port, log_level="critical")
+        )
+        self.server.install_signal_handlers = lambda: None  # type: ignore[method-assign]
+        self.thread = threading.Thread(target=self.server.run, daemon=True)
+
+    def base(self, mode: str, tag: str) -> str:
+        return f"{self.url}/{mode}/{tag}"
+
+    def calls_to(self, tag: str) -> list[dict[str, Any]]:
+        return [b for _, t, b in self.calls if t == tag]
+
+
+@pytest.fixture(scope="module")
+def scripted() -> Iterator[Scripted]:
+    up = Scripted()
+    up.thread.start()
+    deadline = time.monotonic() + 10
+    while not up.server.started:
+        assert time.monotonic() < deadline, "scripted upstream did not start"
+        time.sleep(0.02)
+    yield up
+    up.server.should_exit = True
+    up.thread.join(5)
+
+
+def make_config(
+    scripted: Scripted, modes: dict[str, str | list[str]], **extra: Any
+) -> GatewayConfig:
+    def urls(tag: str, mode: str | list[str]) -> list[str]:
+        return [
+            m if m.startswith("http") else scripted.base(m, tag)
+            for m in ([mode] if isinstance(mode, str) else mode)
+        ]
+
+    data: dict[str, Any] = {
+        "precisions": {tag: urls(tag, mode) for tag, mode in modes.items()},
+        "routes": {
+            ROUTE: {
+                "candidate": "int4",
+                "reference": "bf16",
+                "teacher_forced": extra.pop("teacher_forced", False),
+            }
+        },
+        "shadow_sample_rate": 0.0,
+        "timeouts": {"connect_s": 0.5, "read_s": 0.5, "total_s": 10, "shadow_total_s": 10},
+        **extra,
+    }
+    return parse_config(data)
+
+
+GOOD = {"int4": "good", "int8": "good", "bf16": "good"}
+
+
+@asynccontextmanager
+async def serving(gateway: Gateway) -> AsyncIterator[httpx.AsyncClient]:
+    port = free_port()
+    server = uvicorn.Server(
+        uvicorn.Config(create_app(gateway), host="127.0.0.1", port=port, log_level="critical")
+    )
+    server.install_signal_handlers = lambda: None  # type: ignore[method-assign]
+    task = asyncio.create_task(server.serve())
+    async with asyncio.timeout(15):
+        while not server.started:
+            await asyncio.sleep(0.01)
+    try:
+        async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", timeout=20) as client:
+            yield client
+    finally:
+        server.should_exit = True
+        await asyncio.wait_for(task, 20)
+
+
+def chat_body(text: str = "hi", **extra: Any) -> dict[str, Any]:
+    return {"model": "any", "messages": [{"role": "user", "content": text}], **extra}
+
+
+async def stream_text(client: httpx.AsyncClient, body: dict[str, Any], **kw: Any):
+    """(response, content, finish_reasons, events) of a streamed request."""
+    parts, finishes, events = [], [], []
+    async with client.stream(
+        "POST", "/v1/chat/completions", json={**body, "stream": True}, **kw
+    ) as resp:
+        async for line in resp.aiter_lines():
+            if not line.startswith("data: ") or line == "data: [DONE]":
+                continue
+            event = json.loads(line[6:])
+            events.append(event)
+            for choice in event.get("choices", []):
+                parts.append(choice.get("delta", {}).get("content") or "")
+                if choice.get("finish_reason"):
+                    finishes.append(choice["finish_reason"])
+    return resp, "".join(parts), finishes, events
+
+
+def content(resp: httpx.Response) -> str:
+    return resp.json()["choices"][0]["message"]["content"]
+
+
+# -- serving and falling back ------------------------------------------------------------
+
+
+async def test_serves_the_candidate_streaming_and_not(scripted: Scripted) -> None:
+    gw = Gateway(make_config(scripted, GOOD))
+    async with serving(gw) as client:
+        resp = await client.post("/v1/chat/completions", json=chat_body())
+        assert resp.status_code == 200, resp.text
+        assert resp.headers["x-quantdrift-precision"] == "int4"
+        assert content(resp) == "Hello from int4, the answer is forty two."
+        assert resp.json()["choices"][0]["logprobs"] is None  # added upstream, not asked for
+
+        sresp, text, finishes, events = await stream_text(client, chat_body())
+        assert sresp.headers["x-quantdrift-precision"] == "int4"
+        assert text == "Hello from int4, the answer is forty two." and finishes == ["stop"]
+        assert all(c.get("logprobs") is None for e in events for c in e["choices"])
+
+        health = (await client.get("/health")).json()
+        assert health["routes"][ROUTE]["serving"] == "int4"
+        metrics = (await client.get("/metrics")).text
+        assert 'quantdrift_gateway_requests_total{outcome="ok",precision="int4"' in metrics
+
+
+@pytest.mark.parametrize("how", ["header", "body"])
+async def test_high_precision_preference_goes_to_the_reference(scripted: Scripted, how: str):
+    gw = Gateway(make_config(scripted, GOOD))
+    async with serving(gw) as client:
+        if how == "header":
+            kw: dict[str, Any] = {"headers": {"X-Precision-Preference": "high_precision"}}
+            body = chat_body()
+        else:
+            kw, body = {}, chat_body(precision_preference="high_precision")
+        resp = await client.post("/v1/chat/completions", json=body, **kw)
+        assert resp.headers["x-quantdrift-precision"] == "bf16"
+        bad = await client.post("/v1/chat/completions", json=chat_body(precision_preference="x"))
+        assert bad.status_code == 400 and bad.json()["error"]["type"] == "invalid_request_error"
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["plain", "stream"])
+@pytest.mark.parametrize("mode", ["e500", "slow", "stall", "disconnect", "refused"])
+async def test_upstream_failures_fall_back_to_the_next_precision(
+    scripted: Scripted, mode: str, stream: bool
+) -> None:
+    dead = f"http://127.0.0.1:{free_port()}"
+    gw = Gateway(make_config(scripted, {**GOOD, "int4": dead if mode == "refused" else mode}))
+    async with serving(gw) as client:
+        t0 = time.perf_counter()
+        if stream:
+            resp, text, _, _ = await stream_text(client, chat_body())
+        else:
+            resp = await client.post("/v1/chat/completions", json=chat_body())
+            text = content(resp)
+        took = time.perf_counter() - t0
+        assert resp.status_code == 200
+        assert resp.headers["x-quantdrift-precision"] == "int8"
+        assert text == "Hello from int8, the answer is forty two."
+        reason = {
+            "e500": "http_500",
+            "slow": "timeout",
+            "stall": "timeout",
+            "disconnect": "disconnect",
+            "refused": "connect",
+        }[mode]
+        assert resp.headers["x-quantdrift-fallbacks"] == f"int4:upstream_{reason}"
+        assert (
+            gw.metrics.value(
+                "quantdrift_gateway_fallbacks_total", precision="int4", reason=f"upstream_{reason}"
+            )
+            == 1
+        )
+        assert took < 2.5  # read timeout 0.5 s, not the upstream's 3 s sleep
+
+
+async def test_retries_connect_errors_and_503_across_a_pool(scripted: Scripted) -> None:
+    dead = f"http://127.0.0.1:{free_port()}"
+    pools = {**GOOD, "int4": [dead, scripted.base("e503", "int4"), scripted.base("good", "int4")]}
+    gw = Gateway(make_config(scripted, pools))
+    async with serving(gw) as client:
+        for _ in range(3):  # every rotation of the pool lands on the good URL
+            resp = await client.post("/v1/chat/completions", json=chat_body())
+            assert resp.headers["x-quantdrift-precision"] == "int4"
+            assert "x-quantdrift-fallbacks" not in resp.headers
+
+
+@pytest.mark.parametrize(
+    ("mode", "status", "code"),
+    [("e500", 502, "upstream_unavailable"), ("slow", 504, "upstream_timeout")],
+)
+async def test_every_upstream_failing_is_an_openai_error(
+    scripted: Scripted, mode: str, status: int, code: str
+) -> None:
+    gw = Gateway(make_config(scripted, dict.fromkeys(GOOD, mode)))
+    async with serving(gw) as client:
+        resp = await client.post("/v1/chat/completions", json=chat_body())
+        assert resp.status_code == status
+        error = resp.json()["error"]
+        assert error["type"] == "upstream_error" and error["code"] == code
+        assert "int4 -> int8 -> bf16" in error["message"]
+        sresp, *_ = await stream_text(client, chat_body())
+        assert sresp.status_code == status
+
+
+async def test_client_errors_pass_through(scripted: Scripted) -> None:
+    gw = Gateway(make_config(scripted, {**GOOD, "int4": "e400"}))
+    async with serving(gw) as client:
+        marker = f"client-error-{uuid.uuid4().hex[:6]}"
+        resp = await client.post("/v1/chat/completions", json=chat_body(marker))
+        assert resp.status_code == 400 and resp.json()["error"]["message"] == "bad"
+        assert not [b for b in scripted.calls_to("int8") if marker in json.dumps(b)]
+        assert gw.metrics.value("quantdrift_gateway_fallbacks_total") == 0
+
+
+# -- JSON guard and degeneration guard ---------------------------------------------------
+
+
+JSON_CASES = {
+    "badjson": "json_invalid_char",
+    "missing": "json_missing_key",
+    "ws": "json_whitespace_run",
+    "dup": "json_duplicate_key",
+    "loop": "json_not_object",  # free text where an object was asked for
+}
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["plain", "stream"])
+@pytest.mark.parametrize("mode", list(JSON_CASES))
+async def test_json_guard_cuts_and_retries_silently(
+    scripted: Scripted, mode: str, stream: bool
+) -> None:
+    gw = Gateway(make_config(scripted, {**GOOD, "int4": mode}))
+    body = chat_body("reply in json", expected_keys=["answer"])
+    async with serving(gw) as client:
+        if stream:
+            resp, text, finishes, events = await stream_text(client, body)
+            assert finishes == ["stop"] and len(events) == 3  # role, the answer, finish
+        else:
+            resp = await client.post("/v1/chat/completions", json=body)
+            text = content(resp)
+        assert resp.status_code == 200
+        assert resp.headers["x-quantdrift-precision"] == "int8"
+        assert json.loads(text) == {"answer": "ok", "precision": "int8"}  # fence stripped
+        reason = JSON_CASES[mode]
+        assert resp.headers["x-quantdrift-fallbacks"] == f"int4:{reason}"
+        assert gw.metrics.value("quantdrift_gateway_fallbacks_total", reason=reason) == 1
+
+
+async def test_json_schema_required_keys_and_degradation_event(
+    scripted: Scripted, stack: EmbeddedStack
+) -> None:
+    topic = unique_topic("degradations")
+    kafka = KafkaSettings(bootstrap_servers=stack.bootstrap)
+    gw = Gateway(
+        make_config(scripted, {"int4": "missing", "int8": "missing", "bf16": "good"}),
+        degradations=DegradationPublisher(kafka, topic=topic),
+    )
+    schema = {
+        "type": "object",
+        "required": ["answer"],
+        "properties": {"answer": {"type": "string"}},
+    }
+    body = chat_body(
+        "hi",
+        response_format={"type": "json_schema", "json_schema": {"name": "a", "schema": schema}},
+    )
+    async with serving(gw) as client:
+        resp = await client.post(
+            "/v1/chat/completions", json=body, headers={"X-Request-Id": "json-req-1"}
+        )
+        assert resp.headers["x-quantdrift-precision"] == "bf16"
+        assert json.loads(content(resp))["answer"] == "ok"
+        records = await consume_n(stack.bootstrap, topic, 2, timeout=15)
+    events = sorted((DegradationEvent.parse(r.value) for r in records), key=lambda e: e.precision)
+    assert [(e.precision, e.fallback_precision, e.reason) for e in events] == [
+        ("int4", "int8", "json_missing_key"),
+        ("int8", "bf16", "json_missing_key"),
+    ]
+    assert all(e.route == ROUTE and e.request_id == "json-req-1" for e in events)
+    assert {r.key for r in records} == {ROUTE.encode()}
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["plain", "stream"])
+@pytest.mark.parametrize(("mode", "reason"), [("loop", "loop"), ("collapse", "entropy_collapse")])
+async def test_degeneration_guard_falls_back(
+    scripted: Scripted, mode: str, reason: str, stream: bool
+) -> None:
+    gw = Gateway(make_config(scripted, {**GOOD, "int4": mode}))
+    async with serving(gw) as client:
+        if stream:
+            resp, text, *_ = await stream_text(client, chat_body())
+        else:
+            resp = await client.post("/v1/chat/completions", json=chat_body())
+            text = content(resp)
+        assert resp.headers["x-quantdrift-precision"] == "int8"
+        assert text == "Hello from int8, the answer is forty two."
+        assert resp.headers["x-quantdrift-fallbacks"] == f"int4:{reason}"
+
+
+async def test_a_loop_after_the_holdback_is_stopped_and_recorded(scripted: Scripted) -> None:
+    gw = Gateway(make_config(scripted, {**GOOD, "int4": "lateloop"}, stream_holdback_tokens=4))
+    async with serving(gw) as client:
+        resp, text, finishes, _ = await stream_text(client, chat_body())
+        assert resp.headers["x-quantdrift-precision"] == "int4"
+        assert text.startswith("w0 w1 w2 w3 ") and finishes == ["length"]
+        assert text.count("na ") < 40  # cut before the end of the loop
+        assert gw.metrics.value("quantdrift_gateway_stream_cuts_total", reason="loop") == 1
+
+
+async def test_the_last_precision_is_served_as_it_is(scripted: Scripted) -> None:
+    gw = Gateway(make_config(scripted, {**GOOD, "bf16": "badjson"}))
+    body = chat_body("json please", precision_preference="high_precision", expected_keys=["a"])
+    async with serving(gw) as client:
+        resp = await client.post("/v1/chat/completions", json=body)
+        assert resp.status_code == 200 and content(resp).startswith('{"answer": "ok",,')
+        assert resp.headers["x-quantdrift-fallbacks"] == "bf16:json_invalid_char:served"
+
+
+# -- shadow, noise and Kafka -------------------------------------------------------------
+
+
+async def test_shadow_pairs_reach_the_pairs_topic(scripted: Scripted, stack: EmbeddedStack):
+    topic = unique_topic("pairs")
+    kafka = KafkaSettings(bootstrap_servers=stack.bootstrap)
+    publisher = ShadowPublisher(kafka, 1.0, topic=topic)
+    gw = Gateway(
+        make_config(scripted, GOOD, shadow_sample_rate=1.0, teacher_forced=True),
+        publisher=publisher,
+    )
+    async with serving(gw) as client:
+        resp = await client.post(
+            "/v1/chat/completions",
+            json=chat_body("shadow me"),
+            headers={"X-Request-Id": "shadow-1"},
+        )
+        assert resp.headers["x-quantdrift-precision"] == "int4"
+        _, text, _, _ = await stream_text(
+            client, chat_body("shadow me too", temperature=0), headers={"X-Request-Id": "shadow-2"}
+        )
+        assert text.startswith("Hello from int4")
+        records = await consume_n(stack.bootstrap, topic, 2, timeout=15)
+    pairs = {p.pair_id: p for p in (PairEvent.parse(r.value) for r in records)}
+    assert set(pairs) == {"shadow-1:shadow", "shadow-2:shadow"}
+    pair = pairs["shadow-1:shadow"]
+    assert pair.kind == "shadow" and pair.route == ROUTE
+    assert (pair.candidate.precision, pair.reference.precision) == ("int4", "bf16")
+    assert pair.candidate.text == "Hello from int4, the answer is forty two."
+    assert pair.reference.text == "Hello from bf16, the answer is forty two."
+    assert pair.candidate.top_logprobs and len(pair.candidate.top_logprobs[0]) == 5
+    assert pair.reference_logprobs_on_candidate == [-0.25] * 8  # /v1/score on the reference
+    assert pair.request.prompt == "user: shadow me"
+    assert pairs["shadow-2:shadow"].request.temperature == 0.0
+    ref_calls = [b for b in scripted.calls_to("bf16") if "shadow me" in json.dumps(b)]
+    assert all(b["logprobs"] is True and b["top_logprobs"] == 5 for b in ref_calls)
+
+
+async def test_noise_pairs_run_the_reference_twice(scripted: Scripted, stack: EmbeddedStack):
+    topic = unique_topic("pairs")
+    publisher = ShadowPublisher(KafkaSettings(bootstrap_servers=stack.bootstrap), 1.0, topic=topic)
+    gw = Gateway(make_config(scripted, GOOD, noise_sample_rate=1.0), publisher=publisher)
+    marker = f"noise-{uuid.uuid4().hex[:6]}"
+    async with serving(gw) as client:
+        resp = await client.post("/v1/chat/completions", json=chat_body(marker, temperature=0))
+        assert resp.headers["x-quantdrift-precision"] == "int4"
+        records = await consume_n(stack.bootstrap, topic, 1, timeout=15)
+    pair = PairEvent.parse(records[0].value)
+    assert pair.kind == "noise"
+    assert pair.candidate.precision == pair.reference.precision == "bf16"
+    temps = [b.get("temperature") for b in scripted.calls_to("bf16") if marker in json.dumps(b)]
+    assert temps == [0, 0.7]  # the second reference call samples: the request was greedy
+
+
+async def test_a_dead_broker_never_fails_or_delays_users(scripted: Scripted) -> None:
+    dead = KafkaSettings(bootstrap_servers=f"127.0.0.1:{free_port()}", request_timeout_ms=500)
+    publisher = ShadowPublisher(dead, 1.0, queue_size=2, topic="qdtest.dead.pairs")
+    degradations = DegradationPublisher(dead, topic="qdtest.dead.degradations", queue_size=2)
+    config = make_config(
+        scripted, {**GOOD, "int4": "badjson"}, shadow_sample_rate=1.0, noise_sample_rate=1.0
+    )
+    gw = Gateway(config, publisher=publisher, degradations=degradations)
+    async with serving(gw) as client:
+        latencies = []
+        for i in range(12):
+            body = chat_body(
+                "json" if i % 2 else "text", expected_keys=["answer"] if i % 2 else None
+            )
+            t0 = time.perf_counter()
+            resp = await client.post("/v1/chat/completions", json=body)
+            latencies.append(time.perf_counter() - t0)
+            assert resp.status_code == 200
+        await gw.wait_shadows(10)
+        assert publisher.stats.dropped.get("queue_full", 0) > 0
+        assert not publisher.connected
+        metrics = (await client.get("/metrics")).text
+        assert 'quantdrift_gateway_shadow_dropped_total{reason="queue_full"}' in metrics
+    print(f"\ndead broker: 12 requests, max user latency {max(latencies) * 1000:.0f} ms")
+    assert max(latencies) < 1.0
+
+
+# -- commands ----------------------------------------------------------------------------
+
+
+def _command(epoch: int, action: str, target: str, signer: CommandSigner, **kw: Any):
+    cmd = RouteCommand(
+        command_id=f"{ROUTE}:{epoch}:{uuid.uuid4().hex[:6]}",
+        route=ROUTE,
+        action=action,
+        target_precision=target,
+        epoch=epoch,
+        issued_at=time.time(),
+        **kw,
+    )
+    return signer.sign(cmd)
+
+
+async def test_a_signed_rollback_moves_new_requests_within_a_second(
+    scripted: Scripted, stack: EmbeddedStack, redis_prefix: str
+) -> None:
+    control = unique_topic("control")
+    pairs_topic = unique_topic("pairs")
+    await create_topics(stack.bootstrap, [control], partitions=1)
+    kafka = KafkaSettings(
+        bootstrap_servers=stack.bootstrap, topics=TopicNames(control=control, pairs=pairs_topic)
+    )
+    controller = RouteController(
+        kafka,
+        stack.redis_url,
+        CommandVerifier({"k1": KEY}),
+        key_prefix=redis_prefix,
+        control_topic=control,
+    )
+    publisher = ShadowPublisher(kafka, 1.0)
+    gw = Gateway(
+        make_config(scripted, GOOD, shadow_sample_rate=1.0),
+        controller=controller,
+        publisher=publisher,
+    )
+    signer = CommandSigner("k1", KEY)
+
+    async def serving_precision(client: httpx.AsyncClient) -> str:
+        resp = await client.post("/v1/chat/completions", json=chat_body())
+        return resp.headers["x-quantdrift-precision"]
+
+    async with serving(gw) as client:
+        assert await controller.wait_kafka_ready(15)
+        assert await serving_precision(client) == "int4"
+
+        sent = time.monotonic()
+        await produce(
+            stack.bootstrap,
+            control,
+            [(ROUTE.encode(), _command(1, "rollback", "bf16", signer).dumps())],
+        )
+        while await serving_precision(client) != "bf16":
+            assert time.monotonic() - sent < 5, "rollback never took effect"
+        switched = time.monotonic() - sent
+        print(f"\nrollback: publish -> first request on bf16 in {switched * 1000:.0f} ms")
+        assert switched < 1.0
+
+        # A forged restore (wrong key) changes nothing.
+        forger = CommandSigner("k1", b"not-the-key")
+        await produce(
+            stack.bootstrap,
+            control,
+            [(ROUTE.encode(), _command(2, "restore", "int4", forger).dumps())],
+        )
+        async with asyncio.timeout(5):
+            while not controller.verifier.refused.get("bad_signature"):
+                await asyncio.sleep(0.02)
+        assert await serving_precision(client) == "bf16"
+        assert controller.epoch(ROUTE) == 1
+
+        # Half-open: users stay on the reference, the candidate runs in shadow.
+        await produce(
+            stack.bootstrap,
+            control,
+            [(ROUTE.encode(), _command(2, "canary", "bf16", signer, percent=0.0).dumps())],
+        )
+        await controller.wait_for(ROUTE, lambda c: c.epoch == 2, timeout=5)
+        resp = await client.post(
+            "/v1/chat/completions", json=chat_body("probe"), headers={"X-Request-Id": "half-open-1"}
+        )
+        assert resp.headers["x-quantdrift-precision"] == "bf16"
+        records = await consume_n(
+            stack.bootstrap,
+            pairs_topic,
+            1,
+            timeout=15,
+            predicate=lambda r: b"half-open-1" in r.value,
+        )
+        pair = PairEvent.parse(records[0].value)
+        assert (pair.candidate.precision, pair.reference.precision) == ("int4", "bf16")
+        assert (await client.get("/health")).json()["routes"][ROUTE]["mode"] == "half_open"
