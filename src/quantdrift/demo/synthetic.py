@@ -28,7 +28,7 @@ ANSWERS = [
     (
         "Summarize the refund policy.",
         "Refunds are issued within 30 days of purchase when the item is returned unused.",
-        "You can get a refund within 30 days of buying if the item comes back unused.",
+        "You get a refund within 30 days of purchase when the item is returned unused.",
     ),
     (
         "Why is the sky blue?",

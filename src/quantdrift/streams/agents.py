@@ -171,13 +171,22 @@ def attach_agents(
         async with flush_lock:
             try:
                 items = await store().pending(route)
-                for item in items:
-                    topic = topics.control if item.topic == "control" else topics.alerts
-                    await topic.send(key=route.encode(), value=item.value)
+                delivered = [
+                    await (topics.control if item.topic == "control" else topics.alerts).send(
+                        key=route.encode(), value=item.value
+                    )
+                    for item in items
+                ]
+                # Trim the outbox only once the broker has the records: a crash between
+                # buffering and delivery must leave them to be sent again, not lost.
+                for future in delivered:
+                    await future
                 await store().ack(route, len(items))
             except BreakerStoreError as exc:
                 stats.store_errors += 1
                 log.warning("outbox of %s not flushed yet (%s)", route, exc)
+            except Exception as exc:
+                log.warning("outbox of %s not delivered yet (%r)", route, exc)
 
     @app.timer(interval=0.5)
     async def breaker_clock() -> None:

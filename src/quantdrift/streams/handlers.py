@@ -5,8 +5,11 @@ No Kafka, no Redis here: agents read records, call these, and write.
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Sequence
 from dataclasses import dataclass
+
+import orjson
 
 from quantdrift.detectors import FailureThresholds, verdict
 from quantdrift.errors import SchemaError
@@ -41,20 +44,46 @@ def parse_batch(
                     "pairs must be keyed by route so one partition owns a route"
                 )
         except SchemaError as exc:
+            value, error = rec.value, str(exc)
+            redacted = redact_private_prompt(rec.value)
+            if redacted is not None:
+                value, error = redacted, error + " (prompt replaced by its sha256 in the DLQ)"
             dead.append(
                 DeadLetter.of(
-                    rec.value,
+                    value,
                     topic=rec.topic,
                     partition=rec.partition,
                     offset=rec.offset,
                     key=rec.key,
-                    error=str(exc),
+                    error=error,
                     now=now,
                 )
             )
             continue
         pairs.append(pair)
     return pairs, dead
+
+
+def redact_private_prompt(raw: bytes | None) -> bytes | None:
+    """A pair marked private must not carry its prompt anywhere, the DLQ included.
+
+    The DLQ keeps original bytes so nothing is lost; for a private prompt the one
+    exception is the prompt itself, replaced by its hash. None when there is
+    nothing to redact (or the bytes are not a JSON object).
+    """
+    if not raw:
+        return None
+    try:
+        data = orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        return None
+    request = data.get("request") if isinstance(data, dict) else None
+    if not (isinstance(request, dict) and request.get("private") and request.get("prompt")):
+        return None
+    prompt = request.pop("prompt")
+    digest = hashlib.sha256(str(prompt).encode("utf-8", "surrogatepass")).hexdigest()
+    request["prompt_hash"] = f"sha256:{digest}"
+    return orjson.dumps(data)
 
 
 def to_scores(
