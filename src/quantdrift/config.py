@@ -88,9 +88,11 @@ class EmbeddingSettings(BaseModel):
     static_model: str = "packaged:static-minilm"
     calibration: Path | None = None  # None: calibration.json beside the static model
     band: float | None = Field(default=None, ge=0)  # None: the calibration's band
-    sample_rate: float = Field(default=0.02, ge=0, le=1)
-    watch_pairs: int = Field(default=50, ge=0)
+    sample_rate: float = Field(default=0.01, ge=0, le=1)
+    watch_pairs: int = Field(default=3, ge=0)
     escalation_thresholds: tuple[float, ...] = (0.88,)
+    max_escalation_rate: float | None = Field(default=0.015, ge=0, le=1)  # None: no cap
+    escalation_burst: int = Field(default=8, ge=1)
 
 
 class WorkerSettings(BaseModel):

@@ -79,21 +79,32 @@ def _metrics(
     )
 
 
-def score_pairs(pairs: Sequence[PairEvent], embedder: Embedder | None) -> list[Metrics]:
+def score_pairs(
+    pairs: Sequence[PairEvent],
+    embedder: Embedder | None,
+    *,
+    cosines: Sequence[tuple[float | None, str | None]] | None = None,
+) -> list[Metrics]:
     """Metrics for each pair, in order; one ``embed`` call for the whole batch.
 
     ``embedder=None`` leaves ``cosine`` None (the verdict then falls back to ROUGE-L).
+    ``cosines``: precomputed (cosine, tier) per pair (the tiered scorer); the
+    embedder is then not called.
     """
-    cosines: list[float | None] = [None] * len(pairs)
     tier = getattr(embedder, "tier", None) if embedder is not None else None
-    if embedder is not None and pairs:
+    found: list[tuple[float | None, str | None]] = [(None, None)] * len(pairs)
+    if cosines is not None:
+        if len(cosines) != len(pairs):
+            raise ValueError(f"{len(pairs)} pairs but {len(cosines)} cosines")
+        found = [(None if c is None else _finite(float(c)), t) for c, t in cosines]
+    elif embedder is not None and pairs:
         values = cosine_pairs(
             embedder, [p.candidate.text for p in pairs], [p.reference.text for p in pairs]
         )
-        cosines = [_finite(float(c)) for c in values]
+        found = [(_finite(float(c)), tier) for c in values]
     return [
-        _metrics(p.candidate, p.reference, p.request, p.reference_logprobs_on_candidate, cos, tier)
-        for p, cos in zip(pairs, cosines, strict=True)
+        _metrics(p.candidate, p.reference, p.request, p.reference_logprobs_on_candidate, cos, t)
+        for p, (cos, t) in zip(pairs, found, strict=True)
     ]
 
 

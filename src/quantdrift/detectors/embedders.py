@@ -1,0 +1,74 @@
+"""Build the configured semantic scorer, and score a batch with whichever was built.
+
+``tier`` in :class:`~quantdrift.config.EmbeddingSettings`:
+
+* ``minilm``: the transformer on every pair (:class:`SentenceTransformerEmbedder`);
+* ``tiered``: static cosine on every pair, MiniLM on the pairs that can change
+  a decision (:class:`~quantdrift.detectors.tiered.TieredScorer`);
+* ``static``: the static tier alone, calibrated onto MiniLM's scale;
+* ``none``: no cosine (the verdict falls back to ROUGE-L).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Sequence
+from typing import TYPE_CHECKING
+
+from quantdrift.detectors.semantic import Embedder
+from quantdrift.detectors.suite import score_pairs
+from quantdrift.detectors.tiered import Escalation, TieredScorer
+from quantdrift.schemas.pair import PairEvent
+from quantdrift.schemas.score import Metrics
+
+if TYPE_CHECKING:
+    from quantdrift.config import EmbeddingSettings
+
+
+def build_scorer(settings: EmbeddingSettings) -> Embedder | None:
+    """The scorer ``settings`` ask for; None when semantic scoring is off."""
+    tier = getattr(settings, "tier", "minilm")
+    if tier == "none" or settings.model == "none":
+        return None
+    from quantdrift.detectors.semantic import SentenceTransformerEmbedder
+
+    if tier == "minilm":
+        return SentenceTransformerEmbedder(
+            model=settings.model,
+            batch_size=settings.batch_size,
+            threads=settings.threads,
+            cache_size=settings.cache_size,
+        )
+    from quantdrift.detectors.static_tier import StaticEmbedder, load_calibration
+
+    static = StaticEmbedder(settings.static_model)
+    calibration = load_calibration(static.path, settings.calibration)
+    full = (
+        SentenceTransformerEmbedder(
+            model=settings.model,
+            batch_size=settings.batch_size,
+            threads=settings.threads,
+            cache_size=settings.cache_size,
+        )
+        if tier == "tiered"
+        else None
+    )
+    escalation = Escalation(
+        thresholds=tuple(settings.escalation_thresholds),
+        band=settings.band,
+        sample_rate=settings.sample_rate,
+        watch_pairs=settings.watch_pairs,
+        max_rate=settings.max_escalation_rate,
+        burst=settings.escalation_burst,
+    )
+    return TieredScorer(static, full, calibration, escalation)
+
+
+def score_with(
+    scorer: Embedder | None,
+    pairs: Sequence[PairEvent],
+    suspicious: Collection[str] = frozenset(),
+) -> list[Metrics]:
+    """:func:`score_pairs` for a plain embedder; the tiered path for a :class:`TieredScorer`."""
+    if isinstance(scorer, TieredScorer):
+        return scorer.score_pairs(pairs, suspicious)
+    return score_pairs(pairs, scorer)

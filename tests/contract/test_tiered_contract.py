@@ -1,0 +1,93 @@
+"""The tiered scorer keeps the detectors' contract: inputs untouched, deterministic,
+state (calibration, escalation) survives JSON, documented by a doctest, real models agree."""
+
+from __future__ import annotations
+
+import copy
+import json
+from dataclasses import asdict
+
+import numpy as np
+import pytest
+
+from quantdrift.detectors import static_tier, tiered
+from quantdrift.detectors.static_tier import Calibration, StaticEmbedder, load_calibration
+from quantdrift.detectors.tiered import Escalation, TieredScorer
+from quantdrift.schemas import ModelOutput, PairEvent
+
+TEXTS = [
+    ("The capital of France is Paris.", "Paris is the capital of France."),
+    ("Open Settings and click Reset password.", "Go to Settings, then Reset password."),
+    ("the the the the the the the the", "Refunds are issued within 30 days."),
+    ("长城是中国古代修建的军事防御工程。", "长城是中国古代的军事防御工程。"),
+    ("", "An empty candidate."),
+    ('{"name": "Ada", "name": "Ada"', '{"name": "Ada", "email": "ada@example.com"}'),
+]
+
+
+def pairs() -> list[PairEvent]:
+    return [
+        PairEvent(
+            pair_id=f"c-{i}",
+            route=f"r/{i % 2}",
+            ts=0.0,
+            candidate=ModelOutput(text=c),
+            reference=ModelOutput(text=r),
+        )
+        for i, (c, r) in enumerate(TEXTS)
+    ]
+
+
+@pytest.fixture(scope="module")
+def static() -> StaticEmbedder:
+    return StaticEmbedder()
+
+
+def test_modules_document_themselves() -> None:
+    for module in (static_tier, tiered):
+        assert module.__doc__ and ">>>" in (
+            module.__doc__ + "".join((getattr(module, n).__doc__ or "") for n in dir(module))
+        )
+
+
+def test_calibration_and_escalation_survive_json(static: StaticEmbedder) -> None:
+    cal = load_calibration(static.path)
+    assert Calibration.from_json(cal.to_json()) == cal
+    esc = Escalation(thresholds=(0.88, 0.85), band=0.07, sample_rate=0.05, watch_pairs=9)
+    raw = json.loads(json.dumps(asdict(esc)))
+    assert Escalation(**{**raw, "thresholds": tuple(raw["thresholds"])}) == esc
+
+
+def test_static_only_is_deterministic_and_leaves_input_alone(static: StaticEmbedder) -> None:
+    batch = pairs()
+    before = copy.deepcopy(batch)
+    runs = [
+        [
+            (m.cosine, m.cosine_tier)
+            for m in TieredScorer(static, None, load_calibration(static.path)).score_pairs(batch)
+        ]
+        for _ in range(2)
+    ]
+    assert runs[0] == runs[1]
+    assert batch == before
+    cosines = [c for c, _ in runs[0]]
+    assert all(c is None or -1.0 <= c <= 1.0 for c in cosines)
+    assert {t for _, t in runs[0]} == {"static"}
+
+
+@pytest.mark.slow
+def test_escalated_cosines_equal_minilm(static: StaticEmbedder) -> None:
+    from quantdrift.detectors.semantic import SentenceTransformerEmbedder, cosine_pairs
+
+    full = SentenceTransformerEmbedder(threads=1)
+    scorer = TieredScorer(static, full, load_calibration(static.path), Escalation(sample_rate=1.0))
+    batch = pairs()
+    metrics = scorer.score_pairs(batch)
+    exact = cosine_pairs(full, [p.candidate.text for p in batch], [p.reference.text for p in batch])
+    for m, e, p in zip(metrics, exact, batch, strict=True):
+        if p.candidate.text == p.reference.text:
+            continue
+        assert m.cosine_tier == "minilm"
+        assert m.cosine == pytest.approx(float(e), abs=1e-6)
+    assert scorer.full_calls == 1
+    assert np.isfinite(scorer.agreement.summary()["sample_mean_abs_error"])
