@@ -53,7 +53,7 @@ typecheck: $(STAMP_DEV)  ## mypy on src/
 	$(BIN)/mypy src/quantdrift
 
 bench: $(STAMP_DEV)  ## benchmarks, written to BENCHMARKS.md
-	$(BIN)/python bench/scoring.py --write BENCHMARKS.md
+	$(BIN)/python bench/run_all.py
 
 clean:  ## remove the venv and caches
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache build dist src/*.egg-info

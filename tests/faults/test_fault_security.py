@@ -1,0 +1,166 @@
+"""Security: forged, replayed, stale and wrong-key commands refused and counted; private prompts
+never reach a topic in clear.
+
+The Kafka-path refusals are also in tests/integration/test_controller.py; here the
+attacker uses both ways into a running RouteController (the control topic and the
+Redis key the breaker mirrors), against commands signed by the worker's real key.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+
+import pytest
+import redis.asyncio as aioredis
+from faults_support import consume_n, on_route, send_pairs, shadow_only, until_seen
+
+from quantdrift.demo import synthetic
+from quantdrift.gateway.controller import RouteController, command_key
+from quantdrift.gateway.publisher import ShadowPublisher
+from quantdrift.schemas import CommandSigner, DeadLetter, RouteCommand
+from quantdrift.schemas.pair import RequestInfo
+from quantdrift.schemas.signing import signer_from_settings, verifier_from_settings
+
+pytestmark = [
+    pytest.mark.integration,
+    pytest.mark.slow,
+    pytest.mark.faults,
+    pytest.mark.timeout(90),
+]
+
+
+async def wait_until(predicate, timeout: float) -> None:  # type: ignore[no-untyped-def]
+    async with asyncio.timeout(timeout):
+        while not predicate():
+            await asyncio.sleep(0.02)
+
+
+async def test_forged_replayed_stale_and_wrong_key_commands_are_refused(fault_worker) -> None:  # type: ignore[no-untyped-def]
+    cfg, _ = fault_worker
+    kafka = cfg.kafka
+    assert cfg.redis.url is not None
+    route = f"sec/{uuid.uuid4().hex[:6]}"
+    signer = signer_from_settings(cfg.signing.active_key_id, cfg.signing.keys)
+    verifier = verifier_from_settings(cfg.signing.keys)
+
+    def cmd(epoch: int, action: str = "rollback", **extra: object) -> RouteCommand:
+        return signer.sign(
+            RouteCommand.model_validate(
+                {
+                    "command_id": f"{route}#{epoch}",
+                    "route": route,
+                    "action": action,
+                    "target_precision": "bf16" if action == "rollback" else "int4",
+                    "epoch": epoch,
+                    "issued_at": time.time(),
+                    **extra,
+                }
+            )
+        )
+
+    controller = RouteController(
+        kafka,
+        cfg.redis.url,
+        verifier,
+        key_prefix=cfg.redis.key_prefix,
+        routes=[route],
+        poll_interval_s=0.05,
+    )
+    applied: list[int] = []
+    controller.on_change(lambda r, c: applied.append(c.epoch) if r == route else None)
+    client = aioredis.Redis.from_url(cfg.redis.url)
+    await controller.start()
+    try:
+        assert await controller.wait_kafka_ready(15)
+        first, second = cmd(1), cmd(2, "restore")
+        attacks = [
+            first.dumps(),  # genuine: applied
+            first.dumps(),  # the same bytes again: a duplicate, nothing to do
+            first.model_copy(update={"target_precision": "int2"}).dumps(),  # tampered: forged
+            CommandSigner(signer.key_id, b"guessed-key").sign(cmd(7)).dumps(),  # wrong key
+            CommandSigner("attacker", b"k").sign(cmd(7)).dumps(),  # unknown key id
+            cmd(7).model_copy(update={"signature": ""}).dumps(),  # unsigned
+            second.dumps(),  # genuine: applied
+            first.dumps(),  # replayed after a newer one: stale
+            cmd(2, "rollback", command_id="other").dumps(),  # genuinely signed, same epoch: stale
+        ]
+        await send_pairs(
+            kafka.bootstrap_servers, kafka.topics.control, [(route.encode(), a) for a in attacks]
+        )
+        await controller.wait_for(route, lambda c: c.epoch == 2, timeout=10)
+        await wait_until(lambda: verifier.refused.get("stale_epoch", 0) >= 2, timeout=10)
+        assert controller.target(route) == "int4" and controller.epoch(route) == 2
+
+        # The same attacks through the Redis key the gateway polls.
+        key = command_key(cfg.redis.key_prefix, route)
+        await client.set(key, second.model_copy(update={"target_precision": "int2"}).dumps())
+        await wait_until(lambda: verifier.refused.get("bad_signature", 0) >= 3, timeout=10)
+        await client.set(key, first.dumps())  # an old genuine command
+        await wait_until(lambda: verifier.refused.get("stale_epoch", 0) >= 3, timeout=10)
+        assert controller.target(route) == "int4" and controller.epoch(route) == 2
+        assert verifier.refused == {
+            "bad_signature": 3,  # tampered and wrong key on the topic, tampered in Redis
+            "unknown_key": 1,
+            "unsigned": 1,
+            "stale_epoch": 3,  # replay and same-epoch on the topic, replay in Redis
+        }
+        # Per route: the shared worker's other routes may have real commands under the prefix.
+        assert applied == [1, 2]
+        assert controller.stats.duplicates == 1
+    finally:
+        await controller.stop()
+        await client.delete(command_key(cfg.redis.key_prefix, route))
+        await client.aclose()
+
+
+async def test_private_prompts_never_reach_a_topic_in_clear(fault_worker) -> None:  # type: ignore[no-untyped-def]
+    cfg, worker = fault_worker
+    kafka = cfg.kafka
+    route = "sec/private"
+    base = on_route(shadow_only(synthetic.healthy(route, seed=71), 12), route, "priv")
+    secrets = [f"SECRET-{uuid.uuid4().hex}-{i}" for i in range(len(base))]
+    plain = ShadowPublisher(kafka, 1.0)
+    hashing = ShadowPublisher(kafka, 1.0, hash_prompts=True)
+    for publisher in (plain, hashing):
+        await publisher.start()
+    for i, (pair, secret) in enumerate(zip(base, secrets, strict=True)):
+        if i % 3 == 0:  # a gateway that marks the request private, as a dict
+            data = pair.model_dump(mode="json", exclude_none=True)
+            data["request"] = {**data["request"], "prompt": secret, "private": True}
+            assert plain.offer(data)
+        elif i % 3 == 1:  # a model built without validation (the schema refuses it)
+            request = RequestInfo.model_construct(
+                **{**pair.request.model_dump(), "prompt": secret, "private": True}
+            )
+            assert plain.offer(pair.model_copy(update={"request": request}))
+        else:  # not private, but the gateway hashes every prompt
+            request = pair.request.model_copy(update={"prompt": secret})
+            assert hashing.offer(pair.model_copy(update={"request": request}))
+    for publisher in (plain, hashing):
+        await publisher.stop(timeout=15)
+        assert publisher.stats.dropped == {}, publisher.stats
+    await until_seen(cfg, route, len(base), worker, timeout=60)
+
+    leaks = []
+    for topic in kafka.topics.model_dump().values():
+        records = await consume_n(
+            kafka.bootstrap_servers, topic, 1_000_000, timeout=2.0, strict=False
+        )
+        for r in records:
+            blobs = [r.key or b"", r.value or b""]
+            if topic == kafka.topics.dlq and r.value:
+                blobs.append(DeadLetter.parse(r.value).original())
+            for secret in secrets:
+                if any(secret.encode() in blob for blob in blobs):
+                    leaks.append((topic, secret))
+    assert not leaks, f"private prompts in clear: {leaks[:5]}"
+    pairs_topic = await consume_n(
+        kafka.bootstrap_servers,
+        kafka.topics.pairs,
+        len(base),
+        timeout=10,
+        predicate=lambda r: r.key == route.encode(),
+    )
+    assert all(b'"prompt_hash"' in r.value for r in pairs_topic)
