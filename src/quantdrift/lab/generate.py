@@ -22,6 +22,7 @@ import sys
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -194,7 +195,7 @@ def score_continuations(
         ids[b, : len(r)] = torch.tensor(r)
         mask[b, : len(r)] = 1
     logp = torch.log_softmax(model(input_ids=ids, attention_mask=mask).logits.float(), dim=-1)
-    scores = []
+    scores: list[list[float]] = []
     for b, (p, c) in enumerate(zip(prompts, continuations, strict=True)):
         if not c:
             scores.append([])
@@ -270,11 +271,9 @@ def _batched(
     seeds: list[int],
     cfg: LabConfig,
 ) -> list[Generation]:
-    # Sort by length so a batch's rows pad little (needle prompts are ~8x longer).
-    order = sorted(range(len(encoded)), key=lambda i: len(encoded[i]))
     result: list[Generation | None] = [None] * len(encoded)
-    for k in range(0, len(order), cfg.batch_size):
-        chunk = order[k : k + cfg.batch_size]
+    chunks = _length_batches([len(e) for e in encoded], cfg.batch_size)
+    for chunk in chunks:
         gens = generate(
             model,
             tokenizer,
@@ -289,15 +288,28 @@ def _batched(
     return [g for g in result if g is not None]
 
 
+def _length_batches(lengths: Sequence[int], batch_size: int) -> list[list[int]]:
+    """Indices grouped by length: a new batch when full, or when padding would exceed half
+    the row (long-context rows padded next to short ones waste most of a CPU prefill)."""
+    chunks: list[list[int]] = []
+    for i in sorted(range(len(lengths)), key=lambda i: lengths[i]):
+        if not chunks or len(chunks[-1]) >= batch_size or lengths[i] > 1.5 * lengths[chunks[-1][0]]:
+            chunks.append([])
+        chunks[-1].append(i)
+    return chunks
+
+
 def _cross_score(
     reference: Any, encoded: list[list[int]], gens: list[Generation], batch_size: int
 ) -> list[list[float]]:
-    out: list[list[float]] = []
-    for k in range(0, len(gens), batch_size):
-        chunk = gens[k : k + batch_size]
-        out += score_continuations(
-            reference, encoded[k : k + batch_size], [g.token_ids for g in chunk]
+    out: list[list[float]] = [[] for _ in gens]
+    lengths = [len(p) + len(g.steps) for p, g in zip(encoded, gens, strict=True)]
+    for chunk in _length_batches(lengths, batch_size):
+        scores = score_continuations(
+            reference, [encoded[i] for i in chunk], [gens[i].token_ids for i in chunk]
         )
+        for i, sc in zip(chunk, scores, strict=True):
+            out[i] = sc
     return out
 
 
@@ -337,16 +349,50 @@ def run_lab(
         stats["pairs"][label] = stats["pairs"].get(label, 0) + n
 
     ref_gens = {
-        d: timed(f"reference/{d}", lambda d=d: _batched(model, tokenizer, encoded, d, seeds, cfg))
+        d: timed(f"reference/{d}", partial(_batched, model, tokenizer, encoded, d, seeds, cfg))
         for d in cfg.decodings
     }
+    # Noise first (it needs only the reference), so a run cut short still has a noise floor.
+    # Noise: the reference's sampled output against another sampled reference run with a
+    # different seed, cycling through the prompts (round r uses seed + 1000 * (r + 1)).
+    if cfg.noise_pairs:
+        base = ref_gens.get("sampled") or timed(
+            "reference/sampled", lambda: _batched(model, tokenizer, encoded, "sampled", seeds, cfg)
+        )
+        rounds = -(-cfg.noise_pairs // len(prompts))
+        for r in range(rounds):
+            idx = list(range(len(prompts)))[: cfg.noise_pairs - r * len(prompts)]
+            seeds2 = [_seed(cfg.seed, i, r + 1) for i in range(len(prompts))]
+            sub = [encoded[i] for i in idx]
+            gens = timed(
+                f"noise/round{r + 1}",
+                partial(_batched, model, tokenizer, sub, "sampled", [seeds2[i] for i in idx], cfg),
+            )
+            cross = _cross_score(model, sub, gens, cfg.batch_size)
+            write(
+                (
+                    PairEvent(
+                        pair_id=pair_id("noise", "ref", i, "sampled", seeds[i], seeds2[i]),
+                        ts=time.time(),
+                        route="lab/noise",
+                        kind="noise",
+                        candidate=_output(g, REFERENCE_PRECISION),
+                        reference=_output(base[i], REFERENCE_PRECISION),
+                        request=_request(prompts[i], "sampled", cfg.max_new_tokens),
+                        reference_logprobs_on_candidate=[_r(x) for x in cross[j]],
+                        label="noise",
+                    )
+                    for j, (i, g) in enumerate(zip(idx, gens, strict=True))
+                ),
+                "noise",
+            )
     for spec in specs:
         candidate = copy.deepcopy(model)
         quantize_model(candidate, spec)
         for d in cfg.decodings:
             gens = timed(
                 f"{spec.name}/{d}",
-                lambda d=d, m=candidate: _batched(m, tokenizer, encoded, d, seeds, cfg),
+                partial(_batched, candidate, tokenizer, encoded, d, seeds, cfg),
             )
             cross = _cross_score(model, encoded, gens, cfg.batch_size)
             write(
@@ -368,41 +414,6 @@ def run_lab(
             )
         del candidate
 
-    # Noise: the reference's sampled output against another sampled reference run with a
-    # different seed, cycling through the prompts (round r uses seed + 1000 * (r + 1)).
-    if cfg.noise_pairs:
-        base = ref_gens.get("sampled") or timed(
-            "reference/sampled", lambda: _batched(model, tokenizer, encoded, "sampled", seeds, cfg)
-        )
-        rounds = -(-cfg.noise_pairs // len(prompts))
-        for r in range(rounds):
-            idx = list(range(len(prompts)))[: cfg.noise_pairs - r * len(prompts)]
-            seeds2 = [_seed(cfg.seed, i, r + 1) for i in range(len(prompts))]
-            sub = [encoded[i] for i in idx]
-            gens = timed(
-                f"noise/round{r + 1}",
-                lambda sub=sub, idx=idx, seeds2=seeds2: _batched(
-                    model, tokenizer, sub, "sampled", [seeds2[i] for i in idx], cfg
-                ),
-            )
-            cross = _cross_score(model, sub, gens, cfg.batch_size)
-            write(
-                (
-                    PairEvent(
-                        pair_id=pair_id("noise", "ref", i, "sampled", seeds[i], seeds2[i]),
-                        ts=time.time(),
-                        route="lab/noise",
-                        kind="noise",
-                        candidate=_output(g, REFERENCE_PRECISION),
-                        reference=_output(base[i], REFERENCE_PRECISION),
-                        request=_request(prompts[i], "sampled", cfg.max_new_tokens),
-                        reference_logprobs_on_candidate=[_r(x) for x in cross[j]],
-                        label="noise",
-                    )
-                    for j, (i, g) in enumerate(zip(idx, gens, strict=True))
-                ),
-                "noise",
-            )
     return stats
 
 

@@ -51,7 +51,7 @@ def _needle(fact: str, question: str, answer: str) -> Prompt:
     return Prompt(text, "needle", answer=answer)
 
 
-PROMPTS: tuple[Prompt, ...] = (
+_BY_TASK: tuple[Prompt, ...] = (
     # Short Q&A
     Prompt("What is the capital of France?", "qa"),
     Prompt("How many days are there in a leap year?", "qa"),
@@ -195,3 +195,20 @@ PROMPTS: tuple[Prompt, ...] = (
     Prompt("Give three tips for writing clear emails.", "explain"),
     Prompt("Write a haiku about autumn leaves.", "creative"),
 )
+
+
+def _interleave(prompts: tuple[Prompt, ...]) -> tuple[Prompt, ...]:
+    """Round-robin over task families, so the first N prompts are a representative mix."""
+    families: dict[str, list[Prompt]] = {}
+    for p in prompts:
+        families.setdefault("zh" if p.task.endswith("-zh") else p.task, []).append(p)
+    queues = [q for q in families.values() if q]
+    out: list[Prompt] = []
+    while any(queues):
+        for q in queues:
+            if q:
+                out.append(q.pop(0))
+    return tuple(out)
+
+
+PROMPTS: tuple[Prompt, ...] = _interleave(_BY_TASK)

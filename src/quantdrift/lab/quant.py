@@ -74,16 +74,23 @@ def fake_quant(weight: torch.Tensor, bits: int, group_size: int | None) -> torch
         raise ValueError(f"bits must be in 2..8, got {bits}")
     out_features, in_features = weight.shape
     group = in_features if group_size is None else group_size
-    if group < 1 or in_features % group:
-        raise ValueError(f"group size {group} does not divide in_features {in_features}")
-    w = weight.detach().to(torch.float32).reshape(out_features, in_features // group, group)
+    if group < 1:
+        raise ValueError(f"group size must be >= 1, got {group}")
+    # A last, shorter group when ``group`` does not divide the row (SmolLM2's 576 with g128):
+    # zero padding is exact here, because the grid always spans 0 (lo <= 0 <= hi).
+    padded = -(-in_features // group) * group
+    w = weight.detach().to(torch.float32)
+    if padded != in_features:
+        w = torch.nn.functional.pad(w, (0, padded - in_features))
+    w = w.reshape(out_features, padded // group, group)
     lo = w.amin(dim=-1, keepdim=True).clamp(max=0.0)  # keep 0 exactly representable
     hi = w.amax(dim=-1, keepdim=True).clamp(min=0.0)
     qmax = 2**bits - 1
     scale = ((hi - lo) / qmax).clamp(min=1e-8)
     zero = torch.round(-lo / scale)
     q = torch.clamp(torch.round(w / scale) + zero, 0, qmax)
-    return ((q - zero) * scale).reshape(out_features, in_features).to(weight.dtype)
+    deq = ((q - zero) * scale).reshape(out_features, padded)[:, :in_features]
+    return deq.contiguous().to(weight.dtype)
 
 
 def quantize_model(model: torch.nn.Module, spec: QuantSpec) -> list[str]:
