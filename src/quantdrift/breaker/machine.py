@@ -135,7 +135,8 @@ def _closed(
                 )
         elif rule == "sequential" and seq_signal is not None and seq_signal.drift_detected:
             fired = (
-                f"e-CUSUM log M {seq_signal.statistic:.2f} >= log({policy.false_alarm_budget_pairs:g})",
+                f"e-CUSUM log M {seq_signal.statistic:.2f}"
+                f" >= log({policy.false_alarm_budget_pairs:g})",
                 {"log_m": round(seq_signal.statistic, 3), "threshold": round(seq.threshold, 3)},
             )
         if fired is not None:

@@ -18,6 +18,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from quantdrift.detectors.suite import FailureThresholds
 from quantdrift.errors import ConfigError
 
 Rule = Literal["consecutive", "window", "sequential"]
@@ -33,6 +34,11 @@ class RoutePolicy(BaseModel):
     consecutive_failures: int = Field(default=3, ge=1)
     similarity_threshold: float = Field(default=0.88, ge=-1, le=1)
     entropy_floor: float = Field(default=0.05, ge=0)
+    # Per-pair failure on teacher-forced divergence (nats), when pairs carry it.
+    tf_kl_threshold: float = Field(default=0.1, gt=0)
+    # Off: judge by text similarity even when the pair carries teacher-forced
+    # log-probs (the seeds' rule as written; eval reports it that way).
+    teacher_forced: bool = True
     # Whether the fixed rules (consecutive, window) judge *sampled* pairs by absolute
     # similarity. Off by default, measured on the lab's SmolLM2-135M pairs
     # (temperature 0.7): two sampled reference runs score cosine 0.47-0.54 and int8
@@ -66,6 +72,15 @@ class RoutePolicy(BaseModel):
     worst_pairs_kept: int = Field(default=3, ge=0, le=20)
 
 
+def failure_thresholds(policy: RoutePolicy) -> FailureThresholds:
+    """The per-pair verdict's thresholds under a route policy: one place for every caller."""
+    return FailureThresholds(
+        similarity=policy.similarity_threshold,
+        entropy_floor=policy.entropy_floor,
+        tf_kl=policy.tf_kl_threshold if policy.teacher_forced else None,
+    )
+
+
 class Policy(BaseModel):
     """The default policy plus per-route overrides (only the fields they name)."""
 
@@ -79,6 +94,9 @@ class Policy(BaseModel):
         if not override:
             return self.default
         return RoutePolicy.model_validate({**self.default.model_dump(), **override})
+
+    def thresholds(self, route: str) -> FailureThresholds:
+        return failure_thresholds(self.for_route(route))
 
     def validate_routes(self) -> Policy:
         """Fail at load, not at the first pair of a misconfigured route."""

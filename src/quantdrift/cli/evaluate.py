@@ -16,8 +16,6 @@ import json
 import sys
 from pathlib import Path
 
-from quantdrift.cli.score import EMBEDDERS
-
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("eval", help="false rollbacks and detection delay per policy, offline")
@@ -27,7 +25,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--healthy-label", type=_labels, default=None, help="keep only these labels")
     p.add_argument("--drifted-label", type=_labels, default=None, help="keep only these labels")
     p.add_argument("--policy", type=Path, default=None, help="YAML policy (default: built-in)")
-    p.add_argument("--embedder", choices=EMBEDDERS, default="minilm")
+    p.add_argument("--embedder", choices=("minilm", "tiered", "static", "none"), default="minilm")
     p.add_argument("--repeat", type=_positive, default=1, help="replay the healthy part N times")
     p.add_argument(
         "--noise-as-shadow",

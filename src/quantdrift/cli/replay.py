@@ -111,7 +111,7 @@ def _progress(enabled: bool) -> Iterator[Any]:
 
 def run(args: argparse.Namespace) -> int:
     from quantdrift.breaker.policy import load_policy
-    from quantdrift.detectors import FailureThresholds, verdict
+    from quantdrift.detectors import verdict
     from quantdrift.replay import build_report, render, rescore_stream, score_rows
     from quantdrift.replay import sources as src
 
@@ -175,11 +175,7 @@ def run(args: argparse.Namespace) -> int:
         )
     # Recorded scores are re-judged: the verdict follows this policy's thresholds.
     for s in records.scores:
-        p = policy.for_route(s.route)
-        v, reasons = verdict(
-            s.metrics,
-            FailureThresholds(similarity=p.similarity_threshold, entropy_floor=p.entropy_floor),
-        )
+        v, reasons = verdict(s.metrics, policy.thresholds(s.route))
         scores.append(s.model_copy(update={"verdict": v, "reasons": reasons}))
     report = build_report(scores, policy, worst_n=args.worst, source=source)
     args.out.mkdir(parents=True, exist_ok=True)

@@ -185,3 +185,31 @@ def teacher_forced_gap(
     own = float(np.mean(np.asarray(reference_own, dtype=np.float64)))
     cross = float(np.mean(np.asarray(reference_on_candidate, dtype=np.float64)))
     return own - cross
+
+
+def teacher_forced_kl(
+    candidate_own: Sequence[float] | None, reference_on_candidate: Sequence[float] | None
+) -> float | None:
+    """mean(candidate's log-probs of its tokens − reference's log-probs of the same tokens).
+
+    A Monte-Carlo estimate of KL(candidate ‖ reference) along the candidate's own
+    path, in nats. Unlike text overlap it compares the two models on identical
+    tokens, so a greedy near-tie that sends the texts apart (an int8 model that
+    agrees on ~98 % of next tokens) stays near 0, while a broken quantization
+    shows at once (measured on SmolLM2-135M: int8 ~0.003, int4-g64 ~0.3,
+    int2 ~8.6). None unless both lists are present and of the same length.
+
+    Examples
+    --------
+    >>> teacher_forced_kl([-0.1, -0.2], [-0.6, -0.7])
+    0.5
+    >>> teacher_forced_kl([-0.1], [-0.6, -0.7]) is None
+    True
+    """
+    if not candidate_own or not reference_on_candidate:
+        return None
+    if len(candidate_own) != len(reference_on_candidate):
+        return None
+    own = np.asarray(candidate_own, dtype=np.float64)
+    cross = np.asarray(reference_on_candidate, dtype=np.float64)
+    return float(np.mean(own - cross))

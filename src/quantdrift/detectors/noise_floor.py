@@ -21,7 +21,7 @@ from quantdrift.schemas.score import Metrics
 
 # Direction of each metric that says "worse than the reference": lower or higher.
 LOWER_IS_WORSE = ("cosine", "rougeL", "rouge1", "bleu", "jaccard")
-HIGHER_IS_WORSE = ("kl", "flip_rate", "tf_gap")
+HIGHER_IS_WORSE = ("kl", "flip_rate", "tf_gap", "tf_kl")
 FLOOR_METRICS = LOWER_IS_WORSE + HIGHER_IS_WORSE
 
 

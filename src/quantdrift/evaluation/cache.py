@@ -12,16 +12,14 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from quantdrift.breaker.policy import RoutePolicy
+from quantdrift.breaker.policy import RoutePolicy, failure_thresholds
 from quantdrift.detectors import Embedder, FailureThresholds, score_pairs, verdict
 from quantdrift.schemas import Metrics, PairEvent, ScoreEvent
 
 
 def thresholds_for(policy: RoutePolicy) -> FailureThresholds:
     """The verdict's thresholds under a route policy (as the score agent builds them)."""
-    return FailureThresholds(
-        similarity=policy.similarity_threshold, entropy_floor=policy.entropy_floor
-    )
+    return failure_thresholds(policy)
 
 
 def to_score(

@@ -33,8 +33,10 @@ from quantdrift.evaluation.streams import EvalPlan, RouteStream
 STANDARD_POLICIES = ("seeds", "windowed", "sequential", "all")
 
 # The seeds' rule exactly as the seeds set it: three strikes, cosine < 0.88,
-# entropy < 0.05 nats (a loop or a broken JSON contract also fails a pair).
+# entropy < 0.05 nats (a loop or a broken JSON contract also fails a pair), text
+# similarity only: the teacher-forced divergence is quantdrift's, not the seeds'.
 SEEDS_RULE = {
+    "teacher_forced": False,
     "rules": ("consecutive",),
     "consecutive_failures": 3,
     "similarity_threshold": 0.88,

@@ -27,8 +27,7 @@ QUANTILES = (0.05, 0.25, 0.5, 0.75, 0.95)
 
 
 def thresholds_for(policy: Policy, route: str) -> FailureThresholds:
-    p = policy.for_route(route)
-    return FailureThresholds(similarity=p.similarity_threshold, entropy_floor=p.entropy_floor)
+    return policy.thresholds(route)
 
 
 def rescore(

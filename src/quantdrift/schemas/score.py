@@ -31,12 +31,18 @@ class Metrics(BaseModel):
     kl: float | None = None
     flip_rate: float | None = None
     tf_gap: float | None = None
+    # Teacher-forced divergence: mean over the candidate's tokens of its own log-prob
+    # minus the reference's (one prefill on the reference): a path estimate of
+    # KL(candidate || reference) in nats, measured on the same tokens, so sampling
+    # noise and greedy near-ties do not move it.
+    tf_kl: float | None = None
     repetition_run: int = 0
     looping: bool = False
     distinct_2: float | None = None
     whitespace_run: int = 0
     json_ok: bool | None = None
     json_error: str | None = None
+    reference_json_ok: bool | None = None
     # Token counts (quantdrift.detectors.tokenize) and the reference's own
     # degeneration signals: a loop the reference also produces was asked for
     # ("repeat X ten times"), not caused by quantization, so the verdict compares.

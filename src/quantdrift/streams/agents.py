@@ -44,8 +44,7 @@ class WorkerStats:
 
 
 def thresholds_for(policy: Policy, route: str) -> FailureThresholds:
-    p = policy.for_route(route)
-    return FailureThresholds(similarity=p.similarity_threshold, entropy_floor=p.entropy_floor)
+    return policy.thresholds(route)
 
 
 def attach_agents(
