@@ -146,3 +146,26 @@ def test_sampled_pairs_fail_fixed_rules_only_as_anomalies_by_default() -> None:
     assert run(policy, anomalies) == [(4, "open")]
     seeds = policy.model_copy(update={"fixed_rules_on_sampled": True})
     assert run(seeds, [sampled(i, 0.5, "drift") for i in range(60)]) == [(4, "open")]
+
+
+def tf_score(i: int, tf_kl: float, cosine: float = 0.6) -> ScoreEvent:
+    verdict = "drift" if tf_kl > 0.1 else "ok"
+    return ScoreEvent(
+        pair_id=f"t{i}",
+        route="r",
+        kind="shadow",
+        ts=float(i),
+        metrics=Metrics(cosine=cosine, tf_kl=tf_kl),
+        verdict=verdict,
+    )
+
+
+def test_window_follows_teacher_forced_divergence_not_text_similarity() -> None:
+    policy = POLICY.model_copy(update={"rules": ("window",), "window_size": 20})
+    # Healthy near-ties: cosine 0.6 (far under 0.85) but divergence ~0: no trip.
+    assert run(policy, [tf_score(i, 0.004) for i in range(60)]) == []
+    # One wild pair counts at most 1 nat: 19 x 0.004 + 1 = 1.08 / 20 = 0.054 < 0.1.
+    assert run(policy, [tf_score(i, 0.004) for i in range(19)] + [tf_score(19, 9.0)]) == []
+    # A sustained shift of 0.3 nats: (13 x 0.004 + 7 x 0.3) / 20 = 0.108 > 0.1 at pair 26.
+    stream = [tf_score(i, 0.004) for i in range(20)] + [tf_score(20 + i, 0.3) for i in range(20)]
+    assert run(policy, stream) == [(26, "open")]

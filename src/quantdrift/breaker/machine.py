@@ -88,8 +88,13 @@ def _closed(
     now: float,
 ) -> Decision:
     consecutive = state.consecutive_failures + 1 if failing else 0
-    windowed = similarity if judged_by_similarity(policy, score) else None
-    window = (*state.window, (windowed, score.verdict == "anomaly"))[-policy.window_size :]
+    # With teacher-forced evidence the window averages that divergence, not the text
+    # similarity: a healthy int8 route's greedy cosines hover around 0.85 (near-ties
+    # amplified), so one broken pair would tip a similarity window over the bar.
+    tf = score.metrics.tf_kl if policy.teacher_forced else None
+    windowed = similarity if judged_by_similarity(policy, score) and tf is None else None
+    entry = (windowed, score.verdict == "anomaly", tf)
+    window = (*state.window, entry)[-policy.window_size :]
     seq = ECusum(false_alarm_budget=policy.false_alarm_budget_pairs)
     seq_state = ECusumState(state.seq_n, state.seq_log_m)
     p = None
@@ -107,9 +112,13 @@ def _closed(
     )
     if state.pairs_seen < policy.min_pairs:
         return Decision(state)
-    sims = [s for s, _ in window if s is not None]
+    sims = [w[0] for w in window if w[0] is not None]
     mean_sim = sum(sims) / len(sims) if sims else None
-    anomaly_rate = sum(1 for _, a in window if a) / len(window)
+    # Each pair's divergence counts up to 1 nat: one wild pair in a healthy window
+    # must not carry the mean over the bar alone (consecutive failures catch bursts).
+    tfs = [min(w[2], 1.0) for w in window if w[2] is not None]
+    mean_tf = sum(tfs) / len(tfs) if tfs else None
+    anomaly_rate = sum(1 for w in window if w[1]) / len(window)
     for rule in policy.rules:
         fired: tuple[str, dict[str, object]] | None = None
         if rule == "consecutive" and consecutive >= policy.consecutive_failures:
@@ -127,6 +136,11 @@ def _closed(
                 fired = (
                     f"window mean similarity {mean_sim:.3f} < {bar}",
                     {"mean_similarity": round(mean_sim, 4), "window": len(window)},
+                )
+            elif mean_tf is not None and mean_tf > policy.tf_kl_threshold:
+                fired = (
+                    f"window mean teacher-forced KL {mean_tf:.3f} > {policy.tf_kl_threshold:g}",
+                    {"mean_tf_kl": round(mean_tf, 4), "window": len(window)},
                 )
             elif anomaly_rate > policy.window_anomaly_rate:
                 fired = (

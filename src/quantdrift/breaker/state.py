@@ -20,7 +20,7 @@ class RouteState:
     """Everything the judge needs between two scores of a route.
 
     ``epoch`` is bumped by every transition and fences commands at the gateway;
-    ``window`` holds (similarity, anomaly) of the last shadow pairs.
+    ``window`` holds (similarity, anomaly, teacher-forced KL) of the last shadow pairs.
     """
 
     state: BreakerState = "closed"
@@ -29,7 +29,7 @@ class RouteState:
     locked: bool = False
     pairs_seen: int = 0
     consecutive_failures: int = 0
-    window: tuple[tuple[float | None, bool], ...] = ()
+    window: tuple[tuple[float | None, bool, float | None], ...] = ()
     seq_n: int = 0
     seq_log_m: float = 0.0
     opened_at: float | None = None
@@ -49,7 +49,9 @@ class RouteState:
         if not data:
             return cls()
         data = dict(data)
-        data["window"] = tuple((w[0], bool(w[1])) for w in data.get("window", ()))
+        data["window"] = tuple(
+            (w[0], bool(w[1]), w[2] if len(w) > 2 else None) for w in data.get("window", ())
+        )
         data["worst"] = tuple(
             WorstPair(w["pair_id"], w["similarity"], tuple(w["reasons"]))
             for w in data.get("worst", ())
