@@ -21,7 +21,7 @@ from quantdrift.detectors.json_contract import check_json_contract
 from quantdrift.detectors.semantic import Embedder, cosine_pairs
 from quantdrift.detectors.tokenize import tokenize
 from quantdrift.schemas.pair import ModelOutput, PairEvent, RequestInfo
-from quantdrift.schemas.score import Metrics, Verdict
+from quantdrift.schemas.score import Metrics, ScoreEvent, Verdict
 
 
 def _finite(x: float | None) -> float | None:
@@ -235,3 +235,26 @@ def verdict(
     if len(reasons) > (drift is not None):
         return "anomaly", reasons
     return ("drift" if drift is not None else "ok"), reasons
+
+
+def score_event(
+    pair: PairEvent,
+    metrics: Metrics,
+    thresholds: FailureThresholds = DEFAULT_THRESHOLDS,
+    route: str | None = None,
+) -> ScoreEvent:
+    """The ScoreEvent of a scored pair, with its verdict: what the score agent publishes,
+    and what replay and eval rebuild (optionally on another ``route``)."""
+    v, reasons = verdict(metrics, thresholds)
+    return ScoreEvent(
+        pair_id=pair.pair_id,
+        route=route or pair.route,
+        kind=pair.kind,
+        ts=pair.ts,
+        decoding=pair.request.decoding,
+        candidate_precision=pair.candidate.precision,
+        metrics=metrics,
+        verdict=v,
+        reasons=reasons,
+        label=pair.label,
+    )

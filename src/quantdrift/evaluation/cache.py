@@ -13,7 +13,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from quantdrift.breaker.policy import RoutePolicy, failure_thresholds
-from quantdrift.detectors import Embedder, FailureThresholds, score_pairs, verdict
+from quantdrift.detectors import Embedder, FailureThresholds
+from quantdrift.detectors.embedders import score_with
+from quantdrift.detectors.suite import score_event
 from quantdrift.schemas import Metrics, PairEvent, ScoreEvent
 
 
@@ -26,19 +28,7 @@ def to_score(
     pair: PairEvent, metrics: Metrics, policy: RoutePolicy, route: str | None = None
 ) -> ScoreEvent:
     """The ScoreEvent of ``pair`` under ``policy``, optionally on another route."""
-    v, reasons = verdict(metrics, thresholds_for(policy))
-    return ScoreEvent(
-        pair_id=pair.pair_id,
-        route=route or pair.route,
-        kind=pair.kind,
-        ts=pair.ts,
-        decoding=pair.request.decoding,
-        candidate_precision=pair.candidate.precision,
-        metrics=metrics,
-        verdict=v,
-        reasons=reasons,
-        label=pair.label,
-    )
+    return score_event(pair, metrics, thresholds_for(policy), route)
 
 
 @dataclass
@@ -58,7 +48,7 @@ class ScoreCache:
         t0 = time.perf_counter()
         for start in range(0, len(todo), self.batch_size):
             batch = todo[start : start + self.batch_size]
-            for pair, m in zip(batch, score_pairs(batch, self.embedder), strict=True):
+            for pair, m in zip(batch, score_with(self.embedder, batch), strict=True):
                 self._metrics[id(pair)] = m
         self._keep.extend(todo)  # ids stay valid while the pairs are alive
         self.seconds += time.perf_counter() - t0

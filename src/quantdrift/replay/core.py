@@ -16,7 +16,8 @@ from dataclasses import dataclass, field
 from quantdrift.breaker.machine import similarity_of
 from quantdrift.breaker.memory import MemoryBreaker
 from quantdrift.breaker.policy import Policy
-from quantdrift.detectors import Embedder, FailureThresholds, score_pairs, verdict
+from quantdrift.detectors import Embedder, FailureThresholds, score_pairs
+from quantdrift.detectors.suite import score_event
 from quantdrift.schemas import PairEvent, ScoreEvent
 
 # Labels the lab and the demo give pairs that are known not to have drifted.
@@ -35,24 +36,10 @@ def rescore(
 ) -> list[ScoreEvent]:
     """ScoreEvents for one batch of pairs, as the score agent would publish them."""
     metrics = score_pairs(pairs, embedder)
-    out = []
-    for pair, m in zip(pairs, metrics, strict=True):
-        v, reasons = verdict(m, thresholds_for(policy, pair.route))
-        out.append(
-            ScoreEvent(
-                pair_id=pair.pair_id,
-                route=pair.route,
-                kind=pair.kind,
-                ts=pair.ts,
-                decoding=pair.request.decoding,
-                candidate_precision=pair.candidate.precision,
-                metrics=m,
-                verdict=v,
-                reasons=reasons,
-                label=pair.label,
-            )
-        )
-    return out
+    return [
+        score_event(pair, m, thresholds_for(policy, pair.route))
+        for pair, m in zip(pairs, metrics, strict=True)
+    ]
 
 
 def rescore_stream(

@@ -11,7 +11,8 @@ from dataclasses import dataclass
 
 import orjson
 
-from quantdrift.detectors import FailureThresholds, verdict
+from quantdrift.detectors import FailureThresholds
+from quantdrift.detectors.suite import score_event
 from quantdrift.errors import SchemaError
 from quantdrift.schemas import DeadLetter, Metrics, PairEvent, ScoreEvent
 
@@ -90,24 +91,7 @@ def to_scores(
     pairs: Sequence[PairEvent], metrics: Sequence[Metrics], thresholds: FailureThresholds
 ) -> list[ScoreEvent]:
     """Attach the per-pair verdict; the route-level decision is the judge's."""
-    scores = []
-    for pair, m in zip(pairs, metrics, strict=True):
-        v, reasons = verdict(m, thresholds)
-        scores.append(
-            ScoreEvent(
-                pair_id=pair.pair_id,
-                route=pair.route,
-                kind=pair.kind,
-                ts=pair.ts,
-                decoding=pair.request.decoding,
-                candidate_precision=pair.candidate.precision,
-                metrics=m,
-                verdict=v,
-                reasons=reasons,
-                label=pair.label,
-            )
-        )
-    return scores
+    return [score_event(p, m, thresholds) for p, m in zip(pairs, metrics, strict=True)]
 
 
 def parse_score(rec: RawRecord, now: float) -> ScoreEvent | DeadLetter:
