@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 from pathlib import Path
 
@@ -38,3 +39,14 @@ def with_stack(settings: Settings, state_path: Path = STACK_STATE) -> Settings:
 
 def redis_url(settings: Settings) -> str:
     return settings.redis.url or "redis://127.0.0.1:6379/0"
+
+
+def positive_int(text: str) -> int:
+    """argparse type: a whole number >= 1, with a one-line reason otherwise."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
+    return value

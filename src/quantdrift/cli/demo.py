@@ -11,6 +11,8 @@ import json
 import sys
 from pathlib import Path
 
+from quantdrift.cli.common import positive_int
+
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("demo", help="healthy then drifted pairs on the embedded stack")
@@ -22,19 +24,9 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="PairEvent JSONL(.gz) to replay (default: the recorded lab pairs)",
     )
     p.add_argument("--synthetic", action="store_true", help="generated pairs instead of lab pairs")
-    p.add_argument("--healthy-pairs", type=_positive, default=60)
+    p.add_argument("--healthy-pairs", type=positive_int, default=60)
     p.add_argument("--rate", type=float, default=20.0, help="pairs per second")
     p.set_defaults(func=run)
-
-
-def _positive(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
-    return value
 
 
 def run(args: argparse.Namespace) -> int:

@@ -16,6 +16,8 @@ import json
 import sys
 from pathlib import Path
 
+from quantdrift.cli.common import positive_int
+
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("eval", help="false rollbacks and detection delay per policy, offline")
@@ -26,7 +28,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--drifted-label", type=_labels, default=None, help="keep only these labels")
     p.add_argument("--policy", type=Path, default=None, help="YAML policy (default: built-in)")
     p.add_argument("--embedder", choices=("minilm", "tiered", "static", "none"), default="minilm")
-    p.add_argument("--repeat", type=_positive, default=1, help="replay the healthy part N times")
+    p.add_argument("--repeat", type=positive_int, default=1, help="replay the healthy part N times")
     p.add_argument(
         "--noise-as-shadow",
         action="store_true",
@@ -35,16 +37,6 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--pair-interval", type=float, default=1.0, help="simulated seconds per pair")
     p.add_argument("--json", action="store_true", help="one JSON object per policy per line")
     p.set_defaults(func=run)
-
-
-def _positive(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
-    return value
 
 
 def _labels(text: str) -> tuple[str, ...]:
