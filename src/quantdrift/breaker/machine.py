@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from quantdrift.breaker.policy import RoutePolicy
-from quantdrift.breaker.state import RouteState, Transition, WorstPair
+from quantdrift.breaker.state import BreakerState, RouteState, Transition, WorstPair
 from quantdrift.detectors.noise_floor import NoiseFloor, NoiseFloorState, metric_values
 from quantdrift.detectors.sequential import ECusum, ECusumState
 from quantdrift.schemas.score import ScoreEvent
@@ -284,7 +284,7 @@ def manual(
             {"who": who},
         )
         return Decision(new, transition)
-    to_state = "open" if action == "rollback" else "closed"
+    to_state: BreakerState = "open" if action == "rollback" else "closed"
     target = policy.reference_precision if action == "rollback" else policy.candidate_precision
     new = _reset_counters(state).evolve(
         state=to_state,

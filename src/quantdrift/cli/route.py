@@ -15,6 +15,7 @@ import time
 
 from quantdrift.cli.common import load_settings, redis_url, with_stack
 from quantdrift.config import Settings
+from quantdrift.errors import BreakerStoreError
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -77,11 +78,12 @@ async def _run(settings: Settings, args: argparse.Namespace) -> int:
             args.route, args.action, policy, time.time(), who=f"{getpass.getuser()}@cli"
         )
         await _publish(settings, store, args.route)
-        state = result.state
-        assert state is not None
+        after = result.state
+        if after is None:  # only a duplicate fold has no state; manual steps never are
+            raise BreakerStoreError(f"{args.route}: no state after {args.action}")
         print(
-            f"{args.route}: {args.action} -> {state.state} target={state.target} "
-            f"epoch={state.epoch}{' (locked)' if state.locked else ''}"
+            f"{args.route}: {args.action} -> {after.state} target={after.target} "
+            f"epoch={after.epoch}{' (locked)' if after.locked else ''}"
         )
         return 0
     finally:

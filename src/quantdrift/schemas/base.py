@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-from typing import Any, ClassVar, Self
+from typing import Any, ClassVar, Final, Self
 
 import orjson
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from quantdrift.errors import SchemaError
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION: Final = 1
 
 
 class Message(BaseModel):

@@ -13,6 +13,7 @@ import hmac
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import NoReturn
 
 from quantdrift.errors import SignatureError, StaleCommand
 from quantdrift.schemas.command import RouteCommand
@@ -69,7 +70,7 @@ class CommandVerifier:
                 f"is not newer than {last_epoch}"
             )
 
-    def _refuse(self, reason: str, message: str) -> None:  # -> NoReturn
+    def _refuse(self, reason: str, message: str) -> NoReturn:
         self.refused[reason] = self.refused.get(reason, 0) + 1
         raise SignatureError(message)
 

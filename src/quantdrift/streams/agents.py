@@ -87,7 +87,9 @@ def attach_agents(
 
     @app.agent(topics.pairs)
     async def score_agent(stream: faust.StreamT[bytes]) -> None:
-        async for events in stream.take_events(batch_max, within=batch_within_s):
+        # take_events (faust-streaming >= 0.10) keeps partition/offset for the DLQ.
+        batches = stream.take_events(batch_max, within=batch_within_s)  # type: ignore[attr-defined]
+        async for events in batches:
             records = [
                 RawRecord(e.value, e.key, e.message.topic, e.message.partition, e.message.offset)
                 for e in events
