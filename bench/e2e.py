@@ -33,12 +33,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import redis.asyncio as aioredis
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from common import long_pairs
 
+from quantdrift.breaker.state import RouteState
 from quantdrift.config import KafkaSettings, RedisSettings, Settings, WorkerSettings
 from quantdrift.demo import synthetic
 from quantdrift.demo.workers import WorkerProcess
@@ -136,6 +138,25 @@ class Loop:
         self.sent_at[pair.pair_id] = time.monotonic()
         await self.producer.send(self.settings.kafka.topics.pairs, value, key=pair.route.encode())
 
+    async def wait_judged(self, routes: list[str], n: int, timeout: float) -> bool:
+        """Until the judge has folded ``n`` shadow pairs of every route (read in Redis)."""
+        client = aioredis.Redis.from_url(self.settings.redis.url or "")
+        prefix = self.settings.redis.key_prefix
+        deadline = time.monotonic() + timeout
+        try:
+            while time.monotonic() < deadline:
+                pipe = client.pipeline(transaction=False)
+                for route in routes:
+                    pipe.hget(f"{prefix}route:{route}:state", "s")
+                raw = await pipe.execute()
+                seen = [RouteState.from_json(json.loads(r) if r else None).pairs_seen for r in raw]
+                if all(k >= n for k in seen):
+                    return True
+                await asyncio.sleep(0.05)
+            return False
+        finally:
+            await client.aclose()
+
     async def wait_scored(self, ids: list[str], timeout: float) -> bool:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
@@ -206,7 +227,9 @@ async def run_phase(loop: Loop, phase: Phase, seed: int) -> None:
         loop.trial_routes.add(route)
     await loop.producer.flush()
     await loop.wait_scored([last for _, last, _ in trials], timeout=120)
-    await asyncio.sleep(0.5)
+    # Scored is not judged: wait until the judge has folded every prefix, so the phase
+    # measures the steady state, not the backlog of thousands of prefix pairs.
+    await loop.wait_judged([route for route, _, _ in trials], 22, timeout=120)
     # The demo's healthy pairs are paraphrases; now and then three in a row fall under
     # the similarity threshold and the route rolls back on its healthy prefix. Such a
     # route is no trial: counted, left out.

@@ -106,13 +106,28 @@ class RedisBreakerStore:
             raise BreakerStoreError(f"redis: {exc}") from exc
         return RouteCommand.parse(raw) if raw else None
 
+    async def _read_both(
+        self, route: str, mode: str
+    ) -> tuple[tuple[NoiseFloorState, int], tuple[RouteState, int]]:
+        """Floor and route state in one round trip: the judge's hot path."""
+        try:
+            pipe = self._r.pipeline(transaction=False)
+            pipe.hmget(self._floor_key(route, mode), "v", "s")
+            pipe.hmget(self._k(route, "state"), "v", "s")
+            raw_floor, raw_state = await pipe.execute()
+        except RedisError as exc:
+            raise BreakerStoreError(f"redis: {exc}") from exc
+        return (
+            _decode(raw_floor, NoiseFloorState.from_json),
+            _decode(raw_state, RouteState.from_json),
+        )
+
     async def _read_hash(self, key: str, build: Callable[[Any], Any]) -> tuple[Any, int]:
         try:
             raw = await self._r.hmget(key, "v", "s")
         except RedisError as exc:
             raise BreakerStoreError(f"redis: {exc}") from exc
-        version = int(raw[0]) if raw[0] else 0
-        return build(orjson.loads(raw[1]) if raw[1] else None), version
+        return _decode(raw, build)
 
     # -- writes ---------------------------------------------------------------
     async def fold(self, score: ScoreEvent, policy: RoutePolicy, now: float) -> FoldResult:
@@ -121,8 +136,8 @@ class RedisBreakerStore:
         seen = self._k(route, f"seen:{score.kind}:{score.pair_id}")
         mode = floor_key_suffix(score)
         for _ in range(MAX_ATTEMPTS):
-            floor, floor_v = await self.read_floor(route, mode)
             if score.kind == "noise":
+                floor, floor_v = await self.read_floor(route, mode)
                 folded = fold(policy, RouteState(), floor, score, now, self._floor)
                 assert folded.floor is not None
                 status, _ = await self._apply(
@@ -137,7 +152,7 @@ class RedisBreakerStore:
                 if status == "conflict":
                     continue
                 return FoldResult(status)
-            state, version = await self.read(route)
+            (floor, _), (state, version) = await self._read_both(route, mode)
             folded = fold(policy, state, floor, score, now, self._floor)
             assert folded.route_state is not None
             result = await self._commit(
@@ -282,3 +297,9 @@ class RedisBreakerStore:
             await self._r.ltrim(self._k(route, "outbox"), count, -1)
         except RedisError as exc:
             raise BreakerStoreError(f"redis: {exc}") from exc
+
+
+def _decode(raw: list[Any], build: Callable[[Any], Any]) -> tuple[Any, int]:
+    """(value, version) from an HMGET of fields v and s."""
+    version = int(raw[0]) if raw[0] else 0
+    return build(orjson.loads(raw[1]) if raw[1] else None), version

@@ -163,7 +163,8 @@ def attach_agents(
         if result.outbox is not None:
             stats.transitions += 1
             log.warning("%s", result.outbox.alert.summary)
-        await flush_outbox(score.route)
+            # Only a transition queues anything; the clock retries what fails here.
+            await flush_outbox(score.route)
 
     flush_lock = asyncio.Lock()
 
