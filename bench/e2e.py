@@ -6,7 +6,7 @@ in this process. Steps:
 
 1. capacity: a burst of ~200-token pairs (``bench/common.long_pairs``), as fast
    as the broker takes them; pairs/s from the first send to the last score.
-   The *rated load* is 70 % of that, rounded: what one worker core sustains
+   The *rated load* is 50 % of that, rounded: what one worker core sustains
    with headroom.
 2. at 1x and 1.5x the rated load, for ``--phase-s`` seconds each: every pair's
    publication -> its ScoreEvent (read by a group-less consumer here), and on
@@ -52,7 +52,9 @@ from quantdrift.stack import EmbeddedStack
 from quantdrift.stack.broker import create_topics
 
 SECTION = "## End to end"
-RATED_FRACTION = 0.7
+# The rated load keeps 1.5x of it inside the burst capacity (0.75): a short burst
+# overstates what one worker sustains, and 0.7 put the 1.5x phase past saturation.
+RATED_FRACTION = 0.5
 LOAD_ROUTES = 4
 
 
@@ -333,7 +335,8 @@ def markdown(result: dict[str, Any]) -> str:
         f"One worker process (embedder on one thread: one worker core), embedded Tansu and "
         f"Redis. Burst capacity: **{cap['pairs_per_s']} pairs/s** ({cap['pairs']} pairs of "
         f"~200 tokens in {cap['seconds']} s). **Rated load: {rated:g} pairs/s per worker core** "
-        f"(70 % of capacity). In each phase 60 % of the pairs are long ones, 40 % the drifted "
+        f"({RATED_FRACTION:.0%} of capacity, so 1.5x stays within it). "
+        f"In each phase 60 % of the pairs are long ones, 40 % the drifted "
         f"pairs of trial routes (short, demo-style), one route at a time; each trial route got "
         f"its 22 healthy pairs before the phase started.",
         "",
