@@ -156,7 +156,7 @@ def markdown(result: dict[str, Any]) -> str:
             "",
             f"One worker, {result['minutes']:g} min at {result['rate_pairs_per_s']:g} pairs/s "
             f"(the rated load), {result['pairs_sent']} pairs sent, {result['pairs_scored']} "
-            "scored.",
+            "scored." + _behind(result),
             "",
             "| RSS start | after settling | end | max | slope | per 10k pairs | Redis growth |",
             "|---|---|---|---|---|---|---|",
@@ -169,6 +169,18 @@ def markdown(result: dict[str, Any]) -> str:
             "per pair, expiring after `worker.dedupe_ttl_s` (7 days).",
             "",
         ]
+    )
+
+
+def _behind(result: dict[str, Any]) -> str:
+    """Say so when the worker did not keep up: the rated load came from a short burst."""
+    sent, scored = result["pairs_sent"], result["pairs_scored"]
+    if not sent or scored >= 0.98 * sent:
+        return ""
+    sustained = scored / (result["minutes"] * 60)
+    return (
+        f" **The worker fell behind**: {scored / sent:.0%} scored by the end, about "
+        f"{sustained:.0f} pairs/s sustained — below the rated load measured on a burst."
     )
 
 
