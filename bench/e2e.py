@@ -23,12 +23,13 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import itertools
 import json
 import sys
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -287,8 +288,9 @@ def summarize(loop: Loop, phase: Phase) -> dict[str, Any]:
     }
 
 
-async def run(args: argparse.Namespace) -> dict[str, Any]:
-    t_start = time.monotonic()
+@contextlib.asynccontextmanager
+async def warm_loop(seed: int) -> AsyncIterator[tuple[EmbeddedStack, Loop]]:
+    """Our own stack and one worker, warmed up (model loaded, group joined); stopped after."""
     with EmbeddedStack(redis_probe_url=None) as stack:
         settings = bench_settings(stack)
         await create_topics(
@@ -298,24 +300,30 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         loop = Loop(settings, worker)
         try:
             await loop.start()
-            warm = relabel(long_pairs(8, seed=99), "warm")
+            warm = relabel(long_pairs(8, seed=seed), "warm")
             for p in warm:
                 await loop.publish(p)
             if not await loop.wait_scored([p.pair_id for p in warm], timeout=180):
                 raise RuntimeError("worker never scored:\n" + worker.log_tail())
-            cap = await capacity(loop, args.capacity_pairs, seed=args.seed)
-            rated = args.rate or max(1.0, round(cap["pairs_per_s"] * RATED_FRACTION))
-            phases = []
-            for name, factor in (("1x", 1.0), ("1.5x", 1.5)):
-                phase = Phase(name, rated * factor, args.phase_s)
-                await run_phase(loop, phase, seed=args.seed + len(phases) + 1)
-                # Let the backlog drain (bounded) so late scores are counted, not dropped.
-                await loop.wait_scored(phase.sent, timeout=args.drain_s)
-                await asyncio.sleep(0.5)
-                phases.append(summarize(loop, phase))
+            yield stack, loop
         finally:
             await loop.stop()
             worker.stop()
+
+
+async def run(args: argparse.Namespace) -> dict[str, Any]:
+    t_start = time.monotonic()
+    async with warm_loop(seed=99) as (_, loop):
+        cap = await capacity(loop, args.capacity_pairs, seed=args.seed)
+        rated = args.rate or max(1.0, round(cap["pairs_per_s"] * RATED_FRACTION))
+        phases = []
+        for name, factor in (("1x", 1.0), ("1.5x", 1.5)):
+            phase = Phase(name, rated * factor, args.phase_s)
+            await run_phase(loop, phase, seed=args.seed + len(phases) + 1)
+            # Let the backlog drain (bounded) so late scores are counted, not dropped.
+            await loop.wait_scored(phase.sent, timeout=args.drain_s)
+            await asyncio.sleep(0.5)
+            phases.append(summarize(loop, phase))
     return {
         "bench": "e2e",
         "capacity": cap,

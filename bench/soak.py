@@ -29,11 +29,7 @@ import redis.asyncio as aioredis
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from common import long_pairs
-from e2e import RATED_FRACTION, Loop, bench_settings, capacity, relabel, write_section
-
-from quantdrift.demo.workers import WorkerProcess
-from quantdrift.stack import EmbeddedStack
-from quantdrift.stack.broker import create_topics
+from e2e import RATED_FRACTION, capacity, relabel, warm_loop, write_section
 
 SECTION = "## Memory soak"
 SETTLE_S = 60.0
@@ -63,60 +59,45 @@ async def redis_used_mb(url: str) -> float:
 
 
 async def run(args: argparse.Namespace) -> dict[str, Any]:
-    with EmbeddedStack(redis_probe_url=None) as stack:
-        settings = bench_settings(stack)
-        await create_topics(
-            stack.bootstrap, settings.kafka.topics.model_dump().values(), settings.kafka.partitions
-        )
-        worker = WorkerProcess(settings, stack.redis_url).start()
-        loop = Loop(settings, worker)
-        try:
-            await loop.start()
-            warm = relabel(long_pairs(8, seed=98), "warm")
-            for p in warm:
-                await loop.publish(p)
-            if not await loop.wait_scored([p.pair_id for p in warm], timeout=180):
-                raise RuntimeError("worker never scored:\n" + worker.log_tail())
-            cap = None
-            rate = args.rate
-            if rate is None:
-                cap = await capacity(loop, 200, seed=args.seed + 7)
-                rate = max(1.0, round(cap["pairs_per_s"] * RATED_FRACTION))
-            assert worker.pid is not None
-            proc = psutil.Process(worker.pid)
-            duration = args.minutes * 60
-            pool = relabel(long_pairs(2000, seed=args.seed), "soak")
-            samples: list[tuple[float, float]] = []
-            redis_start = await redis_used_mb(stack.redis_url)
-            t0 = time.monotonic()
-            next_sample = t0
-            sent = 0
-            while True:
-                now = time.monotonic()
-                if now - t0 >= duration:
-                    break
-                if now >= next_sample:
-                    samples.append((now - t0, proc.memory_info().rss / 1e6))
-                    next_sample += args.sample_s
-                    if not worker.alive():
-                        raise RuntimeError("worker died:\n" + worker.log_tail())
-                base = pool[sent % len(pool)]
-                # Fresh ids: a repeated id would be a dedupe hit, not work.
-                pair = base.model_copy(update={"pair_id": f"soak-{sent}"})
-                await loop.publish(pair)
-                sent += 1
-                delay = t0 + sent / rate - time.monotonic()
-                if delay > 0:
-                    await asyncio.sleep(delay)
-            await loop.producer.flush()
-            samples.append((time.monotonic() - t0, proc.memory_info().rss / 1e6))
-            ids = [f"soak-{i}" for i in range(max(0, sent - 50), sent)]
-            await loop.wait_scored(ids, timeout=30)
-            scored = sum(1 for k in loop.scored_at if k.startswith("soak-"))
-            redis_end = await redis_used_mb(stack.redis_url)
-        finally:
-            await loop.stop()
-            worker.stop()
+    async with warm_loop(seed=98) as (stack, loop):
+        worker = loop.worker
+        cap = None
+        rate = args.rate
+        if rate is None:
+            cap = await capacity(loop, 200, seed=args.seed + 7)
+            rate = max(1.0, round(cap["pairs_per_s"] * RATED_FRACTION))
+        assert worker.pid is not None
+        proc = psutil.Process(worker.pid)
+        duration = args.minutes * 60
+        pool = relabel(long_pairs(2000, seed=args.seed), "soak")
+        samples: list[tuple[float, float]] = []
+        redis_start = await redis_used_mb(stack.redis_url)
+        t0 = time.monotonic()
+        next_sample = t0
+        sent = 0
+        while True:
+            now = time.monotonic()
+            if now - t0 >= duration:
+                break
+            if now >= next_sample:
+                samples.append((now - t0, proc.memory_info().rss / 1e6))
+                next_sample += args.sample_s
+                if not worker.alive():
+                    raise RuntimeError("worker died:\n" + worker.log_tail())
+            base = pool[sent % len(pool)]
+            # Fresh ids: a repeated id would be a dedupe hit, not work.
+            pair = base.model_copy(update={"pair_id": f"soak-{sent}"})
+            await loop.publish(pair)
+            sent += 1
+            delay = t0 + sent / rate - time.monotonic()
+            if delay > 0:
+                await asyncio.sleep(delay)
+        await loop.producer.flush()
+        samples.append((time.monotonic() - t0, proc.memory_info().rss / 1e6))
+        ids = [f"soak-{i}" for i in range(max(0, sent - 50), sent)]
+        await loop.wait_scored(ids, timeout=30)
+        scored = sum(1 for k in loop.scored_at if k.startswith("soak-"))
+        redis_end = await redis_used_mb(stack.redis_url)
     settled = [s for s in samples if s[0] >= min(SETTLE_S, duration / 3)]
     slope = slope_per_min(settled)
     rss = [v for _, v in samples]
