@@ -3,32 +3,42 @@
 from __future__ import annotations
 
 import asyncio
-import itertools
 import json
 import math
 import time
 import uuid
 from collections.abc import Iterator
 
-import orjson
 import pytest
 import redis
-import redis.asyncio as aioredis
 from aiokafka import AIOKafkaProducer
 
-from quantdrift.breaker.state import RouteState
 from quantdrift.config import Settings
 from quantdrift.demo import synthetic
 from quantdrift.demo.workers import WorkerProcess
 from quantdrift.gateway.controller import RouteController
-from quantdrift.schemas import DeadLetter, PairEvent, RouteCommand
+from quantdrift.schemas import DeadLetter, RouteCommand
 from quantdrift.schemas.signing import verifier_from_settings
 
 try:
-    from guard import isolated_settings, make_topics
+    from guard import (
+        isolated_settings,
+        make_topics,
+        on_route,
+        records_for,
+        shadow_only,
+        until_seen,
+    )
     from kafka_helpers import consume_n
 except ImportError:  # pragma: no cover - when tests/ is imported as a package
-    from tests.integration.guard import isolated_settings, make_topics
+    from tests.integration.guard import (
+        isolated_settings,
+        make_topics,
+        on_route,
+        records_for,
+        shadow_only,
+        until_seen,
+    )
     from tests.integration.kafka_helpers import consume_n
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -53,12 +63,11 @@ def guard(stack) -> Iterator[tuple[Settings, WorkerProcess]]:  # type: ignore[no
     _cleanup(stack.redis_url, prefix)
 
 
-def shadow_only(pairs: Iterator[PairEvent], n: int) -> list[PairEvent]:
-    return list(itertools.islice((p for p in pairs if p.kind == "shadow"), n))
-
-
-def on_route(pairs: list[PairEvent], route: str, tag: str) -> list[PairEvent]:
-    return [p.model_copy(update={"route": route, "pair_id": f"{tag}-{p.pair_id}"}) for p in pairs]
+async def on_topic(settings: Settings, topic: str, route: str) -> list:  # type: ignore[type-arg]
+    """Every record of one of the settings' topics for a route."""
+    return await records_for(
+        settings.kafka.bootstrap_servers, getattr(settings.kafka.topics, topic), route
+    )
 
 
 async def send(settings: Settings, items: list[tuple[bytes | None, bytes]]) -> dict[bytes, float]:
@@ -80,47 +89,15 @@ async def send(settings: Settings, items: list[tuple[bytes | None, bytes]]) -> d
     return sent
 
 
-async def route_state(settings: Settings, route: str) -> RouteState:
-    client = aioredis.Redis.from_url(settings.redis.url)
-    try:
-        raw = await client.hget(f"{settings.redis.key_prefix}route:{route}:state", "s")
-    finally:
-        await client.aclose()
-    return RouteState.from_json(orjson.loads(raw) if raw else None)
-
-
-async def until_seen(
-    settings: Settings, route: str, n: int, worker: WorkerProcess, timeout: float = 180.0
-) -> RouteState:
-    """Wait for the judge to have folded n shadow pairs of a route (a condition, not a sleep)."""
-    deadline = time.monotonic() + timeout
-    while True:
-        state = await route_state(settings, route)
-        if state.pairs_seen >= n:
-            return state
-        assert worker.alive(), f"worker died:\n{worker.log_tail()}"
-        assert time.monotonic() < deadline, (
-            f"{route}: {state.pairs_seen}/{n} pairs judged after {timeout}s\n{worker.log_tail()}"
-        )
-        await asyncio.sleep(0.1)
-
-
-async def records_for(settings: Settings, topic: str, route: str, timeout: float = 3.0) -> list:
-    got = await consume_n(
-        settings.kafka.bootstrap_servers, topic, 10_000, timeout=timeout, strict=False
-    )
-    return [r for r in got if r.key == route.encode()]
-
-
 async def test_healthy_stream_gives_no_command_and_no_alert(guard) -> None:  # type: ignore[no-untyped-def]
     settings, worker = guard
     route = "test/healthy"
     pairs = on_route(shadow_only(synthetic.healthy(route, seed=3), 40), route, "h")
     await send(settings, [(route.encode(), p.dumps()) for p in pairs])
-    state = await until_seen(settings, route, 40, worker)
+    state = await until_seen(settings, route, 40, worker, timeout=180)
     assert state.state == "closed" and state.epoch == 0
-    assert await records_for(settings, settings.kafka.topics.control, route) == []
-    assert await records_for(settings, settings.kafka.topics.alerts, route) == []
+    assert await on_topic(settings, "control", route) == []
+    assert await on_topic(settings, "alerts", route) == []
 
 
 async def test_drifted_stream_gives_one_rollback_applied_by_controller(guard) -> None:  # type: ignore[no-untyped-def]
@@ -150,12 +127,9 @@ async def test_drifted_stream_gives_one_rollback_applied_by_controller(guard) ->
         await until_seen(settings, route, len(healthy) + len(drifted), worker)
     finally:
         await controller.stop()
-    commands = [
-        RouteCommand.parse(r.value)
-        for r in await records_for(settings, settings.kafka.topics.control, route)
-    ]
+    commands = [RouteCommand.parse(r.value) for r in await on_topic(settings, "control", route)]
     assert [(c.action, c.epoch) for c in commands] == [("rollback", 1)]
-    alerts = await records_for(settings, settings.kafka.topics.alerts, route)
+    alerts = await on_topic(settings, "alerts", route)
     assert len(alerts) == 1
     assert json.loads(alerts[0].value)["evidence"]["worst_pairs"]
 
@@ -237,12 +211,11 @@ async def test_two_workers_and_a_redelivered_batch_give_one_command_per_transiti
         await send(settings, batch)
         await send(settings, batch)  # the same pair ids again: a redelivery
         for route in routes:
-            state = await until_seen(settings, route, 28, workers[0])
+            state = await until_seen(settings, route, 28, workers[0], timeout=180)
             assert state.pairs_seen == 28, "a redelivered pair was counted twice"
         for route in routes:
             commands = [
-                RouteCommand.parse(r.value)
-                for r in await records_for(settings, settings.kafka.topics.control, route)
+                RouteCommand.parse(r.value) for r in await on_topic(settings, "control", route)
             ]
             assert [(c.action, c.epoch) for c in commands] == [("rollback", 1)], route
         assert all(w.alive() for w in workers)
