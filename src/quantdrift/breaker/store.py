@@ -11,6 +11,7 @@ hash tags, which the gateway's key format does not use yet):
   {prefix}route:{R}:state     hash  v = version, s = RouteState JSON
   {prefix}route:{R}:command   str   the latest signed RouteCommand (gateways poll it)
   {prefix}route:{R}:outbox    list  commands and alerts still to publish
+  {prefix}route:{R}:outbox:owner  str  the worker publishing them now (expires)
   {prefix}route:{R}:seen:ID   str   dedupe of pair ids (TTL)
   {prefix}noise:{R}:MODE      hash  noise floor per decoding mode
   {prefix}routes              set   every route seen
@@ -74,6 +75,11 @@ class RedisBreakerStore:
         self._ttl = seen_ttl_s
         self._floor = noise_floor
         self._script = client.register_script(_LUA)
+        # Delete the claim only if it is still ours (it may have expired and moved on).
+        self._release_script = client.register_script(
+            "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end "
+            "return 0"
+        )
 
     # -- keys -----------------------------------------------------------------
     def _k(self, route: str, what: str) -> str:
@@ -277,10 +283,20 @@ class RedisBreakerStore:
         return (status.decode() if isinstance(status, bytes) else status), int(v)
 
     # -- outbox ---------------------------------------------------------------
-    async def pending(self, route: str) -> list[OutboxItem]:
-        """Commands and alerts written by a transition and not yet published."""
+    async def claim(self, route: str, owner: str, ttl_ms: int = 10_000) -> list[OutboxItem]:
+        """The outbox's items, for ``owner`` alone: [] when empty or another worker holds it.
+
+        Every worker's clock looks at every route, so without a claim two workers
+        would publish the same transition's command twice. The claim expires after
+        ``ttl_ms``: a worker that dies mid-flush leaves the items to the next one
+        (at least once; gateways drop a repeated epoch, sinks a repeated dedupe key).
+        """
         try:
+            if not await self._r.set(self._k(route, "outbox:owner"), owner, nx=True, px=ttl_ms):
+                return []
             raw = await self._r.lrange(self._k(route, "outbox"), 0, -1)
+            if not raw:
+                await self._release(route, owner)
         except RedisError as exc:
             raise BreakerStoreError(f"redis: {exc}") from exc
         out = []
@@ -289,14 +305,24 @@ class RedisBreakerStore:
             out.append(OutboxItem(data["topic"], data["value"].encode(), route))
         return out
 
-    async def ack(self, route: str, count: int) -> None:
-        """Drop the first ``count`` outbox items once they are on their topics."""
-        if count <= 0:
-            return
+    async def ack(self, route: str, count: int, owner: str) -> None:
+        """Drop the first ``count`` items once they are on their topics; end the claim."""
         try:
-            await self._r.ltrim(self._k(route, "outbox"), count, -1)
+            if count > 0:
+                await self._r.ltrim(self._k(route, "outbox"), count, -1)
+            await self._release(route, owner)
         except RedisError as exc:
             raise BreakerStoreError(f"redis: {exc}") from exc
+
+    async def release(self, route: str, owner: str) -> None:
+        """End a claim without acknowledging (the send failed): the next flush retries."""
+        try:
+            await self._release(route, owner)
+        except RedisError as exc:
+            raise BreakerStoreError(f"redis: {exc}") from exc
+
+    async def _release(self, route: str, owner: str) -> None:
+        await self._release_script(keys=[self._k(route, "outbox:owner")], args=[owner])
 
 
 def _decode(raw: list[Any], build: Callable[[Any], Any]) -> tuple[Any, int]:

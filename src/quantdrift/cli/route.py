@@ -11,6 +11,7 @@ import argparse
 import asyncio
 import getpass
 import json
+import os
 import time
 
 from quantdrift.cli.common import load_settings, redis_url, with_stack
@@ -96,7 +97,8 @@ async def _publish(settings: Settings, store, route: str) -> None:  # type: igno
 
     from quantdrift.gateway.kafka_config import producer_kwargs
 
-    items = await store.pending(route)
+    owner = f"cli:{os.getpid()}"
+    items = await store.claim(route, owner)
     if not items:
         return
     producer = AIOKafkaProducer(**producer_kwargs(settings.kafka))
@@ -106,8 +108,9 @@ async def _publish(settings: Settings, store, route: str) -> None:  # type: igno
         for item in items:
             topic = topics.control if item.topic == "control" else topics.alerts
             await producer.send_and_wait(topic, key=route.encode(), value=item.value)
-        await store.ack(route, len(items))
+        await store.ack(route, len(items), owner)
     except (TimeoutError, OSError, Exception) as exc:
         print(f"warning: could not publish to Kafka ({exc!r}); the Redis route key is set")
+        await store.release(route, owner)
     finally:
         await producer.stop()

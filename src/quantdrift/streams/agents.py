@@ -8,8 +8,12 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
+import os
+import socket
 import time
+import uuid
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -167,12 +171,20 @@ def attach_agents(
             await flush_outbox(score.route)
 
     flush_lock = asyncio.Lock()
+    owner = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
 
     async def flush_outbox(route: str) -> None:
         """Publish what transitions queued; a failure leaves it for the clock to retry."""
         async with flush_lock:
             try:
-                items = await store().pending(route)
+                items = await store().claim(route, owner)
+            except BreakerStoreError as exc:
+                stats.store_errors += 1
+                log.warning("outbox of %s not flushed yet (%s)", route, exc)
+                return
+            if not items:
+                return
+            try:
                 delivered = [
                     await (topics.control if item.topic == "control" else topics.alerts).send(
                         key=route.encode(), value=item.value
@@ -183,12 +195,14 @@ def attach_agents(
                 # buffering and delivery must leave them to be sent again, not lost.
                 for future in delivered:
                     await future
-                await store().ack(route, len(items))
+                await store().ack(route, len(items), owner)
             except BreakerStoreError as exc:
                 stats.store_errors += 1
-                log.warning("outbox of %s not flushed yet (%s)", route, exc)
+                log.warning("outbox of %s not acknowledged yet (%s)", route, exc)
             except Exception as exc:
                 log.warning("outbox of %s not delivered yet (%r)", route, exc)
+                with contextlib.suppress(BreakerStoreError):
+                    await store().release(route, owner)
 
     @app.timer(interval=0.5)
     async def breaker_clock() -> None:

@@ -1,0 +1,38 @@
+"""The outbox is published by one worker at a time: a claim in Redis, released or expired."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+import redis.asyncio as aioredis
+
+from quantdrift.breaker.policy import RoutePolicy
+from quantdrift.breaker.store import RedisBreakerStore
+from quantdrift.schemas.signing import CommandSigner
+
+pytestmark = pytest.mark.integration
+
+
+async def test_one_claim_at_a_time_then_ack_release_or_expiry(stack, redis_prefix) -> None:  # type: ignore[no-untyped-def]
+    client = aioredis.Redis.from_url(stack.redis_url)
+    store = RedisBreakerStore(client, CommandSigner("k", b"secret"), key_prefix=redis_prefix)
+    try:
+        await store.manual("r/int4", "rollback", RoutePolicy(), now=1.0)
+        first = await store.claim("r/int4", "worker-a", ttl_ms=300)
+        assert [i.topic for i in first] == ["control", "alerts"]
+        assert await store.claim("r/int4", "worker-b") == []  # a holds it
+        await store.release("r/int4", "worker-b")  # not b's to release: a keeps it
+        assert await store.claim("r/int4", "worker-b") == []
+        # a died mid-flush: wait for its claim to expire (a condition, bounded), then b takes over.
+        owner_key = f"{redis_prefix}route:r/int4:outbox:owner"
+        async with asyncio.timeout(5):
+            while await client.exists(owner_key):
+                await asyncio.sleep(0.02)
+        second = await store.claim("r/int4", "worker-b")
+        assert [i.value for i in second] == [i.value for i in first]
+        await store.ack("r/int4", len(second), "worker-b")
+        assert await store.claim("r/int4", "worker-a") == []  # nothing left
+        assert await client.exists(owner_key) == 0
+    finally:
+        await client.aclose()
