@@ -218,3 +218,16 @@ def machine() -> dict[str, str | int]:
         "python": platform.python_version(),
         **versions,
     }
+
+
+def write_section(path: Path, section: str, marker: str) -> None:
+    """Replace one bench's section (from ``marker`` to the next ``## ``) in ``path``,
+    or append it, leaving the other benches' sections as they are."""
+    text = path.read_text() if path.exists() else "# Benchmarks\n\n"
+    if marker in text:
+        head, _, tail = text.partition(marker)
+        nxt = tail.find("\n## ")
+        text = head + section + (tail[nxt + 1 :] if nxt >= 0 else "")
+    else:
+        text = text.rstrip("\n") + "\n\n" + section
+    path.write_text(text)

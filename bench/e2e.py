@@ -39,7 +39,7 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from common import long_pairs
+from common import long_pairs, write_section
 
 from quantdrift.breaker.state import RouteState
 from quantdrift.config import KafkaSettings, RedisSettings, Settings, WorkerSettings
@@ -382,18 +382,6 @@ def markdown(result: dict[str, Any]) -> str:
     return "\n".join(out)
 
 
-def write_section(path: Path, section: str, marker: str = SECTION) -> None:
-    """Replace this bench's section in ``path`` (or append it), leaving the others."""
-    text = path.read_text() if path.exists() else "# Benchmarks\n\n"
-    if marker in text:
-        head, _, tail = text.partition(marker)
-        nxt = tail.find("\n## ")
-        text = head + section + (tail[nxt + 1 :] if nxt >= 0 else "")
-    else:
-        text = text.rstrip("\n") + "\n\n" + section
-    path.write_text(text)
-
-
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--phase-s", type=float, default=25.0, help="seconds per load level")
@@ -407,7 +395,7 @@ def main(argv: list[str] | None = None) -> int:
     result = asyncio.run(run(args))
     print(markdown(result))
     if args.write:
-        write_section(args.write, markdown(result))
+        write_section(args.write, markdown(result), SECTION)
         print(f"wrote {args.write}")
     if args.json:
         print(json.dumps(result))

@@ -17,6 +17,8 @@ import sys
 from collections import Counter, defaultdict
 from pathlib import Path
 
+from common import write_section
+
 from quantdrift.demo.sources import read_pairs
 from quantdrift.gateway.json_guard import guard_for
 from quantdrift.schemas import ModelOutput, PairEvent
@@ -92,18 +94,6 @@ def markdown(result: dict[str, dict[str, object]]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def write_section(path: Path, text: str) -> None:
-    """Replace this bench's section in BENCHMARKS.md (or append it)."""
-    old = path.read_text() if path.exists() else "# Benchmarks\n"
-    if SECTION in old:
-        head, rest = old.split(SECTION, 1)
-        tail = rest[rest.find("\n## ") :] if "\n## " in rest else ""
-        old = head.rstrip() + "\n\n" + text + tail
-    else:
-        old = old.rstrip() + "\n\n" + text
-    path.write_text(old)
-
-
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--pairs", type=Path, default=None, help="default: the shipped lab pairs")
@@ -113,7 +103,7 @@ def main(argv: list[str] | None = None) -> int:
     result = measure(read_pairs(args.pairs))
     text = markdown(result)
     if args.write:
-        write_section(args.write, text)
+        write_section(args.write, text, SECTION)
     if args.json:
         sys.stdout.write(json.dumps({"bench": "gateway_fallback", "precisions": result}) + "\n")
     else:

@@ -34,7 +34,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from common import long_pairs, machine
+from common import long_pairs, machine, write_section
 
 from quantdrift.schemas import PairEvent
 
@@ -281,7 +281,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     }
     print(_table(rows, breakdown, result))
     if args.write:
-        _write(args.write, _markdown(rows, breakdown, result))
+        write_section(args.write, _markdown(rows, breakdown, result), SECTION)
         print(f"wrote {args.write}")
     if args.json:
         print(json.dumps(result))
@@ -345,17 +345,6 @@ def _markdown(rows: list[dict], breakdown: dict[str, float], result: dict) -> st
         "",
     ]
     return "\n".join(out)
-
-
-def _write(path: Path, section: str) -> None:
-    text = path.read_text() if path.exists() else "# Benchmarks\n\n"
-    if SECTION in text:
-        head, _, tail = text.partition(SECTION)
-        nxt = tail.find("\n## ")
-        text = head + section + (tail[nxt + 1 :] if nxt >= 0 else "")
-    else:
-        text = text.rstrip("\n") + "\n\n" + section
-    path.write_text(text)
 
 
 if __name__ == "__main__":

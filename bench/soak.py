@@ -28,8 +28,8 @@ import redis.asyncio as aioredis
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from common import long_pairs
-from e2e import RATED_FRACTION, capacity, relabel, warm_loop, write_section
+from common import long_pairs, write_section
+from e2e import RATED_FRACTION, capacity, relabel, warm_loop
 
 SECTION = "## Memory soak"
 SETTLE_S = 60.0
@@ -168,7 +168,7 @@ def _behind(result: dict[str, Any]) -> str:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--minutes", type=float, default=10.0)
-    ap.add_argument("--rate", type=float, default=None, help="pairs/s (default: 70 %% of burst)")
+    ap.add_argument("--rate", type=float, default=None, help="pairs/s (default: from a burst)")
     ap.add_argument("--sample-s", type=float, default=5.0)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--json", action="store_true", help="end with one JSON object")

@@ -26,7 +26,12 @@ from pathlib import Path
 from types import TracebackType
 
 from quantdrift.errors import StackError
-from quantdrift.stack.ports import free_port, process_start_token, stop_popen, tail
+from quantdrift.stack.ports import (
+    abandon_start,
+    free_port,
+    process_start_token,
+    stop_popen,
+)
 
 MEMORY_STORAGE = "memory://tansu/"
 _TOPIC_ALREADY_EXISTS = 36
@@ -184,14 +189,13 @@ class TansuBroker:
                     return ""
                 break
             time.sleep(0.05)
-        exited = proc.poll() is not None
-        stop_popen(proc, timeout=2.0)
-        why = (
-            f"exited with status {proc.returncode}"
-            if exited
-            else f"did not answer Metadata within {self.startup_timeout:.0f}s"
+        return abandon_start(
+            proc,
+            f"Tansu broker on {self.host}:{port}",
+            "Metadata",
+            self.startup_timeout,
+            self.log_path,
         )
-        return f"Tansu broker on {self.host}:{port} {why}; log tail:\n{tail(self.log_path)}"
 
     def stop(self, timeout: float = 5.0) -> None:
         """Terminate the broker (SIGKILL after ``timeout``); safe to call twice."""

@@ -136,3 +136,17 @@ def stop_popen(proc: subprocess.Popen[bytes], timeout: float = 5.0) -> None:
     except subprocess.TimeoutExpired:
         proc.kill()
         proc.wait(timeout=5.0)
+
+
+def abandon_start(
+    proc: subprocess.Popen[bytes], what: str, waited_for: str, timeout_s: float, log: Path | str
+) -> str:
+    """Stop a server that did not come up, and say why in one message with its log tail."""
+    exited = proc.poll() is not None
+    stop_popen(proc, timeout=2.0)
+    why = (
+        f"exited with status {proc.returncode}"
+        if exited
+        else f"did not answer {waited_for} within {timeout_s:.0f}s"
+    )
+    return f"{what} {why}; log tail:\n{tail(log)}"

@@ -21,7 +21,12 @@ from types import TracebackType
 from urllib.parse import urlsplit, urlunsplit
 
 from quantdrift.errors import StackError
-from quantdrift.stack.ports import free_port, process_start_token, stop_popen, tail
+from quantdrift.stack.ports import (
+    abandon_start,
+    free_port,
+    process_start_token,
+    stop_popen,
+)
 
 DEFAULT_PROBE_URL = "redis://127.0.0.1:6379"
 
@@ -170,14 +175,9 @@ def start_redis_server(
                     atexit.register(server.stop)
                 return server
             time.sleep(0.05)
-        exited = proc.poll() is not None
-        stop_popen(proc, timeout=2.0)
-        why = (
-            f"exited with status {proc.returncode}"
-            if exited
-            else f"did not answer PING within {startup_timeout:.0f}s"
+        failure = abandon_start(
+            proc, f"Redis server {binary} on {host}:{port}", "PING", startup_timeout, log_path
         )
-        failure = f"Redis server {binary} on {host}:{port} {why}; log tail:\n{tail(log_path)}"
     shutil.rmtree(data_dir, ignore_errors=True)
     raise StackError(failure)
 
