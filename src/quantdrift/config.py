@@ -7,8 +7,10 @@ their own and never depend on the machine they run on.
 
 from __future__ import annotations
 
+import ipaddress
 from pathlib import Path
 from typing import Literal
+from urllib.parse import urlsplit
 
 from pydantic import BaseModel, Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -61,6 +63,9 @@ class RedisSettings(BaseModel):
     ssl_ca_certs: Path | None = None
 
 
+DEV_KEY = "quantdrift-dev-key-change-me"
+
+
 class SigningSettings(BaseModel):
     """HMAC keys for RouteCommands, by key id, so keys rotate without downtime.
 
@@ -69,9 +74,11 @@ class SigningSettings(BaseModel):
     """
 
     active_key_id: str = "dev"
-    keys: dict[str, SecretStr] = Field(
-        default_factory=lambda: {"dev": SecretStr("quantdrift-dev-key-change-me")}
-    )
+    keys: dict[str, SecretStr] = Field(default_factory=lambda: {"dev": SecretStr(DEV_KEY)})
+    # A command older than this may only move users to the reference (replays of an
+    # old restore are refused); one issued further than the skew in the future is refused.
+    max_command_age_s: float = Field(default=300.0, gt=0)
+    max_clock_skew_s: float = Field(default=30.0, ge=0)
 
 
 class EmbeddingSettings(BaseModel):
@@ -108,7 +115,12 @@ class WorkerSettings(BaseModel):
     broker_session_timeout_s: float = 10.0
     broker_heartbeat_interval_s: float = 1.0
     max_text_chars: int = Field(default=200_000, ge=1)
-    dedupe_ttl_s: int = Field(default=7 * 24 * 3600, ge=60)
+    # pair_id dedupe window: redeliveries come from offsets folded but not yet
+    # committed, or a producer's retry, both seconds old; an hour bounds Redis to
+    # about one small key per pair of the last hour (measured in the README).
+    dedupe_ttl_s: int = Field(default=3600, ge=60)
+    # Test-only crash points (tests/faults): the worker SIGKILLs itself there.
+    failpoints: tuple[str, ...] = ()
 
 
 class Settings(BaseSettings):
@@ -125,3 +137,59 @@ class Settings(BaseSettings):
     worker: WorkerSettings = WorkerSettings()
     policy_file: Path | None = None
     hash_prompts: bool = False
+
+
+def _is_loopback(host: str) -> bool:
+    host = host.strip().strip("[]")
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def _bootstrap_hosts(servers: str) -> list[str]:
+    hosts = []
+    for entry in servers.split(","):
+        entry = entry.strip()
+        if "://" in entry:
+            entry = entry.split("://", 1)[1]
+        hosts.append(entry.rsplit(":", 1)[0] if entry.count(":") == 1 or "]" in entry else entry)
+    return hosts
+
+
+def require_safe_signing(settings: Settings, redis_url: str) -> None:
+    """Refuse to run with no signing key, or with the dev key beyond loopback.
+
+    The dev key is public (it is in this file): anyone could sign a rollback or a
+    restore with it. It is fine for the embedded stack on loopback and nowhere
+    else. Raises ConfigError with one line saying what to set.
+
+    >>> require_safe_signing(Settings(), "redis://127.0.0.1:6379/0")
+    >>> kafka = KafkaSettings(bootstrap_servers="kafka:9092")
+    >>> require_safe_signing(Settings(kafka=kafka), "redis://127.0.0.1:6379/0")
+    Traceback (most recent call last):
+    ...
+    quantdrift.errors.ConfigError: refusing to start: the built-in dev signing key ...
+    """
+    from quantdrift.errors import ConfigError
+
+    keys = settings.signing.keys
+    if not keys:
+        raise ConfigError(
+            "refusing to start: no command signing key (set QUANTDRIFT_SIGNING__KEYS "
+            "and QUANTDRIFT_SIGNING__ACTIVE_KEY_ID)"
+        )
+    uses_dev = any(v.get_secret_value() == DEV_KEY for v in keys.values())
+    if not uses_dev:
+        return
+    hosts = _bootstrap_hosts(settings.kafka.bootstrap_servers)
+    hosts.append(urlsplit(redis_url).hostname or "")
+    remote = [h for h in hosts if not _is_loopback(h)]
+    if remote:
+        raise ConfigError(
+            f"refusing to start: the built-in dev signing key is only for loopback, "
+            f"and {remote[0]} is not (set QUANTDRIFT_SIGNING__KEYS and "
+            "QUANTDRIFT_SIGNING__ACTIVE_KEY_ID to your own keys)"
+        )

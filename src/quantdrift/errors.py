@@ -5,6 +5,7 @@
   + SchemaError (also ValueError)
   + SignatureError
     - StaleCommand
+    - UnmappableCommand
   + BreakerStoreError
   + StackError
   + GatewayError
@@ -35,7 +36,13 @@ class SignatureError(QuantdriftError):
 
 
 class StaleCommand(SignatureError):
-    """A RouteCommand's epoch is not newer than the one already applied."""
+    """A RouteCommand's epoch is not newer than the one applied, or its issued_at is
+    outside the freshness window."""
+
+
+class UnmappableCommand(SignatureError):
+    """A valid RouteCommand names a target this gateway has no pool for: refused and
+    counted, never a 5xx."""
 
 
 class BreakerStoreError(QuantdriftError):

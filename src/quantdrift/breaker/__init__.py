@@ -2,14 +2,22 @@
 
 from quantdrift.breaker.machine import Decision, initial_state, judge, manual, tick
 from quantdrift.breaker.memory import MemoryBreaker, Trip
+from quantdrift.breaker.memory_store import MemoryBreakerStore
 from quantdrift.breaker.outbox import Outbox, build_outbox
 from quantdrift.breaker.policy import Policy, RoutePolicy, load_policy
+from quantdrift.breaker.protocol import BreakerStore, Claim, FoldResult
+from quantdrift.breaker.relay import OutboxRelay
 from quantdrift.breaker.state import RouteState, Transition, WorstPair
 
 __all__ = [
+    "BreakerStore",
+    "Claim",
     "Decision",
+    "FoldResult",
     "MemoryBreaker",
+    "MemoryBreakerStore",
     "Outbox",
+    "OutboxRelay",
     "Policy",
     "RoutePolicy",
     "RouteState",

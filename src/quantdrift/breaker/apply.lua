@@ -1,10 +1,12 @@
 -- One atomic breaker step: compare-and-set the route's state, mark the pair seen,
--- publish the latest command for gateways, and queue the outbox.
--- KEYS[1] state hash   KEYS[2] seen key ('' for none)   KEYS[3] command key
--- KEYS[4] outbox list  KEYS[5] routes set
+-- publish the latest signed command for gateways, and queue the outbox.
+-- Every key belongs to one route and carries its hash tag: one slot, Cluster-safe.
+-- KEYS[1] state hash (or noise floor hash)   KEYS[2] seen key ('' for none)
+-- KEYS[3] command key   KEYS[4] outbox list   KEYS[5] route stats hash
 -- ARGV[1] expected version  ARGV[2] new state JSON  ARGV[3] seen TTL (s)
--- ARGV[4] command JSON ('' for none)  ARGV[5] route  ARGV[6..] outbox items
+-- ARGV[4] signed command envelope ('' for none)  ARGV[5..] outbox items
 if KEYS[2] ~= '' and redis.call('EXISTS', KEYS[2]) == 1 then
+  redis.call('HINCRBY', KEYS[5], 'duplicates', 1)
   return {'dup', 0}
 end
 local version = tonumber(redis.call('HGET', KEYS[1], 'v') or '0')
@@ -18,8 +20,7 @@ end
 if ARGV[4] ~= '' then
   redis.call('SET', KEYS[3], ARGV[4])
 end
-for i = 6, #ARGV do
+for i = 5, #ARGV do
   redis.call('RPUSH', KEYS[4], ARGV[i])
 end
-redis.call('SADD', KEYS[5], ARGV[5])
 return {'ok', version + 1}

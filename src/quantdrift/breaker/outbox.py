@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import orjson
+
 from quantdrift.breaker.state import RouteState, Transition
 from quantdrift.schemas.alert import AlertEvent, Severity
 from quantdrift.schemas.command import RouteCommand
@@ -24,8 +26,32 @@ _SEVERITY: dict[tuple[str, str], Severity] = {
 
 @dataclass(frozen=True, slots=True)
 class Outbox:
+    """A transition's messages: the command, its signed envelope (what travels), the alert."""
+
     command: RouteCommand
+    sealed: bytes
     alert: AlertEvent
+
+    def items(self) -> tuple[bytes, ...]:
+        """The outbox list entries, in publication order: the command first."""
+        return (
+            orjson.dumps({"topic": "control", "value": self.sealed.decode()}),
+            orjson.dumps({"topic": "alerts", "value": self.alert.dumps().decode()}),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class OutboxItem:
+    """One queued message: ``topic`` is ``control`` or ``alerts``."""
+
+    topic: str
+    value: bytes
+    route: str
+
+    @classmethod
+    def parse(cls, raw: bytes | str, route: str) -> OutboxItem:
+        data = orjson.loads(raw)
+        return cls(data["topic"], data["value"].encode(), route)
 
 
 def build_outbox(
@@ -37,21 +63,20 @@ def build_outbox(
     source: str = "breaker",
 ) -> Outbox:
     percent = transition.evidence.get("percent") if transition.action == "canary" else None
-    command = signer.sign(
-        RouteCommand(
-            command_id=f"{route}#{state.epoch}",
-            route=route,
-            action=transition.action,
-            percent=percent,
-            target_precision=transition.target,
-            epoch=state.epoch,
-            state=state.state,
-            reason=transition.reason,
-            evidence=transition.evidence,
-            issued_at=now,
-            source="manual" if source == "manual" else "breaker",
-            locked=state.locked,
-        )
+    command = RouteCommand(
+        command_id=f"{route}#{state.epoch}",
+        route=route,
+        action=transition.action,
+        percent=percent,
+        target=transition.target,
+        target_precision=transition.target_precision,
+        epoch=state.epoch,
+        state=state.state,
+        reason=transition.reason,
+        evidence=transition.evidence,
+        issued_at=now,
+        source="manual" if source == "manual" else "breaker",
+        locked=state.locked,
     )
     severity = _SEVERITY.get((transition.from_state, transition.to_state), "P2")
     if transition.rule == "manual":
@@ -63,11 +88,11 @@ def build_outbox(
         kind=f"breaker.{transition.to_state}",
         summary=(
             f"{route}: {transition.from_state} -> {transition.to_state} "
-            f"({transition.action} to {transition.target}): {transition.reason}"
+            f"({transition.action} to the {transition.target}): {transition.reason}"
         ),
         evidence={**transition.evidence, "rule": transition.rule, "epoch": state.epoch},
         ts=now,
         dedupe_key=f"{route}:{transition.to_state}:{state.epoch}",
         epoch=state.epoch,
     )
-    return Outbox(command, alert)
+    return Outbox(command, signer.seal(command), alert)

@@ -6,22 +6,16 @@ workers (or a redelivered batch) racing on one transition: one wins, the other
 re-reads, finds the pair seen or folds onto the new state, so a transition
 bumps the epoch once and yields exactly one command and one alert.
 
-Keys (single-instance Redis or a primary with replicas; Redis Cluster would need
-hash tags, which the gateway's key format does not use yet):
-  {prefix}route:{R}:state     hash  v = version, s = RouteState JSON
-  {prefix}route:{R}:command   str   the latest signed RouteCommand (gateways poll it)
-  {prefix}route:{R}:outbox    list  commands and alerts still to publish
-  {prefix}route:{R}:outbox:owner  str  the worker publishing them now (expires)
-  {prefix}route:{R}:seen:ID   str   dedupe of pair ids (TTL)
-  {prefix}noise:{R}:MODE      hash  noise floor per decoding mode
-  {prefix}routes              set   every route seen
+The key layout is in ``schemas/keys.py`` (gateways read the command key too);
+every key of a route shares its hash tag, so each Lua step runs on one slot and
+the store works on Redis Cluster. The routes set is the one global key, and it
+is written outside the Lua steps.
 """
 
 from __future__ import annotations
 
-import json
+import uuid
 from collections.abc import Callable
-from dataclasses import dataclass
 from importlib import resources
 from typing import Any
 
@@ -30,32 +24,31 @@ import redis.asyncio as aioredis
 from redis.exceptions import RedisError
 
 from quantdrift.breaker.machine import Decision, manual, tick
-from quantdrift.breaker.outbox import Outbox, build_outbox
+from quantdrift.breaker.outbox import OutboxItem, build_outbox
 from quantdrift.breaker.policy import RoutePolicy
+from quantdrift.breaker.protocol import MAX_ATTEMPTS, Claim, FoldResult
 from quantdrift.breaker.state import RouteState, Transition
 from quantdrift.breaker.step import floor_key_suffix, fold
 from quantdrift.detectors.noise_floor import NoiseFloor, NoiseFloorState
 from quantdrift.errors import BreakerStoreError
-from quantdrift.schemas.command import RouteCommand
+from quantdrift.schemas.keys import route_key, routes_key
 from quantdrift.schemas.score import ScoreEvent
 from quantdrift.schemas.signing import CommandSigner
 
-_LUA = resources.files("quantdrift.breaker").joinpath("apply.lua").read_text()
-MAX_ATTEMPTS = 20
+_SCRIPTS = resources.files("quantdrift.breaker")
+_APPLY = _SCRIPTS.joinpath("apply.lua").read_text()
+_CLAIM = _SCRIPTS.joinpath("outbox_claim.lua").read_text()
+_ACK = _SCRIPTS.joinpath("outbox_ack.lua").read_text()
+_RELEASE = (
+    "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end "
+    "return 0"
+)
+# A redelivery comes from offsets folded but not yet committed (seconds), or from a
+# producer retrying a send (seconds); an hour covers both with a wide margin and
+# bounds Redis at ~one key per pair of the last hour.
+DEFAULT_SEEN_TTL_S = 3600
 
-
-@dataclass(frozen=True, slots=True)
-class FoldResult:
-    status: str  # "ok" | "dup"
-    state: RouteState | None = None
-    outbox: Outbox | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class OutboxItem:
-    topic: str  # "control" | "alerts"
-    value: bytes
-    route: str
+__all__ = ["Claim", "FoldResult", "OutboxItem", "RedisBreakerStore"]
 
 
 class RedisBreakerStore:
@@ -66,30 +59,31 @@ class RedisBreakerStore:
         client: aioredis.Redis,
         signer: CommandSigner,
         key_prefix: str = "qd:",
-        seen_ttl_s: int = 7 * 24 * 3600,
+        seen_ttl_s: int = DEFAULT_SEEN_TTL_S,
         noise_floor: NoiseFloor = NoiseFloor(),
+        failpoint: Callable[[str], None] | None = None,
     ) -> None:
         self._r = client
         self._signer = signer
         self._p = key_prefix
         self._ttl = seen_ttl_s
         self._floor = noise_floor
-        self._script = client.register_script(_LUA)
-        # Delete the claim only if it is still ours (it may have expired and moved on).
-        self._release_script = client.register_script(
-            "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end "
-            "return 0"
-        )
+        self._failpoint = failpoint or (lambda name: None)
+        self._script = client.register_script(_APPLY)
+        self._claim_script = client.register_script(_CLAIM)
+        self._ack_script = client.register_script(_ACK)
+        self._release_script = client.register_script(_RELEASE)
+        self._registered: set[str] = set()
 
     # -- keys -----------------------------------------------------------------
     def _k(self, route: str, what: str) -> str:
-        return f"{self._p}route:{route}:{what}"
+        return route_key(self._p, route, what)
 
     def command_key(self, route: str) -> str:
         return self._k(route, "command")
 
     def _floor_key(self, route: str, mode: str) -> str:
-        return f"{self._p}noise:{route}:{mode}"
+        return self._k(route, f"noise:{mode}")
 
     # -- reads ----------------------------------------------------------------
     async def read(self, route: str) -> tuple[RouteState, int]:
@@ -100,17 +94,26 @@ class RedisBreakerStore:
 
     async def routes(self) -> list[str]:
         try:
-            members = await self._r.smembers(f"{self._p}routes")
+            members = await self._r.smembers(routes_key(self._p))
         except RedisError as exc:
             raise BreakerStoreError(f"redis: {exc}") from exc
         return sorted(m.decode() if isinstance(m, bytes) else m for m in members)
 
-    async def latest_command(self, route: str) -> RouteCommand | None:
+    async def latest_command(self, route: str) -> bytes | None:
         try:
             raw = await self._r.get(self.command_key(route))
         except RedisError as exc:
             raise BreakerStoreError(f"redis: {exc}") from exc
-        return RouteCommand.parse(raw) if raw else None
+        if not raw:
+            return None
+        return raw if isinstance(raw, bytes) else str(raw).encode()
+
+    async def duplicates(self, route: str) -> int:
+        try:
+            raw = await self._r.hget(self._k(route, "stats"), "duplicates")
+        except RedisError as exc:
+            raise BreakerStoreError(f"redis: {exc}") from exc
+        return int(raw or 0)
 
     async def _read_both(
         self, route: str, mode: str
@@ -135,10 +138,25 @@ class RedisBreakerStore:
             raise BreakerStoreError(f"redis: {exc}") from exc
         return _decode(raw, build)
 
+    async def _register(self, route: str, force: bool = False) -> None:
+        """Add the route to the routes set (the clock ticks every route in it).
+
+        Once per process, and again at every transition, so a Redis that lost the
+        set gets it back by the next transition at the latest.
+        """
+        if route in self._registered and not force:
+            return
+        try:
+            await self._r.sadd(routes_key(self._p), route)
+        except RedisError as exc:
+            raise BreakerStoreError(f"redis: {exc}") from exc
+        self._registered.add(route)
+
     # -- writes ---------------------------------------------------------------
     async def fold(self, score: ScoreEvent, policy: RoutePolicy, now: float) -> FoldResult:
         """Fold one score exactly once (by pair_id), retrying on a lost race."""
         route = score.route
+        await self._register(route)
         seen = self._k(route, f"seen:{score.kind}:{score.pair_id}")
         mode = floor_key_suffix(score)
         for _ in range(MAX_ATTEMPTS):
@@ -183,6 +201,7 @@ class RedisBreakerStore:
         never loses its update or ours.
         """
         key = self._floor_key(route, mode)
+        await self._register(route)
         for _ in range(MAX_ATTEMPTS):
             floor, version = await self.read_floor(route, mode)
             state = floor if merge else self._floor.init()
@@ -204,6 +223,7 @@ class RedisBreakerStore:
     async def manual(
         self, route: str, action: str, policy: RoutePolicy, now: float, who: str = "cli"
     ) -> FoldResult:
+        await self._register(route)
         return await self._decide(
             route, lambda s: manual(policy, s, action, now, who), now, "manual"
         )
@@ -234,28 +254,25 @@ class RedisBreakerStore:
         source: str,
     ) -> FoldResult | None:
         outbox = None
-        items: tuple[bytes, ...] = ()
-        command_json = None
         if transition is not None:
             outbox = build_outbox(route, transition, new_state, self._signer, now, source)
-            command_json = outbox.command.dumps()
-            items = (
-                orjson.dumps({"topic": "control", "value": command_json.decode()}),
-                orjson.dumps({"topic": "alerts", "value": outbox.alert.dumps().decode()}),
-            )
+            self._failpoint("before_commit")
         status, _ = await self._apply(
             self._k(route, "state"),
             seen,
             version,
             orjson.dumps(new_state.to_json()),
             route,
-            command_json,
-            items,
+            outbox.sealed if outbox else None,
+            outbox.items() if outbox else (),
         )
         if status == "conflict":
             return None
         if status == "dup":
             return FoldResult("dup")
+        if outbox is not None:
+            self._failpoint("after_commit")
+            await self._register(route, force=True)
         return FoldResult("ok", new_state, outbox)
 
     async def _apply(
@@ -265,7 +282,7 @@ class RedisBreakerStore:
         version: int,
         body: bytes,
         route: str,
-        command_json: bytes | None,
+        command: bytes | None,
         items: tuple[bytes, ...],
     ) -> tuple[str, int]:
         keys = [
@@ -273,9 +290,9 @@ class RedisBreakerStore:
             seen,
             self.command_key(route),
             self._k(route, "outbox"),
-            f"{self._p}routes",
+            self._k(route, "stats"),
         ]
-        args: list[Any] = [version, body, self._ttl, command_json or b"", route, *items]
+        args: list[Any] = [version, body, self._ttl, command or b"", *items]
         try:
             status, v = await self._script(keys=keys, args=args)
         except RedisError as exc:
@@ -283,46 +300,45 @@ class RedisBreakerStore:
         return (status.decode() if isinstance(status, bytes) else status), int(v)
 
     # -- outbox ---------------------------------------------------------------
-    async def claim(self, route: str, owner: str, ttl_ms: int = 10_000) -> list[OutboxItem]:
-        """The outbox's items, for ``owner`` alone: [] when empty or another worker holds it.
+    async def claim(self, route: str, owner: str, ttl_ms: int = 10_000) -> Claim | None:
+        """The outbox's items for ``owner`` alone; None when empty or another holds it.
 
         Every worker's clock looks at every route, so without a claim two workers
         would publish the same transition's command twice. The claim expires after
         ``ttl_ms``: a worker that dies mid-flush leaves the items to the next one
         (at least once; gateways drop a repeated epoch, sinks a repeated dedupe key).
         """
+        token = f"{owner}:{uuid.uuid4().hex[:12]}"
         try:
-            if not await self._r.set(self._k(route, "outbox:owner"), owner, nx=True, px=ttl_ms):
-                return []
-            raw = await self._r.lrange(self._k(route, "outbox"), 0, -1)
-            if not raw:
-                await self._release(route, owner)
+            raw = await self._claim_script(
+                keys=[self._k(route, "outbox:owner"), self._k(route, "outbox")],
+                args=[token, ttl_ms],
+            )
         except RedisError as exc:
             raise BreakerStoreError(f"redis: {exc}") from exc
-        out = []
-        for item in raw:
-            data = json.loads(item)
-            out.append(OutboxItem(data["topic"], data["value"].encode(), route))
-        return out
+        if not raw:
+            return None
+        return Claim(route, token, tuple(OutboxItem.parse(item, route) for item in raw))
 
-    async def ack(self, route: str, count: int, owner: str) -> None:
-        """Drop the first ``count`` items once they are on their topics; end the claim."""
+    async def ack(self, claim: Claim, count: int | None = None) -> bool:
+        """Trim what the claim sent and end it, inside Lua, only while the claim holds."""
+        n = len(claim.items) if count is None else count
         try:
-            if count > 0:
-                await self._r.ltrim(self._k(route, "outbox"), count, -1)
-            await self._release(route, owner)
+            done = await self._ack_script(
+                keys=[self._k(claim.route, "outbox:owner"), self._k(claim.route, "outbox")],
+                args=[claim.token, n],
+            )
         except RedisError as exc:
             raise BreakerStoreError(f"redis: {exc}") from exc
+        return bool(done)
 
-    async def release(self, route: str, owner: str) -> None:
-        """End a claim without acknowledging (the send failed): the next flush retries."""
+    async def release(self, claim: Claim) -> None:
         try:
-            await self._release(route, owner)
+            await self._release_script(
+                keys=[self._k(claim.route, "outbox:owner")], args=[claim.token]
+            )
         except RedisError as exc:
             raise BreakerStoreError(f"redis: {exc}") from exc
-
-    async def _release(self, route: str, owner: str) -> None:
-        await self._release_script(keys=[self._k(route, "outbox:owner")], args=[owner])
 
 
 def _decode(raw: list[Any], build: Callable[[Any], Any]) -> tuple[Any, int]:

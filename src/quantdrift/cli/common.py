@@ -41,6 +41,14 @@ def redis_url(settings: Settings) -> str:
     return settings.redis.url or "redis://127.0.0.1:6379/0"
 
 
+def signing_settings(settings: Settings) -> Settings:
+    """Settings for a command that signs or obeys RouteCommands, checked for a safe key."""
+    from quantdrift.config import require_safe_signing
+
+    require_safe_signing(settings, redis_url(settings))
+    return settings
+
+
 def positive_int(text: str) -> int:
     """argparse type: a whole number >= 1, with a one-line reason otherwise."""
     try:

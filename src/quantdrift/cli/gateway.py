@@ -11,7 +11,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from quantdrift.cli.common import load_settings, redis_url, with_stack
+from quantdrift.cli.common import load_settings, redis_url, signing_settings, with_stack
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -32,10 +32,11 @@ def build_gateway(config_path: Path, *, control: bool = True):  # type: ignore[n
     from quantdrift.gateway.gateway_config import load_config
     from quantdrift.gateway.publisher import ShadowPublisher
     from quantdrift.gateway.server import DegradationPublisher, Gateway
+    from quantdrift.gateway.targets import resolver_for
     from quantdrift.schemas.signing import verifier_from_settings
 
     config = load_config(config_path)
-    settings = with_stack(load_settings())
+    settings = signing_settings(with_stack(load_settings()))
     publisher = ShadowPublisher(
         settings.kafka,
         config.shadow_sample_rate,
@@ -48,9 +49,14 @@ def build_gateway(config_path: Path, *, control: bool = True):  # type: ignore[n
         controller = RouteController(
             settings.kafka,
             redis_url(settings),
-            verifier_from_settings(settings.signing.keys),
+            verifier_from_settings(
+                settings.signing.keys,
+                settings.signing.max_command_age_s,
+                settings.signing.max_clock_skew_s,
+            ),
             key_prefix=settings.redis.key_prefix,
             routes=config.routes,
+            resolve=resolver_for(config),
         )
     return Gateway(
         config,

@@ -9,12 +9,16 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import getpass
 import json
 import os
 import time
 
-from quantdrift.cli.common import load_settings, redis_url, with_stack
+from aiokafka.errors import KafkaError
+
+from quantdrift.breaker.store import RedisBreakerStore
+from quantdrift.cli.common import load_settings, redis_url, signing_settings, with_stack
 from quantdrift.config import Settings
 from quantdrift.errors import BreakerStoreError
 
@@ -30,7 +34,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     if args.action != "status" and not args.route:
         raise SystemExit(f"quantdrift: error: route {args.action} needs --route")
-    settings = with_stack(load_settings())
+    settings = signing_settings(with_stack(load_settings()))
     return asyncio.run(_run(settings, args))
 
 
@@ -38,7 +42,6 @@ async def _run(settings: Settings, args: argparse.Namespace) -> int:
     import redis.asyncio as aioredis
 
     from quantdrift.breaker.policy import load_policy
-    from quantdrift.breaker.store import RedisBreakerStore
     from quantdrift.schemas.signing import signer_from_settings
 
     client = aioredis.Redis.from_url(redis_url(settings), socket_timeout=3)
@@ -91,26 +94,35 @@ async def _run(settings: Settings, args: argparse.Namespace) -> int:
         await client.aclose()
 
 
-async def _publish(settings: Settings, store, route: str) -> None:  # type: ignore[no-untyped-def]
-    """Send the outbox now; if Kafka is down the Redis key still steers gateways."""
+async def _publish(settings: Settings, store: RedisBreakerStore, route: str) -> None:
+    """Send the outbox now, through the same relay as the worker.
+
+    If Kafka is down the Redis route key still steers gateways, and the worker's
+    clock sends the queued command once the broker is back.
+    """
     from aiokafka import AIOKafkaProducer
 
+    from quantdrift.breaker.outbox import OutboxItem
+    from quantdrift.breaker.relay import OutboxRelay
     from quantdrift.gateway.kafka_config import producer_kwargs
 
-    owner = f"cli:{os.getpid()}"
-    items = await store.claim(route, owner)
-    if not items:
-        return
     producer = AIOKafkaProducer(**producer_kwargs(settings.kafka))
+    topics = settings.kafka.topics
+
+    async def send(item: OutboxItem) -> None:
+        topic = topics.control if item.topic == "control" else topics.alerts
+        await producer.send_and_wait(topic, key=route.encode(), value=item.value)
+
+    relay = OutboxRelay(store, send, owner=f"cli:{os.getpid()}")
     try:
         await asyncio.wait_for(producer.start(), timeout=10)
-        topics = settings.kafka.topics
-        for item in items:
-            topic = topics.control if item.topic == "control" else topics.alerts
-            await producer.send_and_wait(topic, key=route.encode(), value=item.value)
-        await store.ack(route, len(items), owner)
-    except (TimeoutError, OSError, Exception) as exc:
+    except (TimeoutError, OSError, KafkaError) as exc:
         print(f"warning: could not publish to Kafka ({exc!r}); the Redis route key is set")
-        await store.release(route, owner)
+        with contextlib.suppress(Exception):
+            await producer.stop()
+        return
+    try:
+        if await relay.flush(route) == 0 and relay.stats.send_failures:
+            print("warning: could not publish to Kafka; the Redis route key is set")
     finally:
         await producer.stop()

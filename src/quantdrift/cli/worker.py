@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from quantdrift.cli.common import load_settings, redis_url, with_stack
+from quantdrift.cli.common import load_settings, redis_url, signing_settings, with_stack
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -17,7 +17,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     from quantdrift.streams.worker import run_worker
 
-    settings = with_stack(load_settings())
+    settings = signing_settings(with_stack(load_settings()))
     if args.web_port is not None:
         if not 0 <= args.web_port <= 65535:
             raise SystemExit(f"quantdrift: error: --web-port {args.web_port} is not a port")

@@ -5,9 +5,12 @@ of ms) and are mirrored by the breaker into a Redis key per route
 (``{prefix}route:{route}:command``, the latest signed command), which the
 controller polls as a backstop: if the topic is unreachable, or a command was
 published while this gateway was down, the key still carries the route's
-current command. Both paths go through the same check: a known key signed
-it, and its epoch is newer than the one applied for that route. Bad bytes and
-refused commands are counted, never raised.
+current command. Both paths go through the same gate: the envelope's signature
+over the payload's exact bytes matches a known key, the epoch is newer than the
+one applied for that route, ``issued_at`` is within the freshness window (a
+stale command may only move users to the reference), and the target maps onto
+one of this gateway's pools (``targets.py``). Bad bytes and refused commands are
+counted by reason and logged, never raised: the route keeps what it served.
 """
 
 from __future__ import annotations
@@ -27,9 +30,11 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 from redis.exceptions import RedisError
 
 from quantdrift.config import KafkaSettings
-from quantdrift.errors import SchemaError, SignatureError, StaleCommand
+from quantdrift.errors import SchemaError, SignatureError, StaleCommand, UnmappableCommand
 from quantdrift.gateway.kafka_config import consumer_kwargs
 from quantdrift.schemas.command import Action, RouteCommand
+from quantdrift.schemas.keys import COMMAND_KEY_GLOB, route_of_command_key
+from quantdrift.schemas.keys import command_key as _command_key
 from quantdrift.schemas.signing import CommandVerifier
 
 log = logging.getLogger(__name__)
@@ -41,12 +46,16 @@ _GLOB_SPECIALS = "\\*?[]"
 
 def command_key(key_prefix: str, route: str) -> str:
     """The Redis key holding a route's latest signed command (written by the breaker)."""
-    return f"{key_prefix}route:{route}:command"
+    return _command_key(key_prefix, route)
 
 
 @dataclass(frozen=True, slots=True)
 class AppliedCommand:
-    """What the gateway does for a route now, and since when (monotonic seconds)."""
+    """What the gateway does for a route now, and since when (monotonic seconds).
+
+    ``target_precision`` is the pool the command's target maps to here (the role
+    itself when the controller has no resolver).
+    """
 
     target_precision: str
     epoch: int
@@ -89,6 +98,8 @@ class RouteController:
         scan_interval_s: float | None = None,
         redis_options: Mapping[str, Any] | None = None,
         clock: Callable[[], float] = time.monotonic,
+        wall_clock: Callable[[], float] = time.time,
+        resolve: Callable[[RouteCommand], str] | None = None,
     ) -> None:
         if poll_interval_s <= 0:
             raise ValueError(f"poll_interval_s must be > 0, got {poll_interval_s}")
@@ -104,6 +115,8 @@ class RouteController:
         self._scan_interval = 10 * poll_interval_s if scan_interval_s is None else scan_interval_s
         self.default_target = default_target
         self._clock = clock
+        self._wall_clock = wall_clock
+        self._resolve = resolve or (lambda command: command.target)
         self._targets: dict[str, AppliedCommand] = {}
         self._known: set[str] = set(routes)
         self._last_raw: dict[str, bytes] = {}
@@ -230,37 +243,47 @@ class RouteController:
     # -- the gate --------------------------------------------------------------
 
     async def handle(self, raw: bytes | str, source: str = "kafka") -> bool:
-        """Parse, verify and apply one command; True if applied. Never raises on bad input."""
+        """Open, verify and apply one signed envelope; True if applied.
+
+        Never raises on bad input: unreadable bytes, bad signatures, stale epochs,
+        old ``issued_at`` and unmappable targets are counted and logged.
+        """
         self.stats.received[source] = self.stats.received.get(source, 0) + 1
         try:
-            command = RouteCommand.parse(raw)
+            command = self.verifier.open(raw)
         except SchemaError as exc:
             self.stats.bad_messages += 1
             log.warning("unreadable control message from %s: %s", source, exc)
             return False
-        return await self.apply(command, source)
+        except SignatureError as exc:
+            log.warning("refused %s command: %s", source, exc)
+            return False
+        return await self._apply(command, source)
 
-    async def apply(self, command: RouteCommand, source: str = "direct") -> bool:
-        """Verify and apply a parsed command; True if applied, False if refused or a replay."""
+    async def _apply(self, command: RouteCommand, source: str) -> bool:
+        """Fence and apply a command whose signature was verified."""
         async with self._apply_lock:
             current = self._targets.get(command.route)
             last_epoch = current.epoch if current else 0
+            if current is not None and command.command_id == current.command.command_id:
+                # The same command seen again (topic redelivery, the Redis mirror of
+                # what the topic already brought): nothing to refuse, nothing to do.
+                self.stats.duplicates += 1
+                return False
             try:
-                self.verifier.verify_signature(command)
-                if current is not None and command.command_id == current.command.command_id:
-                    # The same command seen again (topic redelivery, the Redis mirror of
-                    # what the topic already brought): nothing to refuse, nothing to do.
-                    self.stats.duplicates += 1
-                    return False
-                self.verifier.verify(command, last_epoch)
+                self.verifier.check(command, last_epoch, self._wall_clock())
+                pool = self._resolve(command)
             except StaleCommand as exc:
                 log.info("ignored %s command: %s", source, exc)
                 return False
-            except SignatureError as exc:
-                log.warning("refused %s command: %s", source, exc)
+            except UnmappableCommand as exc:
+                self.verifier.refused["unmappable_target"] = (
+                    self.verifier.refused.get("unmappable_target", 0) + 1
+                )
+                log.error("refused %s command, route keeps its target: %s", source, exc)
                 return False
             applied = AppliedCommand(
-                target_precision=command.target_precision,
+                target_precision=pool,
                 epoch=command.epoch,
                 action=command.action,
                 locked=command.locked,
@@ -277,7 +300,7 @@ class RouteController:
                 "route %s: %s -> %s (epoch %d, via %s)",
                 command.route,
                 command.action,
-                command.target_precision,
+                pool,
                 command.epoch,
                 source,
             )
@@ -399,11 +422,11 @@ class RouteController:
             return
         if scan:
             prefix = "".join("\\" + c if c in _GLOB_SPECIALS else c for c in self._prefix)
-            head, tail = f"{self._prefix}route:", ":command"
-            async for key in redis.scan_iter(match=f"{prefix}route:*:command", count=500):
+            async for key in redis.scan_iter(match=f"{prefix}{COMMAND_KEY_GLOB}", count=500):
                 name = key.decode("utf-8", "replace") if isinstance(key, bytes) else str(key)
-                if name.startswith(head) and name.endswith(tail) and len(name) > len(head + tail):
-                    self._known.add(name[len(head) : -len(tail)])
+                found = route_of_command_key(self._prefix, name)
+                if found is not None:
+                    self._known.add(found)
         if not self._known:
             return
         routes = sorted(self._known)

@@ -2,7 +2,7 @@
 
 from quantdrift.schemas.alert import AlertEvent, Severity
 from quantdrift.schemas.base import SCHEMA_VERSION, Message
-from quantdrift.schemas.command import Action, RouteCommand
+from quantdrift.schemas.command import TARGETS, Action, RouteCommand, Target
 from quantdrift.schemas.dead_letter import DeadLetter
 from quantdrift.schemas.degradation import DegradationEvent
 from quantdrift.schemas.pair import ModelOutput, PairEvent, PairKind, RequestInfo
@@ -10,13 +10,15 @@ from quantdrift.schemas.score import Metrics, ScoreEvent, Verdict
 from quantdrift.schemas.signing import (
     CommandSigner,
     CommandVerifier,
-    canonical_body,
+    SignedCommand,
+    command_bytes,
     signer_from_settings,
     verifier_from_settings,
 )
 
 __all__ = [
     "SCHEMA_VERSION",
+    "TARGETS",
     "Action",
     "AlertEvent",
     "CommandSigner",
@@ -32,8 +34,10 @@ __all__ = [
     "RouteCommand",
     "ScoreEvent",
     "Severity",
+    "SignedCommand",
+    "Target",
     "Verdict",
-    "canonical_body",
+    "command_bytes",
     "signer_from_settings",
     "verifier_from_settings",
 ]

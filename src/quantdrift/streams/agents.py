@@ -8,7 +8,6 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import os
 import socket
@@ -21,11 +20,14 @@ from dataclasses import dataclass, field
 import faust
 import redis.asyncio as aioredis
 
+from quantdrift.breaker.outbox import OutboxItem
 from quantdrift.breaker.policy import Policy
+from quantdrift.breaker.relay import OutboxRelay
 from quantdrift.breaker.store import RedisBreakerStore
 from quantdrift.detectors import Embedder, FailureThresholds
 from quantdrift.detectors.embedders import score_with
 from quantdrift.errors import BreakerStoreError
+from quantdrift.failpoints import Failpoint, no_failpoint
 from quantdrift.schemas import DeadLetter, ScoreEvent
 from quantdrift.streams.app import Topics
 from quantdrift.streams.handlers import RawRecord, parse_batch, parse_score, to_scores
@@ -61,6 +63,7 @@ def attach_agents(
     batch_max: int,
     batch_within_s: float,
     clock: Callable[[], float] = time.time,
+    failpoint: Failpoint = no_failpoint,
 ) -> WorkerStats:
     stats = WorkerStats()
     # One thread for the embedder: torch releases the GIL, the event loop keeps
@@ -173,36 +176,21 @@ def attach_agents(
     flush_lock = asyncio.Lock()
     owner = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
 
+    async def send(item: OutboxItem) -> None:
+        """Return once the broker has the record: the relay trims only after that."""
+        topic = topics.control if item.topic == "control" else topics.alerts
+        delivered = await topic.send(key=item.route.encode(), value=item.value)
+        await delivered
+
+    def relay() -> OutboxRelay:
+        if "relay" not in holder:
+            holder["relay"] = OutboxRelay(store(), send, owner, failpoint=failpoint)
+        return holder["relay"]  # type: ignore[return-value]
+
     async def flush_outbox(route: str) -> None:
         """Publish what transitions queued; a failure leaves it for the clock to retry."""
         async with flush_lock:
-            try:
-                items = await store().claim(route, owner)
-            except BreakerStoreError as exc:
-                stats.store_errors += 1
-                log.warning("outbox of %s not flushed yet (%s)", route, exc)
-                return
-            if not items:
-                return
-            try:
-                delivered = [
-                    await (topics.control if item.topic == "control" else topics.alerts).send(
-                        key=route.encode(), value=item.value
-                    )
-                    for item in items
-                ]
-                # Trim the outbox only once the broker has the records: a crash between
-                # buffering and delivery must leave them to be sent again, not lost.
-                for future in delivered:
-                    await future
-                await store().ack(route, len(items), owner)
-            except BreakerStoreError as exc:
-                stats.store_errors += 1
-                log.warning("outbox of %s not acknowledged yet (%s)", route, exc)
-            except Exception as exc:
-                log.warning("outbox of %s not delivered yet (%r)", route, exc)
-                with contextlib.suppress(BreakerStoreError):
-                    await store().release(route, owner)
+            await relay().flush(route)
 
     @app.timer(interval=0.5)
     async def breaker_clock() -> None:
@@ -231,12 +219,14 @@ def _scores(pairs, metrics, by_route) -> list[ScoreEvent]:  # type: ignore[no-un
 
 
 def redis_store_factory(
-    url: str, signer, key_prefix: str, ttl: int
+    url: str, signer, key_prefix: str, ttl: int, failpoint: Failpoint = no_failpoint
 ) -> Callable[[], RedisBreakerStore]:  # type: ignore[no-untyped-def]
     def make() -> RedisBreakerStore:
         client = aioredis.Redis.from_url(
             url, socket_timeout=2.0, socket_connect_timeout=2.0, health_check_interval=5
         )
-        return RedisBreakerStore(client, signer, key_prefix=key_prefix, seen_ttl_s=ttl)
+        return RedisBreakerStore(
+            client, signer, key_prefix=key_prefix, seen_ttl_s=ttl, failpoint=failpoint
+        )
 
     return make

@@ -10,6 +10,7 @@ import faust
 from quantdrift.breaker.policy import Policy, load_policy
 from quantdrift.config import Settings
 from quantdrift.detectors import Embedder
+from quantdrift.failpoints import failpoints
 from quantdrift.schemas.signing import signer_from_settings
 from quantdrift.streams.agents import WorkerStats, attach_agents, redis_store_factory
 from quantdrift.streams.app import Topics, create_app
@@ -28,13 +29,19 @@ def build_worker_app(
     policy = policy if policy is not None else load_policy(settings.policy_file)
     app, topics = create_app(settings)
     signer = signer_from_settings(settings.signing.active_key_id, settings.signing.keys)
+    failpoint = failpoints(settings.worker.failpoints)
     stats = attach_agents(
         app,
         topics,
         policy=policy,
         store_factory=redis_store_factory(
-            redis_url, signer, settings.redis.key_prefix, settings.worker.dedupe_ttl_s
+            redis_url,
+            signer,
+            settings.redis.key_prefix,
+            settings.worker.dedupe_ttl_s,
+            failpoint,
         ),
+        failpoint=failpoint,
         embedder_factory=lambda: make_embedder(settings),
         batch_max=settings.worker.batch_max,
         batch_within_s=settings.worker.batch_within_s,

@@ -1,0 +1,133 @@
+"""The in-memory twin of the Redis store: same protocol, same fold, dicts instead of Lua.
+
+For tests of the relay and the agents without a Redis, and so the contract test
+(``tests/contract/test_breaker_store.py``) can hold both stores to one behaviour.
+Single-process only: "atomic" here means "no await inside a step".
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from quantdrift.breaker.machine import Decision, manual, tick
+from quantdrift.breaker.outbox import OutboxItem, build_outbox
+from quantdrift.breaker.policy import RoutePolicy
+from quantdrift.breaker.protocol import Claim, FoldResult
+from quantdrift.breaker.state import RouteState, Transition
+from quantdrift.breaker.step import floor_key_suffix, fold
+from quantdrift.detectors.noise_floor import NoiseFloor, NoiseFloorState
+from quantdrift.schemas.score import ScoreEvent
+from quantdrift.schemas.signing import CommandSigner
+
+
+@dataclass(slots=True)
+class _Owner:
+    token: str
+    expires_at: float
+
+
+@dataclass
+class MemoryBreakerStore:
+    """Routes' states, floors, outboxes and claims in dicts; ``clock`` drives claim expiry."""
+
+    signer: CommandSigner
+    noise_floor: NoiseFloor = field(default_factory=NoiseFloor)
+    clock: Callable[[], float] = time.monotonic
+    states: dict[str, RouteState] = field(default_factory=dict)
+    floors: dict[tuple[str, str], NoiseFloorState] = field(default_factory=dict)
+    commands: dict[str, bytes] = field(default_factory=dict)
+    outboxes: dict[str, list[bytes]] = field(default_factory=dict)
+    owners: dict[str, _Owner] = field(default_factory=dict)
+    seen: set[tuple[str, str, str]] = field(default_factory=set)
+    dups: dict[str, int] = field(default_factory=dict)
+
+    async def read(self, route: str) -> tuple[RouteState, int]:
+        return self.states.get(route, RouteState()), 0
+
+    async def routes(self) -> list[str]:
+        return sorted(self.states)
+
+    async def latest_command(self, route: str) -> bytes | None:
+        return self.commands.get(route)
+
+    async def duplicates(self, route: str) -> int:
+        return self.dups.get(route, 0)
+
+    async def fold(self, score: ScoreEvent, policy: RoutePolicy, now: float) -> FoldResult:
+        ident = (score.route, score.kind, score.pair_id)
+        if ident in self.seen:
+            self.dups[score.route] = self.dups.get(score.route, 0) + 1
+            return FoldResult("dup")
+        self.seen.add(ident)
+        key = (score.route, floor_key_suffix(score))
+        floor = self.floors.get(key, self.noise_floor.init())
+        state = self.states.get(score.route, RouteState())
+        folded = fold(policy, state, floor, score, now, self.noise_floor)
+        if folded.floor is not None:
+            self.floors[key] = folded.floor
+            return FoldResult("ok")
+        assert folded.route_state is not None
+        return self._commit(score.route, folded.route_state, folded.transition, now, "breaker")
+
+    async def tick(self, route: str, policy: RoutePolicy, now: float) -> FoldResult:
+        return self._decide(route, tick(policy, self.states.get(route, RouteState()), now), now)
+
+    async def manual(
+        self, route: str, action: str, policy: RoutePolicy, now: float, who: str = "cli"
+    ) -> FoldResult:
+        state = self.states.get(route, RouteState())
+        return self._decide(route, manual(policy, state, action, now, who), now, "manual")
+
+    def _decide(
+        self, route: str, decision: Decision, now: float, source: str = "breaker"
+    ) -> FoldResult:
+        if decision.transition is None and decision.state == self.states.get(route, RouteState()):
+            return FoldResult("ok", decision.state)
+        return self._commit(route, decision.state, decision.transition, now, source)
+
+    def _commit(
+        self,
+        route: str,
+        state: RouteState,
+        transition: Transition | None,
+        now: float,
+        source: str,
+    ) -> FoldResult:
+        self.states[route] = state
+        if transition is None:
+            return FoldResult("ok", state)
+        outbox = build_outbox(route, transition, state, self.signer, now, source)
+        self.commands[route] = outbox.sealed
+        self.outboxes.setdefault(route, []).extend(outbox.items())
+        return FoldResult("ok", state, outbox)
+
+    async def claim(self, route: str, owner: str, ttl_ms: int = 10_000) -> Claim | None:
+        held = self.owners.get(route)
+        if held is not None and held.expires_at > self.clock():
+            return None
+        items = self.outboxes.get(route, [])
+        if not items:
+            self.owners.pop(route, None)
+            return None
+        token = f"{owner}:{uuid.uuid4().hex[:12]}"
+        self.owners[route] = _Owner(token, self.clock() + ttl_ms / 1000)
+        return Claim(route, token, tuple(OutboxItem.parse(i, route) for i in items))
+
+    def _holds(self, claim: Claim) -> bool:
+        held = self.owners.get(claim.route)
+        return held is not None and held.token == claim.token and held.expires_at > self.clock()
+
+    async def ack(self, claim: Claim, count: int | None = None) -> bool:
+        if not self._holds(claim):
+            return False
+        n = len(claim.items) if count is None else count
+        del self.outboxes[claim.route][:n]
+        del self.owners[claim.route]
+        return True
+
+    async def release(self, claim: Claim) -> None:
+        if self._holds(claim):
+            del self.owners[claim.route]

@@ -1,0 +1,79 @@
+"""One ``BreakerStore`` protocol: the Redis store and its in-memory twin both keep it.
+
+The live worker, the console and replay decide alike because they run the same
+pure fold over the same protocol; ``tests/contract/test_breaker_store.py`` runs
+every check on both stores.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+
+from quantdrift.breaker.outbox import Outbox, OutboxItem
+from quantdrift.breaker.policy import RoutePolicy
+from quantdrift.breaker.state import RouteState
+from quantdrift.schemas.score import ScoreEvent
+
+MAX_ATTEMPTS = 20
+
+
+@dataclass(frozen=True, slots=True)
+class FoldResult:
+    """``status``: ``ok`` or ``dup`` (the pair was folded before); ``outbox`` on a transition."""
+
+    status: str
+    state: RouteState | None = None
+    outbox: Outbox | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Claim:
+    """The right to publish and trim a route's outbox, until ``ack`` or expiry.
+
+    ``token`` is unique per claim, so a worker whose claim expired cannot ack with it
+    even after it claims again.
+    """
+
+    route: str
+    token: str
+    items: tuple[OutboxItem, ...]
+
+
+class BreakerStore(Protocol):
+    """Per-route breaker state; every method is safe to race across workers."""
+
+    async def read(self, route: str) -> tuple[RouteState, int]: ...
+
+    async def routes(self) -> list[str]: ...
+
+    async def fold(self, score: ScoreEvent, policy: RoutePolicy, now: float) -> FoldResult: ...
+
+    async def tick(self, route: str, policy: RoutePolicy, now: float) -> FoldResult: ...
+
+    async def manual(
+        self, route: str, action: str, policy: RoutePolicy, now: float, who: str = "cli"
+    ) -> FoldResult: ...
+
+    async def latest_command(self, route: str) -> bytes | None:
+        """The route's latest signed command envelope, as gateways read it."""
+        ...
+
+    async def duplicates(self, route: str) -> int:
+        """How many folds of this route were refused as already seen (redeliveries)."""
+        ...
+
+    async def claim(self, route: str, owner: str, ttl_ms: int = 10_000) -> Claim | None:
+        """The outbox for ``owner`` alone; None when another holder has it, or it is empty."""
+        ...
+
+    async def ack(self, claim: Claim, count: int | None = None) -> bool:
+        """Trim the claim's first ``count`` items (all by default) and end it.
+
+        False, and nothing trimmed, when the claim is no longer held (fenced).
+        """
+        ...
+
+    async def release(self, claim: Claim) -> None:
+        """End a claim without trimming (the send failed): the next flush retries."""
+        ...

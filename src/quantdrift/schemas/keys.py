@@ -1,0 +1,49 @@
+"""The Redis key layout, in one place: a wire contract between the breaker and gateways.
+
+Every key of a route carries the route in a hash tag (``{route}``), so the
+breaker's one Lua step touches a single slot and runs on Redis Cluster. A
+gateway in another language reads ``route_key(prefix, route, "command")``.
+
+  {prefix}route:{R}:state           hash  v = version, s = RouteState JSON
+  {prefix}route:{R}:command         str   the latest SignedCommand envelope
+  {prefix}route:{R}:outbox          list  commands and alerts still to publish
+  {prefix}route:{R}:outbox:owner    str   the claim token of the publishing worker
+  {prefix}route:{R}:seen:KIND:ID    str   dedupe of pair ids (TTL)
+  {prefix}route:{R}:noise:MODE      hash  noise floor per decoding mode
+  {prefix}routes                    set   every route seen (outside any Lua step)
+"""
+
+from __future__ import annotations
+
+
+def route_key(prefix: str, route: str, what: str) -> str:
+    """``qd:route:{cs-agent/int4}:state`` for prefix ``qd:``.
+
+    >>> route_key("qd:", "cs-agent/int4", "command")
+    'qd:route:{cs-agent/int4}:command'
+    """
+    return f"{prefix}route:{{{route}}}:{what}"
+
+
+def command_key(prefix: str, route: str) -> str:
+    """Where a route's latest signed command lives (gateways poll it)."""
+    return route_key(prefix, route, "command")
+
+
+def routes_key(prefix: str) -> str:
+    return f"{prefix}routes"
+
+
+COMMAND_KEY_GLOB = "route:{*}:command"
+
+
+def route_of_command_key(prefix: str, key: str) -> str | None:
+    """The route named by a command key, or None if ``key`` is not one.
+
+    >>> route_of_command_key("qd:", "qd:route:{a/b}:command")
+    'a/b'
+    """
+    head, tail = f"{prefix}route:{{", "}:command"
+    if key.startswith(head) and key.endswith(tail) and len(key) > len(head) + len(tail):
+        return key[len(head) : -len(tail)]
+    return None
