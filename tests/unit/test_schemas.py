@@ -20,6 +20,7 @@ from quantdrift.schemas import (
     PairEvent,
     RouteCommand,
     ScoreEvent,
+    SignedCommand,
 )
 from quantdrift.schemas.export import MESSAGES, export_schemas
 
@@ -41,10 +42,12 @@ EXAMPLES = {
         command_id="r#1",
         route="r",
         action="rollback",
+        target="reference",
         target_precision="bf16",
         epoch=1,
         issued_at=2.0,
     ),
+    "SignedCommand": SignedCommand(key_id="k1", signature="ab" * 32, payload="{}"),
     "AlertEvent": AlertEvent(
         alert_id="r#1",
         severity="P1",
