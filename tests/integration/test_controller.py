@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 import uuid
 from collections.abc import AsyncIterator, Callable
@@ -11,6 +12,7 @@ import pytest
 import redis.asyncio as aioredis
 
 from quantdrift.config import KafkaSettings
+from quantdrift.errors import UnmappableCommand
 from quantdrift.gateway.controller import RouteController, command_key
 from quantdrift.schemas import CommandSigner, CommandVerifier, RouteCommand
 from quantdrift.stack import EmbeddedStack, create_topics, free_port
@@ -26,18 +28,41 @@ KEY = b"control-test-key"
 SIGNER = CommandSigner("k1", KEY)
 
 
-def command(route: str, epoch: int, action: str = "rollback", **extra: object) -> RouteCommand:
-    target = "bf16" if action == "rollback" else "int4"
+POOLS = {"candidate": "int4", "reference": "bf16"}
+
+
+def resolve(command: RouteCommand) -> str:
+    """What a gateway with pools int4 / bf16 does (gateway/targets.py for real configs)."""
+    if command.target_precision not in (None, POOLS[command.target]):
+        raise UnmappableCommand(f"{command.target_precision} is not {POOLS[command.target]}")
+    return POOLS[command.target]
+
+
+def unsigned(route: str, epoch: int, action: str = "rollback", **extra: object) -> RouteCommand:
+    target = "candidate" if action == "restore" else "reference"
     fields: dict[str, object] = {
         "command_id": f"{route}:{epoch}:{uuid.uuid4().hex[:6]}",
         "route": route,
         "action": action,
-        "target_precision": target,
+        "target": target,
         "epoch": epoch,
         "issued_at": time.time(),
         **extra,
     }
-    return SIGNER.sign(RouteCommand.model_validate(fields))
+    return RouteCommand.model_validate(fields)
+
+
+def command(route: str, epoch: int, action: str = "rollback", **extra: object) -> bytes:
+    """A signed envelope, as the breaker publishes it."""
+    return SIGNER.seal(unsigned(route, epoch, action, **extra))
+
+
+def tampered(raw: bytes, **changes: object) -> bytes:
+    envelope = json.loads(raw)
+    payload = json.loads(envelope["payload"])
+    payload.update(changes)
+    envelope["payload"] = json.dumps(payload)
+    return json.dumps(envelope).encode()
 
 
 def new_route() -> str:
@@ -81,6 +106,7 @@ async def test_applies_a_signed_command_and_calls_back(
         CommandVerifier({"k1": KEY}),
         key_prefix=redis_prefix,
         control_topic=control_topic,
+        resolve=resolve,
     )
     seen: list[tuple[str, int]] = []
     sync_seen: list[str] = []
@@ -97,7 +123,7 @@ async def test_applies_a_signed_command_and_calls_back(
         assert ctl.serving(route) == "candidate"
 
         sent_at = time.monotonic()
-        await produce(stack.bootstrap, control_topic, [(route.encode(), command(route, 1).dumps())])
+        await produce(stack.bootstrap, control_topic, [(route.encode(), command(route, 1))])
         applied = await ctl.wait_for(route, lambda c: c.epoch == 1, timeout=5.0)
 
         assert applied.action == "rollback"
@@ -110,7 +136,7 @@ async def test_applies_a_signed_command_and_calls_back(
         assert seen == [(route, 1)] and sync_seen == ["rollback"]
 
         restore = command(route, 2, "restore", locked=True)
-        await produce(stack.bootstrap, control_topic, [(route.encode(), restore.dumps())])
+        await produce(stack.bootstrap, control_topic, [(route.encode(), restore)])
         await ctl.wait_for(route, lambda c: c.action == "restore", timeout=5.0)
         assert ctl.target(route) == "int4" and ctl.state(route).locked  # type: ignore[union-attr]
         assert seen == [(route, 1), (route, 2)]
@@ -128,6 +154,7 @@ async def test_ignores_forged_replayed_and_stale_commands(
         verifier,
         key_prefix=redis_prefix,
         control_topic=control_topic,
+        resolve=resolve,
     )
     changes: list[int] = []
     ctl.on_change(lambda route, cmd: changes.append(cmd.epoch))
@@ -138,14 +165,16 @@ async def test_ignores_forged_replayed_and_stale_commands(
         bad = [
             b"\x00not json at all",
             b'{"route": "x"}',
-            first.dumps(),  # applied
-            first.dumps(),  # replay of the very same command: a duplicate
-            first.model_copy(update={"target_precision": "int2"}).dumps(),  # tampered
-            CommandSigner("k1", b"guessed").sign(command(route, 9)).dumps(),  # wrong key
-            CommandSigner("k7", KEY).sign(command(route, 9)).dumps(),  # unknown key id
-            command(route, 5, "restore").dumps(),  # another command, same epoch
-            command(route, 3, "restore").dumps(),  # older epoch
-            command(route, 5).model_copy(update={"signature": ""}).dumps(),  # unsigned
+            first,  # applied
+            first,  # replay of the very same command: a duplicate
+            tampered(first, target="candidate"),  # tampered
+            CommandSigner("k1", b"guessed").seal(unsigned(route, 9)),  # wrong key
+            CommandSigner("k7", KEY).seal(unsigned(route, 9)),  # unknown key id
+            command(route, 5, "restore"),  # another command, same epoch
+            command(route, 3, "restore"),  # older epoch
+            command(route, 7, "restore", issued_at=time.time() - 3600),  # an old restore
+            command(route, 7, target_precision="int8"),  # a pool this gateway maps elsewhere
+            json.dumps({**json.loads(command(route, 5)), "signature": ""}).encode(),  # unsigned
         ]
         # Same key -> same partition -> read in order, so once the sentinel is applied
         # every message before it has been judged.
@@ -153,17 +182,20 @@ async def test_ignores_forged_replayed_and_stale_commands(
         await produce(
             stack.bootstrap,
             control_topic,
-            [(route.encode(), raw) for raw in [*bad, sentinel.dumps()]],
+            [(route.encode(), raw) for raw in [*bad, sentinel]],
         )
         await ctl.wait_for(route, lambda c: c.epoch == 6, timeout=5.0)
 
         assert changes == [5, 6]
-        assert ctl.target(route) == "int4" and ctl.state(route).percent == 0.0  # type: ignore[union-attr]
+        assert ctl.target(route) == "bf16" and ctl.state(route).percent == 0.0  # type: ignore[union-attr]
         assert verifier.refused == {
             "bad_signature": 2,
             "unknown_key": 1,
             "stale_epoch": 2,
+            "stale_issued_at": 1,
+            "unmappable_target": 1,
             "unsigned": 1,
+            "unreadable": 2,
         }
         assert ctl.stats.bad_messages == 2
         assert ctl.stats.duplicates == 1
@@ -181,6 +213,7 @@ async def test_follows_the_redis_key_when_the_topic_is_unreachable(
         stack.redis_url,
         verifier,
         key_prefix=redis_prefix,
+        resolve=resolve,
         poll_interval_s=0.1,
         scan_interval_s=0.2,
     )
@@ -190,19 +223,19 @@ async def test_follows_the_redis_key_when_the_topic_is_unreachable(
     try:
         route = new_route()
         key = command_key(redis_prefix, route)
-        await redis_client.set(key, command(route, 1).dumps())  # found by SCAN
+        await redis_client.set(key, command(route, 1))  # found by SCAN
         await ctl.wait_for(route, lambda c: c.epoch == 1, timeout=5.0)
         assert ctl.target(route) == "bf16" and ctl.state(route).source == "redis"  # type: ignore[union-attr]
 
-        await redis_client.set(key, command(route, 2, "restore").dumps())  # known route
+        await redis_client.set(key, command(route, 2, "restore"))  # known route
         await ctl.wait_for(route, lambda c: c.epoch == 2, timeout=5.0)
         assert ctl.target(route) == "int4"
 
-        forged = CommandSigner("k1", b"guessed").sign(command(route, 3))
-        await redis_client.set(key, forged.dumps())
+        forged = CommandSigner("k1", b"guessed").seal(unsigned(route, 3))
+        await redis_client.set(key, forged)
         await wait_until(lambda: verifier.refused.get("bad_signature") == 1, timeout=5.0)
         assert ctl.epoch(route) == 2
-        await redis_client.set(key, command(route, 1).dumps())  # an old command
+        await redis_client.set(key, command(route, 1))  # an old command
         await wait_until(lambda: verifier.refused.get("stale_epoch") == 1, timeout=5.0)
         assert ctl.epoch(route) == 2 and ctl.target(route) == "int4"
 
@@ -226,10 +259,10 @@ async def test_start_reads_the_route_keys_before_returning(
     await produce(
         stack.bootstrap,
         control_topic,
-        [(route.encode(), c.dumps()) for c in history],
+        [(route.encode(), c) for c in history],
         linger_ms=50,  # one batch
     )
-    await redis_client.set(command_key(redis_prefix, route), history[-1].dumps())
+    await redis_client.set(command_key(redis_prefix, route), history[-1])
     verifier = CommandVerifier({"k1": KEY})
     ctl = RouteController(
         KafkaSettings(bootstrap_servers=stack.bootstrap),
@@ -237,6 +270,7 @@ async def test_start_reads_the_route_keys_before_returning(
         verifier,
         key_prefix=redis_prefix,
         control_topic=control_topic,
+        resolve=resolve,
     )
     changes: list[tuple[int, str]] = []
     ctl.on_change(lambda r, c: changes.append((c.epoch, ctl.state(r).source)))  # type: ignore[union-attr]
@@ -244,7 +278,7 @@ async def test_start_reads_the_route_keys_before_returning(
     try:
         assert ctl.epoch(route) == 4 and ctl.target(route) == "int4"
         assert await ctl.wait_kafka_ready(15.0)
-        await produce(stack.bootstrap, control_topic, [(route.encode(), command(route, 5).dumps())])
+        await produce(stack.bootstrap, control_topic, [(route.encode(), command(route, 5))])
         await ctl.wait_for(route, lambda c: c.epoch == 5, timeout=5.0)
         assert changes == [(4, "redis"), (5, "kafka")]
         # Whatever the broker re-delivered was dropped by the epoch or duplicate check.
@@ -263,13 +297,14 @@ async def test_keeps_following_the_topic_when_redis_is_down(
         f"redis://127.0.0.1:{free_port()}",
         CommandVerifier({"k1": KEY}),
         control_topic=control_topic,
+        resolve=resolve,
         poll_interval_s=0.05,
     )
     await started(ctl)
     try:
         route = new_route()
         ctl.watch(route)
-        await produce(stack.bootstrap, control_topic, [(route.encode(), command(route, 1).dumps())])
+        await produce(stack.bootstrap, control_topic, [(route.encode(), command(route, 1))])
         await ctl.wait_for(route, lambda c: c.epoch == 1, timeout=5.0)
         await wait_until(lambda: ctl.stats.redis_errors >= 2, timeout=5.0)
         assert ctl.target(route) == "bf16"
