@@ -9,6 +9,7 @@ Redis key the breaker mirrors), against commands signed by the worker's real key
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 import uuid
 
@@ -45,20 +46,28 @@ async def test_forged_replayed_stale_and_wrong_key_commands_are_refused(fault_wo
     signer = signer_from_settings(cfg.signing.active_key_id, cfg.signing.keys)
     verifier = verifier_from_settings(cfg.signing.keys)
 
-    def cmd(epoch: int, action: str = "rollback", **extra: object) -> RouteCommand:
-        return signer.sign(
-            RouteCommand.model_validate(
-                {
-                    "command_id": f"{route}#{epoch}",
-                    "route": route,
-                    "action": action,
-                    "target_precision": "bf16" if action == "rollback" else "int4",
-                    "epoch": epoch,
-                    "issued_at": time.time(),
-                    **extra,
-                }
-            )
+    def unsigned(epoch: int, action: str = "rollback", **extra: object) -> RouteCommand:
+        return RouteCommand.model_validate(
+            {
+                "command_id": f"{route}#{epoch}",
+                "route": route,
+                "action": action,
+                "target": "reference" if action == "rollback" else "candidate",
+                "epoch": epoch,
+                "issued_at": time.time(),
+                **extra,
+            }
         )
+
+    def cmd(epoch: int, action: str = "rollback", **extra: object) -> bytes:
+        return signer.seal(unsigned(epoch, action, **extra))
+
+    def tampered(raw: bytes) -> bytes:
+        envelope = json.loads(raw)
+        payload = json.loads(envelope["payload"])
+        payload["target"] = "candidate" if payload["target"] == "reference" else "reference"
+        envelope["payload"] = json.dumps(payload)
+        return json.dumps(envelope).encode()
 
     controller = RouteController(
         kafka,
@@ -76,31 +85,33 @@ async def test_forged_replayed_stale_and_wrong_key_commands_are_refused(fault_wo
         assert await controller.wait_kafka_ready(15)
         first, second = cmd(1), cmd(2, "restore")
         attacks = [
-            first.dumps(),  # genuine: applied
-            first.dumps(),  # the same bytes again: a duplicate, nothing to do
-            first.model_copy(update={"target_precision": "int2"}).dumps(),  # tampered: forged
-            CommandSigner(signer.key_id, b"guessed-key").sign(cmd(7)).dumps(),  # wrong key
-            CommandSigner("attacker", b"k").sign(cmd(7)).dumps(),  # unknown key id
-            cmd(7).model_copy(update={"signature": ""}).dumps(),  # unsigned
-            second.dumps(),  # genuine: applied
-            first.dumps(),  # replayed after a newer one: stale
-            cmd(2, "rollback", command_id="other").dumps(),  # genuinely signed, same epoch: stale
+            first,  # genuine: applied
+            first,  # the same bytes again: a duplicate, nothing to do
+            tampered(first),  # tampered: forged
+            CommandSigner(signer.key_id, b"guessed-key").seal(unsigned(7)),  # wrong key
+            CommandSigner("attacker", b"k").seal(unsigned(7)),  # unknown key id
+            json.dumps({**json.loads(cmd(7)), "signature": ""}).encode(),  # unsigned
+            second,  # genuine: applied
+            first,  # replayed after a newer one: stale
+            cmd(2, "rollback", command_id="other"),  # genuinely signed, same epoch: stale
+            cmd(3, "restore", issued_at=time.time() - 3600),  # an old restore: stale issued_at
         ]
         await send_pairs(
             kafka.bootstrap_servers, kafka.topics.control, [(route.encode(), a) for a in attacks]
         )
         await controller.wait_for(route, lambda c: c.epoch == 2, timeout=10)
-        await wait_until(lambda: verifier.refused.get("stale_epoch", 0) >= 2, timeout=10)
-        assert controller.target(route) == "int4" and controller.epoch(route) == 2
+        await wait_until(lambda: verifier.refused.get("stale_issued_at", 0) >= 1, timeout=10)
+        assert controller.target(route) == "candidate" and controller.epoch(route) == 2
 
         # The same attacks through the Redis key the gateway polls.
         key = command_key(cfg.redis.key_prefix, route)
-        await client.set(key, second.model_copy(update={"target_precision": "int2"}).dumps())
+        await client.set(key, tampered(second))
         await wait_until(lambda: verifier.refused.get("bad_signature", 0) >= 3, timeout=10)
-        await client.set(key, first.dumps())  # an old genuine command
+        await client.set(key, first)  # an old genuine command
         await wait_until(lambda: verifier.refused.get("stale_epoch", 0) >= 3, timeout=10)
-        assert controller.target(route) == "int4" and controller.epoch(route) == 2
+        assert controller.target(route) == "candidate" and controller.epoch(route) == 2
         assert verifier.refused == {
+            "stale_issued_at": 1,
             "bad_signature": 3,  # tampered and wrong key on the topic, tampered in Redis
             "unknown_key": 1,
             "unsigned": 1,

@@ -17,7 +17,8 @@ from aiokafka import AIOKafkaProducer
 from quantdrift.breaker.state import RouteState
 from quantdrift.config import KafkaSettings, RedisSettings, Settings, TopicNames, WorkerSettings
 from quantdrift.demo.workers import WorkerProcess
-from quantdrift.schemas import PairEvent, RouteCommand
+from quantdrift.schemas import PairEvent
+from quantdrift.schemas.signing import unverified_command
 from quantdrift.stack import EmbeddedStack
 from quantdrift.stack.broker import create_topics
 
@@ -162,4 +163,4 @@ async def records_for(
 
 
 def commands_on(records: list[Any]) -> list[tuple[str, int]]:
-    return [(c.action, c.epoch) for c in (RouteCommand.parse(r.value) for r in records)]
+    return [(c.action, c.epoch) for c in (unverified_command(r.value) for r in records)]

@@ -15,15 +15,21 @@ from typing import Any
 
 import httpx
 import pytest
+import redis.asyncio as aioredis
 import uvicorn
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, StreamingResponse
 
+from quantdrift.breaker.outbox import OutboxItem
+from quantdrift.breaker.policy import RoutePolicy
+from quantdrift.breaker.relay import OutboxRelay
+from quantdrift.breaker.store import RedisBreakerStore
 from quantdrift.config import KafkaSettings, TopicNames
 from quantdrift.gateway.controller import RouteController
 from quantdrift.gateway.gateway_config import GatewayConfig, parse_config
 from quantdrift.gateway.publisher import ShadowPublisher
 from quantdrift.gateway.server import DegradationPublisher, Gateway, create_app
+from quantdrift.gateway.targets import resolver_for
 from quantdrift.schemas import (
     CommandSigner,
     CommandVerifier,
@@ -548,17 +554,31 @@ async def test_a_dead_broker_never_fails_or_delays_users(scripted: Scripted) -> 
 # -- commands ----------------------------------------------------------------------------
 
 
-def _command(epoch: int, action: str, target: str, signer: CommandSigner, **kw: Any):
-    cmd = RouteCommand(
-        command_id=f"{ROUTE}:{epoch}:{uuid.uuid4().hex[:6]}",
-        route=ROUTE,
-        action=action,
-        target_precision=target,
-        epoch=epoch,
-        issued_at=time.time(),
-        **kw,
-    )
-    return signer.sign(cmd)
+class Console:
+    """The breaker's own path for commands: the Redis store and the outbox relay, as
+    ``quantdrift route`` and the worker use them (no hand-built commands)."""
+
+    def __init__(self, stack: EmbeddedStack, prefix: str, control: str, signer: CommandSigner):
+        self.client = aioredis.Redis.from_url(stack.redis_url)
+        self.store = RedisBreakerStore(self.client, signer, key_prefix=prefix)
+        self.bootstrap, self.control = stack.bootstrap, control
+        self.policy = RoutePolicy(cooldown_s=1.0)
+
+    async def publish(self) -> None:
+        async def send(item: OutboxItem) -> None:
+            if item.topic == "control":
+                await produce(self.bootstrap, self.control, [(ROUTE.encode(), item.value)])
+
+        assert await OutboxRelay(self.store, send, "test-console").flush(ROUTE) == 2
+
+    async def manual(self, action: str, now: float) -> None:
+        await self.store.manual(ROUTE, action, self.policy, now)
+        await self.publish()
+
+    async def tick(self, now: float) -> None:
+        result = await self.store.tick(ROUTE, self.policy, now)
+        assert result.outbox is not None
+        await self.publish()
 
 
 async def test_a_signed_rollback_moves_new_requests_within_a_second(
@@ -570,23 +590,22 @@ async def test_a_signed_rollback_moves_new_requests_within_a_second(
     kafka = KafkaSettings(
         bootstrap_servers=stack.bootstrap, topics=TopicNames(control=control, pairs=pairs_topic)
     )
+    config = make_config(scripted, GOOD, shadow_sample_rate=1.0)
     controller = RouteController(
         kafka,
         stack.redis_url,
         CommandVerifier({"k1": KEY}),
         key_prefix=redis_prefix,
         control_topic=control,
+        resolve=resolver_for(config),
     )
     publisher = ShadowPublisher(kafka, 1.0)
-    gw = Gateway(
-        make_config(scripted, GOOD, shadow_sample_rate=1.0),
-        controller=controller,
-        publisher=publisher,
-    )
-    signer = CommandSigner("k1", KEY)
+    gw = Gateway(config, controller=controller, publisher=publisher)
+    console = Console(stack, redis_prefix, control, CommandSigner("k1", KEY))
 
     async def serving_precision(client: httpx.AsyncClient) -> str:
         resp = await client.post("/v1/chat/completions", json=chat_body())
+        assert resp.status_code == 200, resp.text
         return resp.headers["x-quantdrift-precision"]
 
     async with serving(gw) as client:
@@ -594,37 +613,37 @@ async def test_a_signed_rollback_moves_new_requests_within_a_second(
         assert await serving_precision(client) == "int4"
 
         sent = time.monotonic()
-        await produce(
-            stack.bootstrap,
-            control,
-            [(ROUTE.encode(), _command(1, "rollback", "bf16", signer).dumps())],
-        )
+        now = time.time()
+        await console.manual("rollback", now)  # what `quantdrift route rollback` does
         while await serving_precision(client) != "bf16":
             assert time.monotonic() - sent < 5, "rollback never took effect"
         switched = time.monotonic() - sent
         print(f"\nrollback: publish -> first request on bf16 in {switched * 1000:.0f} ms")
         assert switched < 1.0
+        rollback_epoch = controller.epoch(ROUTE)
 
-        # A forged restore (wrong key) changes nothing.
-        forger = CommandSigner("k1", b"not-the-key")
-        await produce(
-            stack.bootstrap,
-            control,
-            [(ROUTE.encode(), _command(2, "restore", "int4", forger).dumps())],
+        # A forged restore (wrong key) changes nothing; forgeries are hand-made by nature.
+        forged = CommandSigner("k1", b"not-the-key").seal(
+            RouteCommand(
+                command_id="forged",
+                route=ROUTE,
+                action="restore",
+                target="candidate",
+                epoch=rollback_epoch + 10,
+                issued_at=time.time(),
+            )
         )
+        await produce(stack.bootstrap, control, [(ROUTE.encode(), forged)])
         async with asyncio.timeout(5):
             while not controller.verifier.refused.get("bad_signature"):
                 await asyncio.sleep(0.02)
         assert await serving_precision(client) == "bf16"
-        assert controller.epoch(ROUTE) == 1
+        assert controller.epoch(ROUTE) == rollback_epoch
 
-        # Half-open: users stay on the reference, the candidate runs in shadow.
-        await produce(
-            stack.bootstrap,
-            control,
-            [(ROUTE.encode(), _command(2, "canary", "bf16", signer, percent=0.0).dumps())],
-        )
-        await controller.wait_for(ROUTE, lambda c: c.epoch == 2, timeout=5)
+        # Released, the cool-down passes: half-open, from the breaker's own clock step.
+        await console.manual("release", now + 0.5)
+        await console.tick(now + 2.0)
+        await controller.wait_for(ROUTE, lambda c: c.action == "canary", timeout=5)
         resp = await client.post(
             "/v1/chat/completions", json=chat_body("probe"), headers={"X-Request-Id": "half-open-1"}
         )
@@ -639,3 +658,9 @@ async def test_a_signed_rollback_moves_new_requests_within_a_second(
         pair = PairEvent.parse(records[0].value)
         assert (pair.candidate.precision, pair.reference.precision) == ("int4", "bf16")
         assert (await client.get("/health")).json()["routes"][ROUTE]["mode"] == "half_open"
+
+        # A manual restore puts users back on the candidate.
+        await console.manual("restore", now + 3.0)
+        await controller.wait_for(ROUTE, lambda c: c.action == "restore", timeout=5)
+        assert await serving_precision(client) == "int4"
+    await console.client.aclose()

@@ -26,8 +26,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Literal, NoReturn
 
-import orjson
-
 from quantdrift.errors import SchemaError, SignatureError, StaleCommand
 from quantdrift.schemas.base import SCHEMA_VERSION, Message
 from quantdrift.schemas.command import RouteCommand
@@ -43,6 +41,10 @@ class SignedCommand(Message):
     key_id: str
     signature: str
     payload: str
+
+    def command(self) -> RouteCommand:
+        """The command inside, *unverified*: for tools that display, never for obeying."""
+        return RouteCommand.parse(self.payload)
 
 
 def command_bytes(command: RouteCommand) -> bytes:
@@ -129,9 +131,7 @@ class CommandVerifier:
                 StaleCommand,
             )
 
-    def refuse(
-        self, reason: str, message: str, kind: type[Exception] = SignatureError
-    ) -> NoReturn:
+    def refuse(self, reason: str, message: str, kind: type[Exception] = SignatureError) -> NoReturn:
         self.refused[reason] = self.refused.get(reason, 0) + 1
         raise kind(message)
 
@@ -154,9 +154,9 @@ def verifier_from_settings(
     return CommandVerifier({k: _raw(v) for k, v in keys.items()}, max_age_s, max_skew_s)
 
 
-def envelope_payload(raw: bytes) -> dict[str, object]:
-    """The command inside an envelope as a dict, without verifying (status pages, tools)."""
-    return dict(orjson.loads(SignedCommand.parse(raw).payload))
+def unverified_command(raw: bytes | str) -> RouteCommand:
+    """The command inside an envelope, without verifying (status pages, replay, tests)."""
+    return SignedCommand.parse(raw).command()
 
 
 def _raw(secret: object) -> bytes:
