@@ -1,13 +1,146 @@
-"""stub"""
+"""``switch-drill``: a real rollback and restore through the control topic, timed.
+
+The drill goes through exactly what on-call runs, ``quantdrift route
+rollback|restore|release`` (``cli.route._run``: the signed, epoch-bumping Redis
+step, then the outbox published to the control topic), and watches a real
+``RouteController`` (the gateway's) apply each command. A switch counts from
+the moment the command is issued to the moment the controller applied it.
+
+It leaves the route as it found it: it only runs on a route that is closed
+and unlocked (candidate serving, breaker in charge), and ends with restore +
+release. A route that is open or locked is skipped with the reason: drilling
+it would change what users see or override an operator's lock.
+"""
 
 from __future__ import annotations
 
+import argparse
+import contextlib
+import io
+import json
+import time
+from typing import Any
+
 from quantdrift.preflight.context import Context
-from quantdrift.preflight.report import Item, skipped
+from quantdrift.preflight.report import Item, failed, judged, skipped
 
 DRILL = "switch-drill"
-TITLE = "drill"
+TITLE = "Switch drill: rollback and restore applied by a RouteController in < 1 s each"
+
+
+async def _route(settings: Any, action: str, route: str) -> str:
+    """Run ``quantdrift route ACTION --route R`` in-process; its stdout, not ours."""
+    from quantdrift.cli.route import _run
+
+    buf = io.StringIO()
+    with contextlib.redirect_stdout(buf):
+        code = await _run(settings, argparse.Namespace(action=action, route=route, json=True))
+    if code != 0:
+        raise RuntimeError(f"route {action} exited {code}: {buf.getvalue().strip()}")
+    return buf.getvalue()
+
+
+async def route_status(settings: Any, route: str) -> dict[str, Any]:
+    rows = json.loads(await _route(settings, "status", route))
+    return dict(rows[0]) if rows else {}
+
+
+async def _switch(
+    settings: Any, controller: Any, route: str, action: str, timeout: float
+) -> dict[str, Any]:
+    before = controller.epoch(route)
+    t0 = time.monotonic()
+    out = await _route(settings, action, route)
+    issued = time.monotonic()
+    cmd = await controller.wait_for(
+        route, lambda c: c.epoch > before and c.action == action, timeout
+    )
+    applied = controller.applied_at(route)
+    applied_s = (applied - t0) if applied is not None else time.monotonic() - t0
+    return {
+        "action": action,
+        "epoch": cmd.epoch,
+        "apply_s": round(applied_s, 4),
+        "cli_s": round(issued - t0, 4),
+        "source": getattr(controller.state(route), "source", None),
+        "output": out.strip()[:200],
+    }
 
 
 async def switch_drill(ctx: Context) -> Item:
-    return skipped(DRILL, "x", "todo")
+    from quantdrift.gateway.controller import RouteController
+    from quantdrift.schemas.signing import verifier_from_settings
+
+    c = ctx.config.switch_drill
+    settings = ctx.settings
+    route = ctx.config.route
+    if settings is None or not route:
+        return skipped(DRILL, TITLE, "needs a route (--route) and Kafka/Redis settings")
+    before = await route_status(settings, route)
+    if before.get("state", "closed") != "closed" or before.get("locked"):
+        return skipped(
+            DRILL,
+            TITLE,
+            f"route {route} is {before.get('state')}"
+            f"{' and locked' if before.get('locked') else ''}: a drill would change "
+            "what users see; run it on a closed, unlocked route",
+            before=before,
+        )
+    controller = RouteController(
+        settings.kafka,
+        settings.redis.url or "redis://127.0.0.1:6379/0",
+        verifier_from_settings(settings.signing.keys),
+        key_prefix=settings.redis.key_prefix,
+        routes=[route],
+    )
+    rows: list[dict[str, Any]] = []
+    await controller.start()
+    try:
+        if not await controller.wait_kafka_ready(c.timeout_s):
+            ctx.progress(f"{DRILL}: control topic not followed yet; the Redis key is the backstop")
+        for action in ("rollback", "restore"):
+            ctx.progress(f"{DRILL}: {action} {route}")
+            try:
+                rows.append(await _switch(settings, controller, route, action, c.timeout_s))
+            except TimeoutError:
+                rows.append({"action": action, "apply_s": None})
+                break
+    finally:
+        try:
+            if (
+                rows
+                and rows[0].get("action") == "rollback"
+                and (len(rows) < 2 or rows[-1].get("apply_s") is None)
+            ):
+                await _route(settings, "restore", route)  # put the candidate back
+            await _route(settings, "release", route)
+            after = await route_status(settings, route)
+        finally:
+            await controller.stop()
+    times = [r["apply_s"] for r in rows]
+    if len(rows) < 2 or any(t is None for t in times):
+        return failed(
+            DRILL,
+            TITLE,
+            {"switches": rows},
+            {"max_apply_s": c.max_apply_s},
+            why=f"a command was not applied within {c.timeout_s:g}s",
+            before=before,
+            after=after,
+        )
+    restored = after.get("state") == before.get("state", "closed") and not after.get("locked")
+    ok = all(t < c.max_apply_s for t in times) and restored
+    why = f"rollback applied in {times[0] * 1000:.0f} ms, restore in {times[1] * 1000:.0f} ms" + (
+        "" if restored else f"; route left {after.get('state')} (was {before.get('state')})"
+    )
+    return judged(
+        DRILL,
+        TITLE,
+        ok,
+        {"rollback_s": times[0], "restore_s": times[1], "route_restored": restored},
+        {"max_apply_s": c.max_apply_s},
+        why=why,
+        switches=rows,
+        before=before,
+        after=after,
+    )
