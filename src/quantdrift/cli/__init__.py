@@ -28,6 +28,7 @@ COMMAND_MODULES = (
     "quantdrift.cli.replay",
     "quantdrift.cli.archive",
     "quantdrift.cli.alerts",
+    "quantdrift.cli.preflight",
 )
 
 

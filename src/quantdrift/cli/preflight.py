@@ -1,0 +1,183 @@
+"""``quantdrift preflight``: the launch checklist as one command, with vetoes and sign-off.
+
+* ``quantdrift preflight --config PREFLIGHT.yaml`` runs the checks, writes the
+  report (JSON) and its HTML page, prints progress on stderr, exits 1 on no-go;
+* ``quantdrift preflight --candidate URL --reference URL --only niah,perplexity --json``
+  works without a YAML;
+* ``quantdrift preflight sign REPORT --by NAME`` adds a signed approval;
+* ``quantdrift preflight verify REPORT`` passes only with ``go`` and two distinct signers.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+import time
+from pathlib import Path
+
+EXIT_NO_GO = 1
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("preflight", help="launch checklist: checks, go / no-go, sign-off")
+    p.add_argument("--config", type=Path, help="PREFLIGHT.yaml (see examples/preflight.yaml)")
+    p.add_argument("--candidate", help="candidate endpoint URL (OpenAI-compatible)")
+    p.add_argument("--reference", help="reference endpoint URL")
+    p.add_argument("--candidate-model", help="model name the candidate server expects")
+    p.add_argument("--reference-model", help="model name the reference server expects")
+    p.add_argument("--gateway-url", help="the gateway's URL (load)")
+    p.add_argument("--gateway-config", type=Path, help="the gateway's YAML (probes, shadow-link)")
+    p.add_argument("--route", help="the route being launched, e.g. cs-agent/int4")
+    p.add_argument("--checkpoint", type=Path, help="quantized checkpoint (safetensors dir or GGUF)")
+    p.add_argument(
+        "--niah-lengths", type=_lengths, help="comma-separated haystack lengths (tokens)"
+    )
+    p.add_argument("--only", type=_only, help="comma-separated check ids to run")
+    p.add_argument("--report", type=Path, help="where to write the JSON report")
+    p.add_argument("--html", type=Path, help="where to write the HTML page")
+    p.add_argument("--json", action="store_true", help="print the report as JSON on stdout")
+    p.add_argument("--quiet", action="store_true", help="no progress on stderr")
+    p.set_defaults(func=run)
+    ps = p.add_subparsers(dest="preflight_command", parser_class=type(p))
+    s = ps.add_parser("sign", help="add a signed approval to a go report")
+    s.add_argument("report", type=Path)
+    s.add_argument("--by", required=True, help="the approver's name")
+    s.set_defaults(func=sign)
+    v = ps.add_parser("verify", help="go and two distinct signers, or exit 1")
+    v.add_argument("report", type=Path)
+    v.add_argument("--required", type=_positive, default=2, help="signers needed (default 2)")
+    v.add_argument("--distinct-keys", action="store_true", help="signers must use distinct keys")
+    v.add_argument("--json", action="store_true", help="print the verification as JSON")
+    v.set_defaults(func=verify)
+
+
+def _only(text: str) -> list[str]:
+    from quantdrift.preflight.runner import CHECK_IDS
+
+    ids = [x.strip() for x in text.split(",") if x.strip()]
+    bad = [x for x in ids if x not in CHECK_IDS]
+    if bad or not ids:
+        raise argparse.ArgumentTypeError(
+            f"unknown check {', '.join(bad) or '(none)'}; choose from {', '.join(CHECK_IDS)}"
+        )
+    return ids
+
+
+def _lengths(text: str) -> list[int]:
+    try:
+        values = [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r}: use whole numbers, e.g. 256,1024") from None
+    if not values or any(v < 16 for v in values):
+        raise argparse.ArgumentTypeError(f"{text!r}: lengths must be >= 16 tokens")
+    return values
+
+
+def _positive(text: str) -> int:
+    from quantdrift.cli.common import positive_int
+
+    return positive_int(text)
+
+
+def build_config(args: argparse.Namespace):  # type: ignore[no-untyped-def]
+    """The YAML (if any) with the flags on top."""
+    from quantdrift.preflight import config as pconfig
+
+    cfg = pconfig.load(args.config) if args.config else pconfig.PreflightConfig()
+    update: dict[str, object] = {}
+    for side in ("candidate", "reference"):
+        url, model = getattr(args, side), getattr(args, f"{side}_model")
+        if url or model:
+            current = getattr(cfg, side)
+            if current is None and not url:
+                raise SystemExit(f"quantdrift: error: --{side}-model needs --{side}")
+            base = current.model_dump() if current else {}
+            update[side] = pconfig.EndpointConfig(
+                **{**base, **({"url": url} if url else {}), **({"model": model} if model else {})}
+            )
+    for flag in ("gateway_url", "gateway_config", "route", "report", "html"):
+        if getattr(args, flag) is not None:
+            update[flag] = getattr(args, flag)
+    if args.checkpoint is not None:
+        update["salient_weights"] = cfg.salient_weights.model_copy(
+            update={"checkpoint": args.checkpoint}
+        )
+    if args.niah_lengths:
+        update["niah"] = cfg.niah.model_copy(update={"lengths": args.niah_lengths})
+    return cfg.model_copy(update=update) if update else cfg
+
+
+def run(args: argparse.Namespace) -> int:
+    from quantdrift.cli.common import load_settings, with_stack
+    from quantdrift.preflight.context import Context
+    from quantdrift.preflight.html import render
+    from quantdrift.preflight.report import report_bytes, summary_lines
+    from quantdrift.preflight.runner import run as run_checks
+
+    cfg = build_config(args)
+
+    def progress(msg: str) -> None:
+        if not args.quiet:
+            sys.stderr.write(f"preflight: {msg}\n")
+            sys.stderr.flush()
+
+    ctx = Context(cfg, settings=with_stack(load_settings()), progress=progress)
+    report = asyncio.run(run_checks(ctx, args.only))
+    raw = report_bytes(report)
+    cfg.report.parent.mkdir(parents=True, exist_ok=True)
+    cfg.report.write_bytes(raw)
+    html_path = cfg.html or cfg.report.with_suffix(".html")
+    html_path.write_text(render(report), encoding="utf-8")
+    progress(f"report: {cfg.report}  page: {html_path}")
+    if args.json:
+        sys.stdout.write(raw.decode())
+    else:
+        print("\n".join(summary_lines(report)))
+    return 0 if report["verdict"] == "go" else EXIT_NO_GO
+
+
+def sign(args: argparse.Namespace) -> int:
+    from quantdrift.cli.common import load_settings
+    from quantdrift.preflight.signoff import sign_file
+
+    record = sign_file(args.report, args.by, load_settings().signing, time.time())
+    print(f"{args.report.name}: approved by {record['by']} (key {record['key_id']})")
+    return 0
+
+
+def verify(args: argparse.Namespace) -> int:
+    from quantdrift.cli.common import load_settings
+    from quantdrift.errors import ConfigError
+    from quantdrift.preflight.signoff import key_ring, read_approvals
+    from quantdrift.preflight.signoff import verify as verify_report
+
+    try:
+        raw = args.report.read_bytes()
+    except OSError as exc:
+        raise ConfigError(f"report {args.report}: {exc.strerror or exc}") from exc
+    _, keys = key_ring(load_settings().signing)
+    result = verify_report(
+        raw, read_approvals(args.report), keys, args.required, args.distinct_keys
+    )
+    if args.json:
+        print(
+            json.dumps(
+                {
+                    "ok": result.ok,
+                    "verdict": result.verdict,
+                    "signers": result.signers,
+                    "problems": result.problems,
+                }
+            )
+        )
+    else:
+        status = "verified" if result.ok else "NOT verified"
+        print(
+            f"{args.report.name}: {status}; verdict {result.verdict}; "
+            f"signers: {', '.join(result.signers) or 'none'}"
+        )
+        for p in result.problems:
+            print(f"  {p}")
+    return 0 if result.ok else 1
