@@ -48,6 +48,7 @@ from quantdrift.demo.workers import WorkerProcess
 from quantdrift.gateway.controller import RouteController
 from quantdrift.gateway.kafka_config import consumer_kwargs, producer_kwargs
 from quantdrift.schemas import PairEvent, RouteCommand
+from quantdrift.schemas.keys import route_key
 from quantdrift.schemas.signing import verifier_from_settings
 from quantdrift.stack import EmbeddedStack
 from quantdrift.stack.broker import create_topics
@@ -150,7 +151,7 @@ class Loop:
             while time.monotonic() < deadline:
                 pipe = client.pipeline(transaction=False)
                 for route in routes:
-                    pipe.hget(f"{prefix}route:{route}:state", "s")
+                    pipe.hget(route_key(prefix, route, "state"), "s")
                 raw = await pipe.execute()
                 seen = [RouteState.from_json(json.loads(r) if r else None).pairs_seen for r in raw]
                 if all(k >= n for k in seen):

@@ -18,6 +18,7 @@ from quantdrift.breaker.state import RouteState
 from quantdrift.config import KafkaSettings, RedisSettings, Settings, TopicNames, WorkerSettings
 from quantdrift.demo.workers import WorkerProcess
 from quantdrift.schemas import PairEvent
+from quantdrift.schemas.keys import route_key
 from quantdrift.schemas.signing import unverified_command
 from quantdrift.stack import EmbeddedStack
 from quantdrift.stack.broker import create_topics
@@ -113,7 +114,7 @@ async def send_pairs(
 async def route_state(redis_url: str, prefix: str, route: str) -> RouteState:
     client = aioredis.Redis.from_url(redis_url, socket_connect_timeout=1.0, socket_timeout=1.0)
     try:
-        raw = await client.hget(f"{prefix}route:{route}:state", "s")
+        raw = await client.hget(route_key(prefix, route, "state"), "s")
     finally:
         await client.aclose()
     return RouteState.from_json(orjson.loads(raw) if raw else None)

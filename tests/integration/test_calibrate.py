@@ -14,6 +14,7 @@ import redis
 from quantdrift.breaker.store import RedisBreakerStore
 from quantdrift.cli import main
 from quantdrift.schemas import ModelOutput, PairEvent, RequestInfo
+from quantdrift.schemas.keys import route_key
 from quantdrift.schemas.signing import CommandSigner
 
 pytestmark = pytest.mark.integration
@@ -65,12 +66,16 @@ def test_calibrate_seeds_floor_per_route_and_mode(  # type: ignore[no-untyped-de
     # The identical greedy pairs are dropped; greedy borrows the sampled floor.
     assert by_mode["greedy"]["seeded"] == 40 and "proxy" in by_mode["greedy"]["source"]
 
-    v, sampled = floor_hash(stack.redis_url, f"{redis_prefix}noise:cs-agent/int4:sampled")
+    v, sampled = floor_hash(
+        stack.redis_url, route_key(redis_prefix, "cs-agent/int4", "noise:sampled")
+    )
     assert v == 1 and len(sampled["rougeL"]) == 40 and "cosine" not in sampled
-    _, greedy = floor_hash(stack.redis_url, f"{redis_prefix}noise:cs-agent/int4:greedy")
+    _, greedy = floor_hash(
+        stack.redis_url, route_key(redis_prefix, "cs-agent/int4", "noise:greedy")
+    )
     assert greedy == sampled
     assert not redis.Redis.from_url(stack.redis_url).exists(
-        f"{redis_prefix}noise:lab/noise:sampled"
+        route_key(redis_prefix, "lab/noise", "noise:sampled")
     )
 
     # The store the worker uses reads the same floor.
@@ -91,13 +96,17 @@ def test_calibrate_seeds_floor_per_route_and_mode(  # type: ignore[no-untyped-de
     assert main([*base, "--route", "cs-agent/int4"]) == 0
     assert main([*base, "--route", "cs-agent/int4", "--merge"]) == 0
     capsys.readouterr()
-    v, sampled = floor_hash(stack.redis_url, f"{redis_prefix}noise:cs-agent/int4:sampled")
+    v, sampled = floor_hash(
+        stack.redis_url, route_key(redis_prefix, "cs-agent/int4", "noise:sampled")
+    )
     assert v == 3 and len(sampled["rougeL"]) == 80
 
     # Without --route, the file's own route.
     assert main(base) == 0
     assert "lab/noise" in capsys.readouterr().out
-    assert floor_hash(stack.redis_url, f"{redis_prefix}noise:lab/noise:sampled")[0] == 1
+    assert (
+        floor_hash(stack.redis_url, route_key(redis_prefix, "lab/noise", "noise:sampled"))[0] == 1
+    )
 
 
 def test_calibrate_rejects_a_file_without_noise_pairs(tmp_path: Path, capsys) -> None:  # type: ignore[no-untyped-def]

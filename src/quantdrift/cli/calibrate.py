@@ -3,7 +3,7 @@
 Seeds the noise floor in Redis, per route and decoding mode, from the file's
 ``noise`` pairs (reference vs reference): they are scored like the worker
 scores them, and each mode's floor is written with the breaker store's
-compare-and-set (the keys the worker reads, ``{prefix}noise:{route}:{mode}``).
+compare-and-set (the keys the worker reads, ``{prefix}route:{ROUTE}:noise:MODE``).
 
 Without ``--route`` each route calibrates from its own noise pairs; with
 ``--route R`` (repeatable) all the file's noise pairs calibrate R, e.g. the

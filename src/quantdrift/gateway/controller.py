@@ -2,7 +2,7 @@
 
 Two ways in, one gate. Commands arrive on the control topic (fast path, ~tens
 of ms) and are mirrored by the breaker into a Redis key per route
-(``{prefix}route:{route}:command``, the latest signed command), which the
+(``{prefix}route:{ROUTE}:command``, the latest signed envelope), which the
 controller polls as a backstop: if the topic is unreachable, or a command was
 published while this gateway was down, the key still carries the route's
 current command. Both paths go through the same gate: the envelope's signature
