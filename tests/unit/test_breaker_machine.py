@@ -26,6 +26,7 @@ def score(i: int, cosine: float, verdict: str = "ok", kind: str = "shadow") -> S
         route="r",
         kind=kind,
         ts=float(i),
+        decoding="greedy",  # unknown decoding counts as sampled
         metrics=Metrics(cosine=cosine),
         verdict=verdict,
         reasons=reasons,
@@ -106,7 +107,12 @@ def test_state_json_round_trip() -> None:
 
 def test_sequential_rule_trips_against_noise_floor_and_not_on_noise() -> None:
     policy = POLICY.model_copy(
-        update={"rules": ("sequential",), "min_noise_pairs": 20, "false_alarm_budget_pairs": 1000}
+        update={
+            "rules": ("sequential",),
+            "budget_split": {"sequential": 1.0},
+            "min_noise_pairs": 20,
+            "false_alarm_budget_pairs": 1000,
+        }
     )
     breaker = MemoryBreaker(Policy(default=policy), NoiseFloor(capacity=200))
     import random

@@ -9,7 +9,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from quantdrift.breaker import rules
 from quantdrift.breaker.policy import RoutePolicy
+from quantdrift.breaker.rules import signal_arl
 from quantdrift.breaker.state import BreakerState, RouteState, Transition, WorstPair
 from quantdrift.detectors.noise_floor import NoiseFloor, NoiseFloorState, metric_values
 from quantdrift.detectors.sequential import ECusum, ECusumState
@@ -95,20 +97,28 @@ def _closed(
     windowed = similarity if judged_by_similarity(policy, score) and tf is None else None
     entry = (windowed, score.verdict == "anomaly", tf)
     window = (*state.window, entry)[-policy.window_size :]
-    seq = ECusum(false_alarm_budget=policy.false_alarm_budget_pairs)
+    seq = ECusum(false_alarm_budget=signal_arl(policy, "sequential") or 2.0)
     seq_state = ECusumState(state.seq_n, state.seq_log_m)
     p = None
-    if floor is not None:
+    if floor is not None and "sequential" in policy.rules:
         p = noise_floor.p_value(floor, metric_values(score.metrics), policy.min_noise_pairs)
     seq_signal = None
     if p is not None:
         seq_state, seq_signal = seq.update(seq_state, p)
+    # The tolerance tests run from the first pair; min_pairs only holds the alarm
+    # back, and a crossing before it is kept in ``early`` (never discarded).
+    tests, crossed = dict(state.tests), list[rules.Fired]()
+    if "tolerance" in policy.rules:
+        tests, crossed = rules.step(policy, state.tests, score, floor)
+    early = state.early or (crossed[0].signal if crossed else "")
     state = state.evolve(
         consecutive_failures=consecutive,
         window=window,
         seq_n=seq_state.n,
         seq_log_m=seq_state.log_m,
         last_decision="ok" if not failing else score.verdict,
+        tests=tests,
+        early=early,
     )
     if state.pairs_seen < policy.min_pairs:
         return Decision(state)
@@ -121,6 +131,7 @@ def _closed(
     anomaly_rate = sum(1 for w in window if w[1]) / len(window)
     for rule in policy.rules:
         fired: tuple[str, dict[str, object]] | None = None
+        name: str = rule
         if rule == "consecutive" and consecutive >= policy.consecutive_failures:
             fired = (
                 f"{consecutive} consecutive failing pairs (K={policy.consecutive_failures})",
@@ -147,10 +158,20 @@ def _closed(
                     f"window anomaly rate {anomaly_rate:.1%} > {policy.window_anomaly_rate:.1%}",
                     {"anomaly_rate": round(anomaly_rate, 4), "window": len(window)},
                 )
+        elif rule == "tolerance" and (crossed or early):
+            first = crossed[0] if crossed else None
+            signal = first.signal if first else early
+            fired = (
+                first.reason if first else f"{signal}: crossed before min_pairs, kept",
+                {
+                    **(first.evidence if first else {"signal": signal, "early": True}),
+                    "tests": rules.summary(tests),
+                },
+            )
+            name = f"tolerance:{signal}"
         elif rule == "sequential" and seq_signal is not None and seq_signal.drift_detected:
             fired = (
-                f"e-CUSUM log M {seq_signal.statistic:.2f}"
-                f" >= log({policy.false_alarm_budget_pairs:g})",
+                f"e-CUSUM log M {seq_signal.statistic:.2f} >= {seq.threshold:.2f}",
                 {"log_m": round(seq_signal.statistic, 3), "threshold": round(seq.threshold, 3)},
             )
         if fired is not None:
@@ -159,7 +180,7 @@ def _closed(
             if floor is not None:
                 effects = noise_floor.effect_sizes(floor, metric_values(score.metrics))
             numbers = {**numbers, "decisive_pair_id": score.pair_id, "effect_sizes": effects}
-            return _trip(policy, state, rule, reason, numbers, now)
+            return _trip(policy, state, name, reason, numbers, now)
     return Decision(state)
 
 
@@ -309,7 +330,14 @@ def manual(
 
 def _reset_counters(state: RouteState) -> RouteState:
     return state.evolve(
-        consecutive_failures=0, window=(), seq_n=0, seq_log_m=0.0, half_open_passes=0, worst=()
+        consecutive_failures=0,
+        window=(),
+        seq_n=0,
+        seq_log_m=0.0,
+        half_open_passes=0,
+        worst=(),
+        tests={},
+        early="",
     )
 
 

@@ -16,12 +16,24 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from quantdrift.detectors.suite import FailureThresholds
 from quantdrift.errors import ConfigError
 
-Rule = Literal["consecutive", "window", "sequential"]
+Rule = Literal["tolerance", "consecutive", "window", "sequential"]
+# Where the route's one false-rollback budget goes: every anytime-valid test has a
+# share, and the shares add up to at most 1 (breaker/rules.py). The fixed rules
+# (consecutive, window) have no error control and no share: they exist for the
+# named comparison policies, not for the default.
+BudgetShare = Literal["hard", "outcomes", "tf_kl", "dissimilarity", "entropy", "sequential"]
+DEFAULT_SPLIT: dict[BudgetShare, float] = {
+    "hard": 0.3,
+    "outcomes": 0.2,
+    "tf_kl": 0.2,
+    "dissimilarity": 0.2,
+    "entropy": 0.1,
+}
 
 
 class RoutePolicy(BaseModel):
@@ -29,7 +41,9 @@ class RoutePolicy(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    rules: tuple[Rule, ...] = ("consecutive", "window", "sequential")
+    # The default is the tolerance rule alone: "is the candidate worse than the
+    # reference by more than δ?", one anytime-valid test per signal on one budget.
+    rules: tuple[Rule, ...] = ("tolerance",)
     # Seeds' rule: K consecutive failing pairs.
     consecutive_failures: int = Field(default=3, ge=1)
     similarity_threshold: float = Field(default=0.88, ge=-1, le=1)
@@ -58,8 +72,29 @@ class RoutePolicy(BaseModel):
     window_anomaly_rate: float = Field(default=0.10, ge=0, le=1)
     # No rule fires before this many shadow pairs: a quiet route cannot roll back a fleet.
     min_pairs: int = Field(default=20, ge=1)
-    # Sequential test: its threshold follows from the mean pairs between false alarms.
-    false_alarm_budget_pairs: float = Field(default=10_000, gt=1)
+    # The route's one false-rollback budget: the mean number of healthy shadow pairs
+    # between false rollbacks is at least this (a guaranteed lower bound, whatever the
+    # data, as long as the candidate is within tolerance). Split by ``budget_split``.
+    false_alarm_budget_pairs: float = Field(default=1e6, gt=1)
+    budget_split: dict[BudgetShare, float] = Field(default_factory=lambda: dict(DEFAULT_SPLIT))
+    # Tolerances δ: how much worse than the reference a route owner accepts.
+    # Paired task outcomes (JSON kept, loop-free, finished): failure-rate difference.
+    tolerance_outcomes: float = Field(default=0.05, ge=0, lt=1)
+    # Hard failures the reference does not show (loops, entropy collapse): a rate.
+    # Small, so that each one is strong evidence: int2 / int3 loop on most answers.
+    tolerance_hard: float = Field(default=0.02, gt=0, lt=1)
+    # Divergences above the floor's mean: nats of teacher-forced KL (clipped at
+    # tf_kl_clip), points of 1 - similarity, nats of |entropy shift| (clipped).
+    tolerance_tf_kl: float = Field(default=0.05, ge=0)
+    tolerance_dissimilarity: float = Field(default=0.05, ge=0, le=1)
+    tolerance_entropy: float = Field(default=0.15, ge=0)
+    # The clips bound what one pair can say (one wild pair is not a drift); a test
+    # of "mean <= m0" on x >= 0 needs no clip to be valid.
+    tf_kl_clip: float = Field(default=4.0, gt=0)
+    entropy_clip: float = Field(default=2.0, gt=0)
+    # A divergence's floor (blessed baseline, else noise pairs) needs this many
+    # values; its mean is taken two standard errors up, so a small one is cautious.
+    min_floor_pairs: int = Field(default=10, ge=2)
     min_noise_pairs: int = Field(default=30, ge=1)
     # Breaker timing.
     cooldown_s: float = Field(default=60.0, gt=0)
@@ -70,6 +105,15 @@ class RoutePolicy(BaseModel):
     candidate_precision: str = "candidate"
     reference_precision: str = "reference"
     worst_pairs_kept: int = Field(default=3, ge=0, le=20)
+
+    @model_validator(mode="after")
+    def _budget_adds_up(self) -> RoutePolicy:
+        total = sum(self.budget_split.values())
+        if any(v < 0 for v in self.budget_split.values()) or total > 1 + 1e-9:
+            raise ValueError(f"budget_split shares must be >= 0 and add up to <= 1, got {total}")
+        if "sequential" in self.rules and self.budget_split.get("sequential", 0) <= 0:
+            raise ValueError("rule 'sequential' needs a share: set budget_split.sequential")
+        return self
 
 
 def failure_thresholds(policy: RoutePolicy) -> FailureThresholds:

@@ -40,6 +40,11 @@ class RouteState:
     last_decision: str = ""
     last_similarity: float | None = None
     updated_at: float = 0.0
+    # The tolerance rule (breaker/rules.py): per signal, its e-detector's state
+    # (pairs, sum of x, log R per bet size); ``early`` names a signal whose test
+    # crossed before ``min_pairs``: that evidence is kept and trips at min_pairs.
+    tests: dict[str, tuple[float, ...]] = field(default_factory=dict)
+    early: str = ""
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -56,6 +61,9 @@ class RouteState:
             WorstPair(w["pair_id"], w["similarity"], tuple(w["reasons"]))
             for w in data.get("worst", ())
         )
+        data["tests"] = {
+            str(k): tuple(float(x) for x in v) for k, v in (data.get("tests") or {}).items()
+        }
         known = {f for f in cls.__dataclass_fields__}
         return cls(**{k: v for k, v in data.items() if k in known})
 

@@ -1,12 +1,25 @@
 """``quantdrift eval --healthy H.jsonl [--drifted D.jsonl] [--calibrate N.jsonl] ...``.
 
 Replays labelled PairEvent files through the judge in memory (no broker, no
-Redis, no side effects): every pair is scored once, then judged under four
-policies built from ``--policy`` (default: the built-in one): ``seeds`` (the
-seeds' K-consecutive rule with their thresholds), ``windowed``, ``sequential``
-and ``all`` (the policy's own rules). How the files are merged into per-route
-streams is documented in :mod:`quantdrift.evaluation.streams`; what is counted
-in :mod:`quantdrift.evaluation.runner`.
+Redis, no side effects): every distinct pair is scored once (metrics cached by
+content), then judged under named policies: ``default`` (the production default,
+or ``--policy`` as written), ``seeds`` (the seeds' K-consecutive rule with their
+thresholds), and on request ``windowed`` and ``sequential``.
+
+Two ways to run:
+
+* ``--streams K --length N --seed S``: K seeded streams of N healthy shadow pairs
+  resampled from ``--healthy``, each followed by ``--drift-length`` pairs
+  resampled from ``--drifted``; one JSON line per policy (``--json``) with
+  false rollbacks per 100k healthy pairs (and the 95 % upper bound), detection
+  delay median / p90 and missed streams (:mod:`quantdrift.evaluation.long`).
+* without ``--streams``: the files as they are, in file order (``--repeat`` to
+  replay the healthy part), per-route results (:mod:`quantdrift.evaluation.runner`).
+
+``--holdout`` keeps the lab's prompt split honest: streams use only the
+evaluation part of the prompts, floors and blessed baselines only the
+calibration part. ``--embedder`` builds exactly the scorer it names; its
+default is the scorer the worker uses (settings ``embedding.tier``).
 """
 
 from __future__ import annotations
@@ -18,16 +31,56 @@ from pathlib import Path
 
 from quantdrift.cli.common import positive_int
 
+POLICY_NAMES = ("default", "seeds", "windowed", "sequential")
+
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("eval", help="false rollbacks and detection delay per policy, offline")
     p.add_argument("--healthy", type=Path, required=True, help="PairEvent JSONL(.gz)")
     p.add_argument("--drifted", type=Path, default=None, help="PairEvent JSONL(.gz)")
-    p.add_argument("--calibrate", type=Path, default=None, help="noise pairs to seed the floor")
+    p.add_argument(
+        "--calibrate",
+        type=Path,
+        default=None,
+        help="noise pairs (and --blessed-label shadow pairs) that seed the floor",
+    )
     p.add_argument("--healthy-label", type=_labels, default=None, help="keep only these labels")
     p.add_argument("--drifted-label", type=_labels, default=None, help="keep only these labels")
+    p.add_argument(
+        "--blessed-label",
+        type=_labels,
+        default=None,
+        help="shadow pairs of --calibrate with these labels are the blessed baseline",
+    )
     p.add_argument("--policy", type=Path, default=None, help="YAML policy (default: built-in)")
-    p.add_argument("--embedder", choices=("minilm", "tiered", "static", "none"), default="minilm")
+    p.add_argument(
+        "--policies",
+        type=_policies,
+        default=("default", "seeds"),
+        help=f"comma-separated, from {', '.join(POLICY_NAMES)} (default: default,seeds)",
+    )
+    p.add_argument(
+        "--embedder",
+        choices=("minilm", "tiered", "static", "none"),
+        default=None,
+        help="the scorer to build (default: the worker's, settings embedding.tier)",
+    )
+    p.add_argument("--decoding", choices=("any", "greedy", "sampled"), default="any")
+    p.add_argument(
+        "--logprobs",
+        choices=("full", "no-teacher-forcing", "none"),
+        default="full",
+        help="strip the pairs to what a gateway without (teacher-forced) log-probs sends",
+    )
+    p.add_argument(
+        "--holdout",
+        action="store_true",
+        help="streams from the evaluation part of the prompts, floors from the calibration part",
+    )
+    p.add_argument("--streams", type=positive_int, default=None, help="K seeded long streams")
+    p.add_argument("--length", type=positive_int, default=5000, help="healthy pairs per stream")
+    p.add_argument("--drift-length", type=positive_int, default=200, help="drifted pairs/stream")
+    p.add_argument("--seed", type=int, default=0, help="seed of the resampling")
     p.add_argument("--repeat", type=positive_int, default=1, help="replay the healthy part N times")
     p.add_argument(
         "--noise-as-shadow",
@@ -46,6 +99,18 @@ def _labels(text: str) -> tuple[str, ...]:
     return names
 
 
+def _policies(text: str) -> tuple[str, ...]:
+    names = _labels(text)
+    bad = [n for n in names if n not in POLICY_NAMES]
+    if bad:
+        raise argparse.ArgumentTypeError(
+            f"unknown policy {', '.join(bad)}; choose from {', '.join(POLICY_NAMES)}"
+        )
+    if "default" not in names:
+        names = ("default", *names)  # the production default is always reported
+    return names
+
+
 def _fail(message: str) -> int:
     sys.stderr.write(f"quantdrift: error: {message}\n")
     return 2
@@ -58,17 +123,23 @@ def select(pairs: list, labels: tuple[str, ...] | None) -> list:  # type: ignore
     return [p for p in pairs if p.label in labels or p.candidate.precision in labels]
 
 
+def build_embedder(name: str | None):  # type: ignore[no-untyped-def]
+    """Exactly the scorer ``name`` names (None: the worker's), from the same factory."""
+    from quantdrift.cli.common import load_settings
+    from quantdrift.detectors.embedders import build_scorer
+
+    e = load_settings().embedding
+    if name is not None:
+        e = e.model_copy(update={"tier": name})
+    return build_scorer(e), e.tier
+
+
 def run(args: argparse.Namespace) -> int:
     from quantdrift.breaker.policy import load_policy
-    from quantdrift.cli.common import load_settings
     from quantdrift.demo.sources import read_pairs
-    from quantdrift.evaluation import (
-        ScoreCache,
-        build_plan,
-        evaluate,
-        format_table,
-        standard_policies,
-    )
+    from quantdrift.evaluation import ScoreCache, standard_policies
+    from quantdrift.evaluation.modes import select as pick
+    from quantdrift.evaluation.modes import strip
 
     for path in (args.healthy, args.drifted, args.calibrate, args.policy):
         if path is not None and not path.exists():
@@ -76,24 +147,33 @@ def run(args: argparse.Namespace) -> int:
     if args.pair_interval <= 0:
         return _fail(f"--pair-interval must be > 0, got {args.pair_interval}")
     policy = load_policy(args.policy)
-    healthy = select(read_pairs(args.healthy), args.healthy_label)
-    drifted = select(read_pairs(args.drifted), args.drifted_label) if args.drifted else []
-    calibrate = read_pairs(args.calibrate) if args.calibrate else []
+    policies = {k: v for k, v in standard_policies(policy).items() if k in args.policies}
+    part = "evaluation" if args.holdout else None
+
+    def load(path: Path | None, labels: tuple[str, ...] | None, part_: str | None) -> list:  # type: ignore[type-arg]
+        if path is None:
+            return []
+        pairs = pick(read_pairs(path), labels=labels, decoding=args.decoding, part=part_)  # type: ignore[arg-type]
+        return [strip(p, args.logprobs) for p in pairs]
+
+    healthy = load(args.healthy, args.healthy_label, part)
+    drifted = load(args.drifted, args.drifted_label, part)
+    cal_part = "calibration" if args.holdout else None
+    calibrate = load(args.calibrate, None, cal_part)
     if not healthy:
-        return _fail(f"{args.healthy}: no pairs (after --healthy-label)")
+        return _fail(f"{args.healthy}: no pairs (after --healthy-label / --decoding / --holdout)")
+    embedder, tier = build_embedder(args.embedder)
+    cache = ScoreCache(embedder)
+    if args.streams is not None:
+        return _run_long(args, healthy, drifted, calibrate, cache, policies, tier)
+    from quantdrift.evaluation import build_plan, evaluate, format_table
+
     plan = build_plan(
         healthy, drifted, calibrate, repeat=args.repeat, noise_as_shadow=args.noise_as_shadow
     )
     if not plan.streams:
         return _fail(f"{args.healthy}: no shadow pairs to judge (try --noise-as-shadow)")
-    embedder = None
-    if args.embedder == "minilm":
-        from quantdrift.detectors import SentenceTransformerEmbedder
-
-        e = load_settings().embedding
-        embedder = SentenceTransformerEmbedder(model=e.model, batch_size=e.batch_size, threads=1)
-    cache = ScoreCache(embedder)
-    results = evaluate(plan, cache, standard_policies(policy), pair_interval_s=args.pair_interval)
+    results = evaluate(plan, cache, policies, pair_interval_s=args.pair_interval)
     for note in plan.notes:
         sys.stderr.write(f"eval: {note}\n")
     if args.json:
@@ -104,6 +184,73 @@ def run(args: argparse.Namespace) -> int:
         rate = cache.pairs_per_s
         print(
             f"scoring: {cache.scored} pairs once, "
-            f"{'-' if rate is None else f'{rate:.0f}'} pairs/s ({args.embedder})"
+            f"{'-' if rate is None else f'{rate:.0f}'} pairs/s ({tier})"
+        )
+    return 0
+
+
+def _run_long(args, healthy, drifted, calibrate, cache, policies, tier) -> int:  # type: ignore[no-untyped-def]
+    from quantdrift.detectors.noise_floor import NoiseFloor
+    from quantdrift.evaluation.calibration import floor_seed
+    from quantdrift.evaluation.long import ROUTE, format_long, run_long
+
+    floor_pairs = [p for p in [*calibrate, *healthy, *drifted] if p.kind == "noise"]
+    blessed = [
+        p
+        for p in calibrate
+        if p.kind == "shadow"
+        and args.blessed_label is not None
+        and (p.label in args.blessed_label or p.candidate.precision in args.blessed_label)
+    ]
+    cache.fill([*floor_pairs, *blessed])
+    rp = policies["default"].for_route(ROUTE)
+    from quantdrift.evaluation import to_score
+
+    seed_rows, source = floor_seed(
+        [to_score(p, cache[p], rp, ROUTE) for p in floor_pairs],
+        rp.min_noise_pairs,
+        [to_score(p, cache[p], rp, ROUTE) for p in blessed],
+    )
+    nf = NoiseFloor()
+    floors = {}
+    for mode, rows in seed_rows.items():
+        state = nf.init()
+        for row in rows:
+            state = nf.update(state, row)
+        floors[mode] = state
+    shadow_h = [p for p in healthy if p.kind == "shadow"]
+    shadow_d = [p for p in drifted if p.kind == "shadow"]
+    if not shadow_h:
+        return _fail("no healthy shadow pairs to resample")
+    results = run_long(
+        shadow_h,
+        shadow_d,
+        floors,
+        cache,
+        policies,
+        streams=args.streams,
+        length=args.length,
+        seed=args.seed,
+        drift_length=args.drift_length,
+        pair_interval_s=args.pair_interval,
+        noise_floor=nf,
+        floor_source=source,
+    )
+    context: dict[str, object] = {
+        "embedder": tier,
+        "decoding": args.decoding,
+        "logprobs": args.logprobs,
+        "holdout": args.holdout,
+        "distinct_healthy": len(shadow_h),
+        "distinct_drifted": len(shadow_d),
+    }
+    if args.json:
+        for r in results:
+            print(json.dumps({**r.as_dict(), **context}))
+    else:
+        print(format_long(results))
+        print(
+            f"{len(shadow_h)} distinct healthy / {len(shadow_d)} drifted pairs; "
+            f"scoring: {cache.scored} pairs once ({tier}); floors: {source}"
         )
     return 0

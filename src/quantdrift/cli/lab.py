@@ -32,6 +32,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     g.add_argument("--out", type=Path, required=True, help="PAIRS.jsonl or PAIRS.jsonl.gz")
     g.add_argument("--prompts", type=_positive, default=None, help="first N prompts (max 40)")
+    g.add_argument(
+        "--first-prompt",
+        type=_non_negative,
+        default=0,
+        help="skip the first N prompts (extend a recorded set; ids and seeds stay absolute)",
+    )
     g.add_argument("--max-new-tokens", type=_positive, default=80)
     g.add_argument(
         "--decoding",
@@ -104,6 +110,9 @@ def generate(args: argparse.Namespace) -> int:
     if args.prompts is not None and args.prompts > len(PROMPTS):
         sys.stderr.write(f"quantdrift: error: --prompts must be <= {len(PROMPTS)}\n")
         return 2
+    if args.first_prompt >= (args.prompts or len(PROMPTS)):
+        sys.stderr.write("quantdrift: error: --first-prompt must be below --prompts\n")
+        return 2
     t0 = time.perf_counter()
     model, tokenizer = lab_model.load(threads=args.threads)
     load_s = time.perf_counter() - t0
@@ -116,6 +125,7 @@ def generate(args: argparse.Namespace) -> int:
         noise_pairs=args.noise_pairs,
         seed=args.seed,
         batch_size=args.batch_size,
+        first_prompt=args.first_prompt,
     )
     with open_sink(args.out) as sink:
         stats = run_lab(model, tokenizer, cfg, sink)

@@ -21,15 +21,22 @@ from quantdrift.schemas.score import Metrics
 
 # Direction of each metric that says "worse than the reference": lower or higher.
 LOWER_IS_WORSE = ("cosine", "rougeL", "rouge1", "bleu", "jaccard")
-HIGHER_IS_WORSE = ("kl", "flip_rate", "tf_gap", "tf_kl")
+HIGHER_IS_WORSE = ("kl", "flip_rate", "tf_gap", "tf_kl", "abs_entropy_shift")
 FLOOR_METRICS = LOWER_IS_WORSE + HIGHER_IS_WORSE
 
 
 def metric_values(metrics: Metrics) -> dict[str, float]:
-    """The floor's metrics that this pair has (None ones are left out)."""
+    """The floor's metrics that this pair has (None ones are left out).
+
+    ``abs_entropy_shift`` is |entropy_shift|: the tolerance rule asks how far the
+    candidate's uncertainty moved from the reference's, in either direction.
+    """
     out = {}
     for name in FLOOR_METRICS:
-        value = getattr(metrics, name, None)
+        if name == "abs_entropy_shift":
+            value = None if metrics.entropy_shift is None else abs(metrics.entropy_shift)
+        else:
+            value = getattr(metrics, name, None)
         if value is not None:
             out[name] = float(value)
     return out

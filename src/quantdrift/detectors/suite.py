@@ -78,7 +78,14 @@ def _metrics(
         reference_repetition_run=rep.repetition_run(ref_ids),
         reference_looping=rep.looping(ref_ids),
         reference_whitespace_run=rep.whitespace_run(reference.text),
+        finished=_finished(candidate.finish_reason),
+        reference_finished=_finished(reference.finish_reason),
     )
+
+
+def _finished(finish_reason: str | None) -> bool | None:
+    # Only "length" means cut off; "stop", "tool_calls", "content_filter" ended a turn.
+    return None if not finish_reason else finish_reason != "length"
 
 
 def score_pairs(
@@ -157,17 +164,18 @@ class FailureThresholds:
 DEFAULT_THRESHOLDS = FailureThresholds()
 
 
-def _anomalies(m: Metrics, t: FailureThresholds) -> list[str]:
+def hard_failures(m: Metrics, t: FailureThresholds = DEFAULT_THRESHOLDS) -> list[str]:
+    """Hard failures the reference does not show: a repetition loop, collapsed entropy,
+    runaway whitespace. These are what a broken quantization looks like (int2 / int3
+    loop on almost every answer), and the tolerance rule may trip on them fast.
+
+    Each is excused when the reference shows it too: then the prompt asked for it
+    ("repeat this ten times"), quantization did not cause it.
+    """
     reasons: list[str] = []
-    # Each degeneration signal is excused when the reference shows it too: then
-    # the prompt asked for it ("repeat this ten times"), quantization did not cause it.
-    if m.looping and not m.reference_looping:
-        reasons.append("looping tail")
     ref_run = m.reference_repetition_run or 0
     if m.repetition_run >= t.repetition_run and m.repetition_run > 2 * ref_run:
         reasons.append(f"repetition loop ({m.repetition_run}x)")
-    if m.json_ok is False and m.reference_json_ok is not False:
-        reasons.append(m.json_error or "json: broken contract")
     if (
         m.entropy_mean is not None
         and m.entropy_mean < t.entropy_floor
@@ -180,6 +188,15 @@ def _anomalies(m: Metrics, t: FailureThresholds) -> list[str]:
     if m.whitespace_run >= t.whitespace_run and ref_ws < t.whitespace_run:
         reasons.append(f"whitespace run {m.whitespace_run}")
     return reasons
+
+
+def _anomalies(m: Metrics, t: FailureThresholds) -> list[str]:
+    reasons: list[str] = []
+    if m.looping and not m.reference_looping:
+        reasons.append("looping tail")
+    if m.json_ok is False and m.reference_json_ok is not False:
+        reasons.append(m.json_error or "json: broken contract")
+    return reasons + hard_failures(m, t)
 
 
 def _drift(m: Metrics, t: FailureThresholds) -> str | None:

@@ -9,6 +9,7 @@ no broker, no Redis, no side effects.
 
 from quantdrift.evaluation.cache import ScoreCache, to_score
 from quantdrift.evaluation.calibration import floor_seed
+from quantdrift.evaluation.long import LongResult, format_long, poisson_upper95, run_long
 from quantdrift.evaluation.runner import (
     STANDARD_POLICIES,
     PolicyResult,
@@ -22,6 +23,7 @@ from quantdrift.evaluation.streams import EvalPlan, RouteStream, build_plan
 __all__ = [
     "STANDARD_POLICIES",
     "EvalPlan",
+    "LongResult",
     "PolicyResult",
     "RouteResult",
     "RouteStream",
@@ -29,7 +31,10 @@ __all__ = [
     "build_plan",
     "evaluate",
     "floor_seed",
+    "format_long",
     "format_table",
+    "poisson_upper95",
+    "run_long",
     "standard_policies",
     "to_score",
 ]

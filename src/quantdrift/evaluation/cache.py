@@ -8,9 +8,12 @@ ScoreEvent a worker would have produced under a given policy.
 
 from __future__ import annotations
 
+import hashlib
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+
+import orjson
 
 from quantdrift.breaker.policy import RoutePolicy, failure_thresholds
 from quantdrift.detectors import Embedder, FailureThresholds
@@ -31,31 +34,59 @@ def to_score(
     return score_event(pair, metrics, thresholds_for(policy), route)
 
 
+# What a pair's metrics depend on: everything but its identity, time and labels.
+_NOT_CONTENT = {"pair_id", "ts", "route", "label", "sample_rate", "schema_version"}
+
+
+def content_key(pair: PairEvent) -> str:
+    """A digest of what the metrics depend on: two pairs with the same outputs and
+    request share their metrics, whatever their id, route or timestamp."""
+    body = orjson.dumps(pair.model_dump(exclude=_NOT_CONTENT), option=orjson.OPT_SORT_KEYS)
+    return hashlib.blake2b(body, digest_size=16).hexdigest()
+
+
 @dataclass
 class ScoreCache:
-    """Metrics by object identity of the PairEvent, filled in batches of ``batch_size``."""
+    """Metrics by content (:func:`content_key`), filled in batches of ``batch_size``.
+
+    Resampled long streams and the same pair under another id or route cost no
+    extra scoring: only distinct contents reach the scorer.
+    """
 
     embedder: Embedder | None
     batch_size: int = 64
     seconds: float = 0.0
     scored: int = 0
-    _metrics: dict[int, Metrics] = field(default_factory=dict)
+    _metrics: dict[str, Metrics] = field(default_factory=dict)
+    _keys: dict[int, str] = field(default_factory=dict)
     _keep: list[PairEvent] = field(default_factory=list)
 
+    def _key(self, pair: PairEvent) -> str:
+        key = self._keys.get(id(pair))
+        if key is None:
+            key = self._keys[id(pair)] = content_key(pair)
+            self._keep.append(pair)  # ids stay valid while the pairs are alive
+        return key
+
     def fill(self, pairs: Sequence[PairEvent]) -> None:
-        """Score the pairs not scored yet, ``batch_size`` at a time (one embed call each)."""
-        todo = list({id(p): p for p in pairs if id(p) not in self._metrics}.values())
+        """Score the contents not scored yet, ``batch_size`` at a time (one embed call each)."""
+        todo: dict[str, PairEvent] = {}
+        for p in pairs:
+            key = self._key(p)
+            if key not in self._metrics:
+                todo.setdefault(key, p)
+        items = list(todo.items())
         t0 = time.perf_counter()
-        for start in range(0, len(todo), self.batch_size):
-            batch = todo[start : start + self.batch_size]
-            for pair, m in zip(batch, score_with(self.embedder, batch), strict=True):
-                self._metrics[id(pair)] = m
-        self._keep.extend(todo)  # ids stay valid while the pairs are alive
+        for start in range(0, len(items), self.batch_size):
+            batch = items[start : start + self.batch_size]
+            scored = score_with(self.embedder, [p for _, p in batch])
+            for (key, _), m in zip(batch, scored, strict=True):
+                self._metrics[key] = m
         self.seconds += time.perf_counter() - t0
-        self.scored += len(todo)
+        self.scored += len(items)
 
     def __getitem__(self, pair: PairEvent) -> Metrics:
-        return self._metrics[id(pair)]
+        return self._metrics[self._key(pair)]
 
     @property
     def pairs_per_s(self) -> float | None:

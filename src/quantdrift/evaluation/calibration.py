@@ -1,18 +1,19 @@
-"""The noise floor's seed values per decoding mode, from offline ``noise`` pairs.
+"""The noise floor's seed values per decoding mode: noise pairs and a blessed baseline.
 
 Shared by ``quantdrift calibrate`` (which writes them to Redis) and
 ``quantdrift eval`` (which seeds the in-memory breaker), so both start from
 the same floor.
 
-Greedy decoding is deterministic: two greedy reference runs give the same
-text, so a greedy reference-vs-reference pair is identical and says nothing
-about how much disagreement is normal. Identical noise pairs are therefore
-left out, and when a mode has fewer than ``min_pairs`` informative noise
-pairs, its floor is seeded from the *sampled* noise pairs instead (the
-lab's noise pairs are the reference against a second sampled reference). That
-proxy is conservative for greedy shadow pairs: two sampled runs of one model
-disagree more than the greedy runs of a healthy quantized model and its
-reference, so a greedy pair beyond the sampled floor is well beyond normal.
+* **Noise pairs** (``kind = noise``, reference vs reference) of each mode feed
+  that mode's floor, and only that mode's: a greedy floor is never built from
+  sampled pairs (two sampled runs disagree far more than a greedy candidate and
+  its reference, so a sampled floor would hide greedy drift). Identical noise
+  pairs (two greedy runs that agree token for token) say nothing about how much
+  disagreement is normal and are left out.
+* **Blessed pairs**: shadow pairs of a candidate the operator approved (a
+  baseline run). Their values go to the floor under ``blessed:<metric>``; the
+  tolerance rule uses them for a metric whose noise floor is degenerate (greedy
+  runs; teacher-forced KL of the reference against itself, ~1e-5 nats).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from quantdrift.detectors.noise_floor import metric_values
+from quantdrift.detectors.tolerance import BLESSED
 from quantdrift.schemas.score import ScoreEvent
 
 MODES = ("greedy", "sampled")
@@ -36,22 +38,26 @@ def identical(score: ScoreEvent) -> bool:
 
 
 def floor_seed(
-    scores: Iterable[ScoreEvent], min_pairs: int = 30
+    scores: Iterable[ScoreEvent],
+    min_pairs: int = 30,
+    blessed: Iterable[ScoreEvent] = (),
 ) -> tuple[dict[str, list[dict[str, float]]], dict[str, str]]:
-    """``({mode: [metric values per noise pair]}, {mode: where its values came from})``.
+    """``({mode: [metric values per pair]}, {mode: where its values came from})``.
 
-    Only ``kind == "noise"`` scores count. A mode with fewer than ``min_pairs``
-    informative (non-identical) pairs for greedy borrows the sampled values
-    when there are enough of those; otherwise each mode keeps what it has.
+    Only ``kind == "noise"`` scores of ``scores`` count, each in its own mode;
+    every score of ``blessed`` adds its values under ``blessed:`` keys to its
+    mode. ``min_pairs`` is only reported against (the judge decides per metric
+    whether a floor is informative enough to use).
 
     Examples
     --------
     >>> from quantdrift.schemas import Metrics
-    >>> s = lambda i, mode, c: ScoreEvent(pair_id=str(i), route="r", kind="noise", ts=0,
-    ...     decoding=mode, metrics=Metrics(cosine=c, first_divergence=0, candidate_tokens=3))
-    >>> seed, source = floor_seed([s(i, "sampled", 0.9) for i in range(3)], min_pairs=2)
-    >>> len(seed["greedy"]), source
-    (3, {'greedy': 'sampled noise pairs (greedy proxy)', 'sampled': 'sampled noise pairs'})
+    >>> s = lambda i, mode, c, kind="noise": ScoreEvent(pair_id=str(i), route="r", kind=kind,
+    ...     ts=0, decoding=mode, metrics=Metrics(cosine=c, first_divergence=0, candidate_tokens=3))
+    >>> seed, source = floor_seed([s(i, "sampled", 0.9) for i in range(3)], min_pairs=2,
+    ...     blessed=[s(9, "greedy", 0.97, "shadow")])
+    >>> seed["greedy"], source["greedy"]
+    ([{'blessed:cosine': 0.97}], 'no informative greedy noise pairs; 1 blessed pairs')
     """
     own: dict[str, list[dict[str, float]]] = {mode: [] for mode in MODES}
     for score in scores:
@@ -60,13 +66,20 @@ def floor_seed(
         values = metric_values(score.metrics)
         if values:
             own[score.decoding].append(values)
+    blessed_rows: dict[str, list[dict[str, float]]] = {mode: [] for mode in MODES}
+    for score in blessed:
+        values = metric_values(score.metrics)
+        if values:
+            blessed_rows[score.decoding].append({BLESSED + k: v for k, v in values.items()})
     seed: dict[str, list[dict[str, float]]] = {}
     source: dict[str, str] = {}
     for mode in MODES:
-        # Only greedy borrows: the sampled floor is the wider one, so greedy on it
-        # is conservative, while sampled pairs judged on a greedy floor would not be.
-        if mode == "greedy" and len(own[mode]) < min_pairs <= len(own["sampled"]):
-            seed[mode], source[mode] = own["sampled"], "sampled noise pairs (greedy proxy)"
-        else:
-            seed[mode], source[mode] = own[mode], f"{mode} noise pairs"
+        n, b = len(own[mode]), len(blessed_rows[mode])
+        noise = (
+            f"{n} {mode} noise pairs" + (f" (fewer than {min_pairs})" if 0 < n < min_pairs else "")
+            if n
+            else f"no informative {mode} noise pairs"
+        )
+        source[mode] = noise + (f"; {b} blessed pairs" if b else "")
+        seed[mode] = own[mode] + blessed_rows[mode]
     return seed, source

@@ -30,7 +30,7 @@ from quantdrift.evaluation.cache import ScoreCache, to_score
 from quantdrift.evaluation.calibration import floor_seed
 from quantdrift.evaluation.streams import EvalPlan, RouteStream
 
-STANDARD_POLICIES = ("seeds", "windowed", "sequential", "all")
+STANDARD_POLICIES = ("default", "seeds", "windowed", "sequential")
 
 # The seeds' rule exactly as the seeds set it: three strikes, cosine < 0.88,
 # entropy < 0.05 nats (a loop or a broken JSON contract also fails a pair), text
@@ -43,6 +43,10 @@ SEEDS_RULE = {
     "entropy_floor": 0.05,
     "fixed_rules_on_sampled": True,
 }
+# The pre-tolerance rules, each alone, for comparison (no error control: the window
+# has none, the rank e-CUSUM tests identity against the noise floor).
+WINDOWED_RULE = {"rules": ("window",)}
+SEQUENTIAL_RULE = {"rules": ("sequential",), "budget_split": {"sequential": 1.0}}
 
 
 def _with(policy: Policy, update: Mapping[str, Any]) -> Policy:
@@ -53,12 +57,13 @@ def _with(policy: Policy, update: Mapping[str, Any]) -> Policy:
 
 
 def standard_policies(base: Policy) -> dict[str, Policy]:
-    """seeds (the seeds' rule only), windowed, sequential, all (``base`` as it is)."""
+    """default (``base`` as it is: the production default unless a file says otherwise),
+    seeds (the seeds' rule only), windowed, sequential (each old rule alone)."""
     return {
+        "default": base,
         "seeds": _with(base, SEEDS_RULE),
-        "windowed": _with(base, {"rules": ("window",)}),
-        "sequential": _with(base, {"rules": ("sequential",)}),
-        "all": base,
+        "windowed": _with(base, WINDOWED_RULE),
+        "sequential": _with(base, SEQUENTIAL_RULE),
     }
 
 

@@ -261,6 +261,9 @@ class LabConfig:
     noise_pairs: int = 0
     seed: int = 0
     batch_size: int = 8
+    # Skip the first prompts: extend a recorded set with the rest of the prompts, with
+    # the same seeds and pair ids a full run would give them (indices stay absolute).
+    first_prompt: int = 0
 
 
 def _batched(
@@ -322,9 +325,10 @@ def run_lab(
     Returns timings: tokens/s per model run and pairs written.
     """
     specs = [variant(v) for v in cfg.variants]
-    prompts = list(PROMPTS[: cfg.prompts])
+    first = cfg.first_prompt
+    prompts = list(PROMPTS[first : cfg.prompts])
     encoded = [encode_chat(tokenizer, p.text) for p in prompts]
-    seeds = [_seed(cfg.seed, i) for i in range(len(prompts))]
+    seeds = [_seed(cfg.seed, first + i) for i in range(len(prompts))]
     stats: dict[str, Any] = {"tokens_per_s": {}, "pairs": {}}
 
     def timed(name: str, fn: Callable[[], list[Generation]]) -> list[Generation]:
@@ -362,7 +366,7 @@ def run_lab(
         rounds = -(-cfg.noise_pairs // len(prompts))
         for r in range(rounds):
             idx = list(range(len(prompts)))[: cfg.noise_pairs - r * len(prompts)]
-            seeds2 = [_seed(cfg.seed, i, r + 1) for i in range(len(prompts))]
+            seeds2 = [_seed(cfg.seed, first + i, r + 1) for i in range(len(prompts))]
             sub = [encoded[i] for i in idx]
             gens = timed(
                 f"noise/round{r + 1}",
@@ -372,7 +376,7 @@ def run_lab(
             write(
                 (
                     PairEvent(
-                        pair_id=pair_id("noise", "ref", i, "sampled", seeds[i], seeds2[i]),
+                        pair_id=pair_id("noise", "ref", first + i, "sampled", seeds[i], seeds2[i]),
                         ts=time.time(),
                         route="lab/noise",
                         kind="noise",
@@ -398,7 +402,7 @@ def run_lab(
             write(
                 (
                     PairEvent(
-                        pair_id=pair_id("shadow", spec.name, i, d, seeds[i]),
+                        pair_id=pair_id("shadow", spec.name, first + i, d, seeds[i]),
                         ts=time.time(),
                         route=f"lab/{spec.name}",
                         kind="shadow",

@@ -8,7 +8,9 @@ but irrelevant text with one fact hidden in the middle.
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass
+from typing import Literal
 
 
 @dataclass(frozen=True, slots=True)
@@ -212,3 +214,46 @@ def _interleave(prompts: tuple[Prompt, ...]) -> tuple[Prompt, ...]:
 
 
 PROMPTS: tuple[Prompt, ...] = _interleave(_BY_TASK)
+
+
+Part = Literal["calibration", "evaluation"]
+
+
+def _split(prompts: tuple[Prompt, ...]) -> dict[str, Part]:
+    """Within each task family, alternate prompts between the two parts, so both parts
+    hold every kind of task (JSON, needles, Chinese, ...)."""
+    seen: dict[str, int] = {}
+    parts: dict[str, Part] = {}
+    for p in prompts:
+        family = "zh" if p.task.endswith("-zh") else p.task
+        k = seen.get(family, 0)
+        seen[family] = k + 1
+        parts[p.text] = "calibration" if k % 2 == 0 else "evaluation"
+    return parts
+
+
+# Thresholds, floors and blessed baselines are fitted on the calibration part; the
+# README's decision figures come from the evaluation part (``quantdrift eval --holdout``).
+SPLIT: dict[str, Part] = _split(_BY_TASK)
+_BY_HASH: dict[str, Part] = {
+    hashlib.sha256(text.encode()).hexdigest()[:32]: part for text, part in SPLIT.items()
+}
+
+
+def part_of(prompt: str | None, prompt_hash: str | None = None) -> Part:
+    """The part a request's prompt belongs to: the lab's own split for its prompts, and a
+    stable hash split (by the digest's parity) for any other prompt.
+
+    >>> part_of(PROMPTS[0].text) in ("calibration", "evaluation")
+    True
+    >>> part_of(None, "sha256:00")
+    'evaluation'
+    """
+    if prompt is not None:
+        if prompt in SPLIT:
+            return SPLIT[prompt]
+        prompt_hash = hashlib.sha256(prompt.encode()).hexdigest()[:32]
+    if prompt_hash in _BY_HASH:
+        return _BY_HASH[prompt_hash]
+    digest = hashlib.sha256((prompt_hash or "").encode()).digest()
+    return "calibration" if digest[0] % 2 == 0 else "evaluation"

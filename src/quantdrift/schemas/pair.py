@@ -87,8 +87,13 @@ class RequestInfo(BaseModel):
 
     @property
     def decoding(self) -> Literal["greedy", "sampled"]:
-        """Greedy when temperature is 0 or unknown-but-absent; sampled otherwise."""
-        return "greedy" if not self.temperature else "sampled"
+        """Greedy only when the request said temperature 0; sampled otherwise.
+
+        Unknown (no temperature) counts as sampled, here and in the gateway:
+        OpenAI-style servers default to T = 1, and judging a sampled pair against
+        a greedy floor (or by absolute similarity) would call sampling noise drift.
+        """
+        return "greedy" if self.temperature == 0 else "sampled"
 
 
 class PairEvent(Message):

@@ -51,6 +51,10 @@ class Metrics(BaseModel):
     reference_repetition_run: int | None = None
     reference_looping: bool | None = None
     reference_whitespace_run: int | None = None
+    # Finished (not cut off at max_tokens) on each side; None when the gateway did not
+    # say (finish_reason absent). A paired task outcome: see detectors/tolerance.py.
+    finished: bool | None = None
+    reference_finished: bool | None = None
 
 
 class ScoreEvent(Message):
@@ -61,7 +65,8 @@ class ScoreEvent(Message):
     route: str
     kind: PairKind
     ts: float
-    decoding: Literal["greedy", "sampled"] = "greedy"
+    # Unknown decoding counts as sampled, as in RequestInfo.decoding.
+    decoding: Literal["greedy", "sampled"] = "sampled"
     candidate_precision: str = ""
     metrics: Metrics
     verdict: Verdict = "ok"

@@ -1,0 +1,153 @@
+"""The tolerance rule: every anytime-valid test of a route, on one false-rollback budget.
+
+Pure, called by :func:`quantdrift.breaker.machine.judge` for each shadow pair of a
+closed route. Per signal (see :mod:`quantdrift.detectors.tolerance`) it folds the
+pair into a :class:`~quantdrift.detectors.tolerance.BettingSR` e-detector whose
+run-length budget is the route's ``false_alarm_budget_pairs`` divided by the
+signal's share in ``budget_split``: the false-alarm rates of all signals add up to
+at most one per budget. A signal without evidence on this pair (no teacher-forced
+log-probs, no entropy, no trusted floor) abstains: its state does not move.
+
+Tests run from the first pair; ``min_pairs`` only holds the alarm back. A test
+that crosses its threshold before ``min_pairs`` is remembered (``early``) and
+trips the route at ``min_pairs``, even if later pairs pulled it back down.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from quantdrift.breaker.policy import RoutePolicy, failure_thresholds
+from quantdrift.detectors.noise_floor import NoiseFloorState
+from quantdrift.detectors.suite import hard_failures
+from quantdrift.detectors.tolerance import (
+    DIVERGENCES,
+    SIGNALS,
+    BettingSR,
+    BettingState,
+    divergence_x,
+    floor_mean,
+    floor_metric,
+    outcome_x,
+)
+from quantdrift.schemas.score import ScoreEvent
+
+
+@dataclass(frozen=True, slots=True)
+class Fired:
+    """A signal whose test crossed its threshold, with what explains it."""
+
+    signal: str
+    reason: str
+    evidence: dict[str, Any]
+
+
+def signal_arl(policy: RoutePolicy, signal: str) -> float | None:
+    """The signal's share of the route's budget as a mean run length (None: no share)."""
+    share = {str(k): v for k, v in policy.budget_split.items()}.get(signal, 0.0)
+    return policy.false_alarm_budget_pairs / share if share > 0 else None
+
+
+def null_mean(
+    policy: RoutePolicy, signal: str, score: ScoreEvent, floor: NoiseFloorState | None
+) -> tuple[float, str] | None:
+    """The mean x may have under the null "no worse than δ", and where it comes from."""
+    if signal == "outcomes":
+        return (1.0 + policy.tolerance_outcomes) / 2.0, "paired"
+    if signal == "hard":
+        return policy.tolerance_hard, "paired"
+    if floor is None:
+        return None
+    metric = floor_metric(score.metrics, signal)
+    assert metric is not None
+    clip, delta = _scale(policy, signal)
+    found = floor_mean(floor.values, metric, clip, policy.min_floor_pairs)
+    if found is None:
+        return None
+    mean, source = found
+    return min(1.0, mean + delta / clip), source
+
+
+def _scale(policy: RoutePolicy, signal: str) -> tuple[float, float]:
+    """(clip, δ) of a divergence in its own units (nats, or similarity points)."""
+    if signal == "tf_kl":
+        return policy.tf_kl_clip, policy.tolerance_tf_kl
+    if signal == "entropy":
+        return policy.entropy_clip, policy.tolerance_entropy
+    return 1.0, policy.tolerance_dissimilarity
+
+
+def observe(policy: RoutePolicy, signal: str, score: ScoreEvent) -> float | None:
+    """The pair's x in [0, 1] for ``signal``, None when the pair carries no evidence."""
+    m = score.metrics
+    if signal == "outcomes":
+        return outcome_x(m)
+    if signal == "hard":
+        return 1.0 if hard_failures(m, failure_thresholds(policy)) else 0.0
+    if signal == "tf_kl" and not policy.teacher_forced:
+        return None
+    clip, _ = _scale(policy, signal)
+    return divergence_x(m, signal, policy.tf_kl_clip, policy.entropy_clip) if clip else None
+
+
+def step(
+    policy: RoutePolicy,
+    tests: Mapping[str, tuple[float, ...]],
+    score: ScoreEvent,
+    floor: NoiseFloorState | None,
+) -> tuple[dict[str, tuple[float, ...]], list[Fired]]:
+    """Fold one shadow pair into every signal's test; the signals that crossed, in order."""
+    out = {k: tuple(v) for k, v in tests.items()}
+    fired: list[Fired] = []
+    for signal in SIGNALS:
+        arl = signal_arl(policy, signal)
+        if arl is None:
+            continue
+        x = observe(policy, signal, score)
+        if x is None:
+            continue
+        null = null_mean(policy, signal, score, floor)
+        if null is None:
+            continue
+        mean0, source = null
+        test = BettingSR(arl=arl)
+        state, signal_out = test.update(BettingState.from_json(out.get(signal)), x, mean0)
+        out[signal] = tuple(state.to_json())
+        if signal_out.drift_detected:
+            observed = state.mean if state.mean is not None else x
+            what = "divergence" if signal in DIVERGENCES else "rate"
+            fired.append(
+                Fired(
+                    signal,
+                    f"{signal}: mean {what} {observed:.3f} over {state.n} pairs exceeds the "
+                    f"tolerated {mean0:.3f} (log e {signal_out.statistic:.1f} >= "
+                    f"log {arl:.3g})",
+                    {
+                        "signal": signal,
+                        "pairs": state.n,
+                        "mean_x": round(observed, 4),
+                        "null_mean": round(mean0, 4),
+                        "null_from": source,
+                        "log_e": round(signal_out.statistic, 3),
+                        "threshold": round(signal_out.threshold, 3),
+                        "arl_pairs": arl,
+                    },
+                )
+            )
+    return out, fired
+
+
+def summary(tests: Mapping[str, tuple[float, ...]]) -> dict[str, dict[str, float]]:
+    """Per signal: pairs, mean x and the log e-statistic, for alerts and the status page."""
+    rows = {}
+    for signal, raw in tests.items():
+        state = BettingState.from_json(raw)
+        if state.n and state.log_r:
+            rows[signal] = {
+                "pairs": state.n,
+                "mean_x": round(state.total / state.n, 4),
+                "log_r_max": round(max(state.log_r), 3),
+            }
+    return rows

@@ -1,0 +1,247 @@
+"""Tolerance tests: "is the candidate worse than the reference by more than δ?".
+
+A test of *identity* ("the candidate behaves like the reference") eventually
+rolls back every healthy quantized model, because every one differs a little.
+The question a route owner asks is whether the candidate is worse by more than
+a tolerance δ they accept. Each signal here is one bounded number per pair,
+``x`` in [0, 1], whose mean under a healthy candidate is at most a known
+``null_mean`` (a floor's mean plus δ, or δ itself for paired outcomes):
+
+* **outcomes**: the paired task outcome (JSON contract kept, loop-free,
+  finished) as ``(1 + cand_failed - ref_failed) / 2``: concordant pairs give
+  1/2, so the reference's own failure rate cancels; null mean ``(1 + δ) / 2``
+  = "the candidate's failure rate exceeds the reference's by at most δ";
+* **hard**: a hard failure the reference does not show (entropy collapse, a
+  repetition loop, runaway whitespace), null mean δ = the tolerated rate;
+* **tf_kl**: teacher-forced divergence clipped to ``tf_kl_clip`` nats, scaled;
+* **dissimilarity**: 1 - cosine (1 - ROUGE-L without an embedder);
+* **entropy**: |entropy shift| clipped to ``entropy_clip`` nats, scaled.
+
+Each is tested by :class:`BettingSR`, an e-detector (Shin, Ramdas & Rinaldo,
+"E-detectors", 2022) built from betting e-values for a bounded mean
+(Waudby-Smith & Ramdas, "Estimating means of bounded random variables by
+betting", 2023): its mean run length to a false alarm is at least the
+``arl`` it is given, however often it is looked at. The route's one budget is
+split among the signals (``RoutePolicy.budget_split``): a signal with share
+``w`` gets ``arl = budget / w``, so the false-alarm rates add up to at most
+one per ``budget`` pairs.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from functools import lru_cache
+
+from quantdrift.detectors.sequential import Signal
+from quantdrift.schemas.score import Metrics
+
+SIGNALS = ("hard", "outcomes", "tf_kl", "dissimilarity", "entropy")
+DIVERGENCES = ("tf_kl", "dissimilarity", "entropy")
+
+# Below these spreads a floor says nothing (two greedy reference runs agree to the
+# last digit; two f32 runs of one model put tf_kl within +-1e-5 nats), so the floor
+# is not trusted and the blessed baseline, if any, stands in.
+RESOLUTION = {
+    "tf_kl": 1e-3,
+    "cosine": 1e-3,
+    "rougeL": 1e-2,
+    "abs_entropy_shift": 1e-3,
+}
+BLESSED = "blessed:"
+
+
+def _softplus(v: float) -> float:
+    """log(1 + e^v), stable for large |v|."""
+    return v + math.log1p(math.exp(-v)) if v > 0 else math.log1p(math.exp(v))
+
+
+def _log_mean_exp(values: Sequence[float]) -> float:
+    top = max(values)
+    if top == -math.inf:
+        return -math.inf
+    return top + math.log(sum(math.exp(v - top) for v in values) / len(values))
+
+
+@dataclass(frozen=True, slots=True)
+class BettingState:
+    """Pairs seen, the sum of x (for evidence), and log R per bet size."""
+
+    n: int = 0
+    total: float = 0.0
+    log_r: tuple[float, ...] = ()
+
+    def to_json(self) -> list[float]:
+        return [float(self.n), self.total, *self.log_r]
+
+    @classmethod
+    def from_json(cls, data: Sequence[float] | None) -> BettingState:
+        if not data or len(data) < 2:
+            return cls()
+        return cls(int(data[0]), float(data[1]), tuple(float(v) for v in data[2:]))
+
+    @property
+    def mean(self) -> float | None:
+        return self.total / self.n if self.n else None
+
+
+@dataclass(frozen=True, slots=True)
+class BettingSR:
+    """Shiryaev-Roberts e-detector on betting e-values, H0: E[x | past] <= null_mean.
+
+    Each pair brings, for every bet size ``lam = f / null_mean`` (``f`` in
+    ``fractions``), the e-value ``1 + lam * (x - null_mean)`` (>= 1 - f > 0, mean
+    <= 1 under H0, large when x sits above the null mean). Per bet size the
+    detector runs ``R_n = e_n * (1 + R_{n-1})`` (the sum over every possible
+    change point of the product since it), and alarms when the *average* over
+    bet sizes reaches ``arl``. An average of e-detectors is an e-detector, and an
+    e-detector with threshold A has mean run length to a false alarm >= A: so
+    ``arl`` is the budget itself, not a tuned number. ``null_mean`` may change
+    from pair to pair (a floor that moves) as long as it is fixed before x is seen.
+
+    Examples
+    --------
+    >>> test = BettingSR(arl=1e4)
+    >>> state, alarms = test.init(), []
+    >>> for i, x in enumerate([0.05] * 200 + [0.6] * 20):
+    ...     state, signal = test.update(state, x, null_mean=0.1)
+    ...     if signal.drift_detected:
+    ...         alarms.append(i)
+    ...         state = test.init()
+    >>> alarms[:2]
+    [205, 211]
+    """
+
+    arl: float = 1e6
+    fractions: tuple[float, ...] = (0.05, 0.15, 0.35, 0.65, 0.95)
+    min_instances: int = 1
+
+    def __post_init__(self) -> None:
+        if self.arl <= 1:
+            raise ValueError(f"arl must be > 1, got {self.arl}")
+        if not self.fractions or not all(0 < f < 1 for f in self.fractions):
+            raise ValueError("fractions must be in (0, 1)")
+
+    @property
+    def threshold(self) -> float:
+        return math.log(self.arl)
+
+    def init(self) -> BettingState:
+        return BettingState()
+
+    def update(
+        self, state: BettingState, x: float, null_mean: float
+    ) -> tuple[BettingState, Signal]:
+        x = min(1.0, max(0.0, float(x)))
+        previous = state.log_r if len(state.log_r) == len(self.fractions) else None
+        log_r = []
+        for k, f in enumerate(self.fractions):
+            if null_mean >= 1.0:
+                log_e = 0.0  # nothing can exceed a null mean of 1: no bet
+            else:
+                m = max(null_mean, 1e-6)
+                log_e = math.log1p(f / m * (x - m))
+            before = previous[k] if previous is not None else -math.inf
+            log_r.append(log_e + (0.0 if before == -math.inf else _softplus(before)))
+        stat = _log_mean_exp(log_r)
+        n = state.n + 1
+        new = BettingState(n, state.total + x, tuple(log_r))
+        drift = n >= self.min_instances and stat >= self.threshold
+        return new, Signal(drift, stat, self.threshold)
+
+
+# --- per-pair signals ----------------------------------------------------------------------
+
+
+def task_failed(json_ok: bool | None, looping: bool | None, finished: bool | None) -> bool:
+    """A task outcome failed: broken JSON contract, a looping tail, or cut off at max_tokens."""
+    return json_ok is False or looping is True or finished is False
+
+
+def outcome_x(m: Metrics) -> float:
+    """(1 + candidate failed - reference failed) / 2: 1/2 for concordant pairs.
+
+    >>> outcome_x(Metrics(json_ok=False, reference_json_ok=True))
+    1.0
+    >>> outcome_x(Metrics(looping=True, reference_looping=True))
+    0.5
+    """
+    cand = task_failed(m.json_ok, m.looping, m.finished)
+    ref = task_failed(m.reference_json_ok, m.reference_looping, m.reference_finished)
+    return (1 + int(cand) - int(ref)) / 2
+
+
+def divergence_x(m: Metrics, signal: str, tf_kl_clip: float, entropy_clip: float) -> float | None:
+    """The pair's bounded divergence for ``signal``, or None when the pair lacks it."""
+    if signal == "tf_kl":
+        return None if m.tf_kl is None else clip_metric("tf_kl", m.tf_kl, tf_kl_clip)
+    if signal == "dissimilarity":
+        if m.cosine is not None:
+            return clip_metric("cosine", m.cosine)
+        return None if m.rougeL is None else clip_metric("rougeL", m.rougeL)
+    if signal == "entropy":
+        if m.entropy_shift is None:
+            return None
+        return clip_metric("abs_entropy_shift", abs(m.entropy_shift), entropy_clip)
+    raise ValueError(f"not a divergence signal: {signal!r}")
+
+
+def floor_metric(m: Metrics, signal: str) -> str | None:
+    """Which floor metric a divergence signal compares with for this pair."""
+    if signal == "tf_kl":
+        return "tf_kl"
+    if signal == "dissimilarity":
+        return "cosine" if m.cosine is not None else "rougeL"
+    if signal == "entropy":
+        return "abs_entropy_shift"
+    raise ValueError(f"not a divergence signal: {signal!r}")
+
+
+def clip_metric(metric: str, value: float, clip: float = 1.0) -> float:
+    """A floor metric mapped onto [0, 1], larger = further from the reference."""
+    if metric in ("cosine", "rougeL"):
+        return min(1.0, max(0.0, 1.0 - value))
+    return min(1.0, max(0.0, value / clip))
+
+
+def informative(values: Sequence[float], metric: str, min_count: int) -> bool:
+    """Enough values, and a spread above the metric's resolution."""
+    return len(values) >= min_count and max(values) - min(values) >= RESOLUTION.get(metric, 0.0)
+
+
+def floor_mean(
+    floor: Mapping[str, Sequence[float]], metric: str, clip: float, min_count: int
+) -> tuple[float, str] | None:
+    """(upper bound of the clipped floor mean, where it came from), or None (abstain).
+
+    The blessed baseline first (``blessed:<metric>``: shadow pairs of a candidate the
+    operator approved, collected exactly like live shadow pairs), then the noise
+    pairs (reference vs reference), each only when informative (enough values, a
+    spread above the metric's resolution). Neither: the signal abstains rather
+    than trust a floor that cannot say how much disagreement is normal.
+
+    The mean is raised by two standard errors: a baseline of 20 prompts is itself
+    a sample, and a null mean set below the true healthy mean would be rejected
+    by any sequential test given enough pairs.
+
+    >>> floor_mean({"tf_kl": [0.0] * 40, "blessed:tf_kl": [0.01, 0.03] * 20}, "tf_kl", 1.0, 30)
+    (0.023203, 'blessed')
+    >>> floor_mean({"tf_kl": [0.0] * 40}, "tf_kl", 1.0, 30) is None
+    True
+    """
+    for key, source in ((BLESSED + metric, "blessed"), (metric, "noise")):
+        values = floor.get(key, ())
+        if informative(values, metric, min_count):
+            return _upper_mean(tuple(values), metric, clip), source
+    return None
+
+
+@lru_cache(maxsize=256)
+def _upper_mean(values: tuple[float, ...], metric: str, clip: float) -> float:
+    # Cached: the floor changes rarely, and the judge asks for every pair.
+    clipped = [clip_metric(metric, v, clip) for v in values]
+    n = len(clipped)
+    mean = sum(clipped) / n
+    var = sum((c - mean) ** 2 for c in clipped) / max(n - 1, 1)
+    return round(mean + 2.0 * math.sqrt(var / n), 6)

@@ -1,0 +1,234 @@
+"""Long seeded streams: false rollbacks per 100k healthy pairs and detection delays.
+
+``quantdrift eval --streams K --length N --seed S``: each of the K streams is N
+healthy shadow pairs drawn with replacement from the healthy pool (its own
+seeded generator), then ``drift_length`` pairs drawn from the drifted pool. A
+fresh route state per stream and policy; the judge is the production one
+(:func:`quantdrift.breaker.machine.judge`, with ``tick`` for cool-downs), fed
+one pair per simulated ``pair_interval_s``.
+
+Counted per policy:
+
+* ``false_rollbacks``: closed -> open transitions during the healthy parts;
+  ``false_rollbacks_per_100k`` and the exact Poisson 95 % upper bound
+  (``chi2.ppf(0.95, 2k + 2) / 2`` events over the healthy pairs): 0 of 100,000
+  still allows up to 3.0 per 100k.
+* ``detection_delay_pairs`` (median over the streams that caught the drift) and
+  ``detection_delay_p90``: drifted pairs judged up to and including the one that
+  opened the route (0: already open at the onset, after a false rollback).
+* ``missed``: streams whose drift was never caught within ``drift_length``.
+  Delays of missed streams count as ``drift_length + 1`` in the quantiles, so a
+  miss never makes a policy look faster.
+
+Scores are built once per distinct pair and policy: a long stream costs judging,
+not scoring (metrics come from the content-keyed :class:`ScoreCache`).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import numpy as np
+from scipy.stats import chi2
+
+from quantdrift.breaker.machine import initial_state, judge, tick
+from quantdrift.breaker.policy import Policy
+from quantdrift.detectors.noise_floor import NoiseFloor, NoiseFloorState
+from quantdrift.evaluation.cache import ScoreCache, to_score
+from quantdrift.schemas import PairEvent, ScoreEvent
+
+ROUTE = "eval/long"
+
+
+@dataclass
+class LongResult:
+    """One JSON line of ``quantdrift eval --streams``."""
+
+    policy: str
+    streams: int
+    healthy_pairs: int
+    false_rollbacks: int
+    false_rollbacks_per_100k: float
+    false_rollbacks_per_100k_upper95: float
+    detection_delay_pairs: float | None
+    detection_delay_p90: float | None
+    missed: int
+    drifted_pairs_per_stream: int = 0
+    streams_with_false_rollback: int = 0
+    detected_by: dict[str, int] = field(default_factory=dict)
+    false_rollback_rules: dict[str, int] = field(default_factory=dict)
+    floor: dict[str, str] = field(default_factory=dict)
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def poisson_upper95(k: int, exposure: float, per: float = 1e5) -> float:
+    """Exact one-sided 95 % upper bound of a Poisson rate, per ``per`` units.
+
+    >>> round(poisson_upper95(0, 100_000), 2)
+    3.0
+    """
+    if exposure <= 0:
+        return float("inf")
+    return float(chi2.ppf(0.95, 2 * k + 2) / 2.0) / exposure * per
+
+
+def _quantile(values: Sequence[float], q: float) -> float | None:
+    if not values:
+        return None
+    return float(np.quantile(np.asarray(values, dtype=float), q, method="higher"))
+
+
+def run_long(
+    healthy: Sequence[PairEvent],
+    drifted: Sequence[PairEvent],
+    floors: Mapping[str, NoiseFloorState],
+    cache: ScoreCache,
+    policies: Mapping[str, Policy],
+    *,
+    streams: int,
+    length: int,
+    seed: int,
+    drift_length: int = 200,
+    pair_interval_s: float = 1.0,
+    noise_floor: NoiseFloor | None = None,
+    floor_source: Mapping[str, str] | None = None,
+) -> list[LongResult]:
+    """One :class:`LongResult` per policy; ``floors`` maps a decoding mode to its floor."""
+    if streams < 1 or length < 0 or drift_length < 0:
+        raise ValueError("streams >= 1, length >= 0, drift_length >= 0")
+    if not healthy:
+        raise ValueError("no healthy shadow pairs to resample")
+    cache.fill([*healthy, *drifted])
+    nf = noise_floor or NoiseFloor()
+    # The same draws for every policy: policies differ by their decisions only.
+    draws = []
+    for k in range(streams):
+        rng = np.random.default_rng([seed, k])
+        h = rng.integers(0, len(healthy), size=length)
+        d = rng.integers(0, len(drifted), size=drift_length) if drifted else np.zeros(0, int)
+        draws.append((h, d))
+    results = []
+    for name, policy in policies.items():
+        rp = policy.for_route(ROUTE)
+        h_scores = [to_score(p, cache[p], rp, ROUTE) for p in healthy]
+        d_scores = [to_score(p, cache[p], rp, ROUTE) for p in drifted]
+        false, with_false, delays, missed = 0, 0, [], 0
+        by: Counter[str] = Counter()
+        false_rules: Counter[str] = Counter()
+        for h, d in draws:
+            outcome = _one_stream(
+                rp, [h_scores[i] for i in h], [d_scores[i] for i in d], floors, nf,
+                pair_interval_s,
+            )  # fmt: skip
+            false += len(outcome.false_rules)
+            with_false += bool(outcome.false_rules)
+            false_rules.update(outcome.false_rules)
+            if len(d):
+                if outcome.delay is None:
+                    missed += 1
+                    delays.append(float(drift_length + 1))
+                else:
+                    delays.append(float(outcome.delay))
+                    by[outcome.detected_by or "?"] += 1
+        total = streams * length
+        caught = [x for x in delays if x <= drift_length]
+        results.append(
+            LongResult(
+                policy=name,
+                streams=streams,
+                healthy_pairs=total,
+                false_rollbacks=false,
+                false_rollbacks_per_100k=round(1e5 * false / total, 3) if total else 0.0,
+                false_rollbacks_per_100k_upper95=round(poisson_upper95(false, total), 3),
+                detection_delay_pairs=_quantile(caught, 0.5) if drifted else None,
+                detection_delay_p90=_quantile(delays, 0.9) if drifted else None,
+                missed=missed,
+                drifted_pairs_per_stream=drift_length if drifted else 0,
+                streams_with_false_rollback=with_false,
+                detected_by=dict(by),
+                false_rollback_rules=dict(false_rules),
+                floor=dict(floor_source or {}),
+            )
+        )
+    return results
+
+
+@dataclass
+class _Outcome:
+    false_rules: list[str]
+    delay: int | None
+    detected_by: str | None
+
+
+def _one_stream(
+    rp: Any,
+    healthy: Sequence[ScoreEvent],
+    drifted: Sequence[ScoreEvent],
+    floors: Mapping[str, NoiseFloorState],
+    nf: NoiseFloor,
+    interval: float,
+) -> _Outcome:
+    state = initial_state(rp)
+    now = 0.0
+    false_rules: list[str] = []
+    for score in healthy:
+        now += interval
+        state = tick(rp, state, now).state
+        d = judge(rp, state, score, now, floors.get(score.decoding), nf)
+        state = d.state
+        t = d.transition
+        if t is not None and t.to_state == "open" and t.from_state == "closed":
+            false_rules.append(t.rule)
+    if drifted and state.state != "closed":
+        return _Outcome(false_rules, 0, "open at onset")
+    for i, score in enumerate(drifted, start=1):
+        now += interval
+        state = tick(rp, state, now).state
+        d = judge(rp, state, score, now, floors.get(score.decoding), nf)
+        state = d.state
+        t = d.transition
+        if t is not None and t.to_state == "open":
+            return _Outcome(false_rules, i, t.rule)
+    return _Outcome(false_rules, None, None)
+
+
+def format_long(results: Sequence[LongResult]) -> str:
+    """A plain-text table, one row per policy."""
+    header = (
+        "policy",
+        "streams",
+        "healthy",
+        "false",
+        "per 100k",
+        "upper95",
+        "delay",
+        "p90",
+        "missed",
+    )
+
+    def f(x: object) -> str:
+        return "-" if x is None else (f"{x:g}" if isinstance(x, float) else str(x))
+
+    rows = [
+        (
+            r.policy,
+            f(r.streams),
+            f(r.healthy_pairs),
+            f(r.false_rollbacks),
+            f(r.false_rollbacks_per_100k),
+            f(r.false_rollbacks_per_100k_upper95),
+            f(r.detection_delay_pairs),
+            f(r.detection_delay_p90),
+            f(r.missed),
+        )
+        for r in results
+    ]
+    widths = [max(len(row[i]) for row in (header, *rows)) for i in range(len(header))]
+    return "\n".join(
+        "  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)) for row in (header, *rows)
+    )
