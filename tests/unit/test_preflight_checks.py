@@ -15,7 +15,6 @@ from quantdrift.preflight.checks_files import find_memory_utilization
 from quantdrift.preflight.checks_gateway import probe_settings, probes_ok
 from quantdrift.preflight.load import Sample, error_bursts, longest_stall, rss_growth
 
-
 # -- calibration leakage ------------------------------------------------------------
 
 

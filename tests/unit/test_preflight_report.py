@@ -26,14 +26,28 @@ PASS = Item("probes", "Probes", "pass")
     [
         ([PASS], {}, "go", []),
         ([PASS, Item("warmup", "W", "skipped", evidence={"reason": "no GPU"})], {}, "no-go", []),
-        ([PASS, Item("memory-utilization", "M", "skipped")], {"memory-utilization": "CPU lab"}, "go", []),
+        (
+            [PASS, Item("memory-utilization", "M", "skipped")],
+            {"memory-utilization": "CPU lab"},
+            "go",
+            [],
+        ),
         ([Item("load", "L", "fail", evidence={"why": "stall"})], {"load": "waived"}, "no-go", []),
-        ([Item("niah", "N", "fail", evidence={"why": "recall 0.5"})], {}, "no-go",
-         [{"id": "niah", "reason": "recall 0.5"}]),
-        ([Item("perplexity", "P", "fail")], {}, "no-go", [{"id": "perplexity", "reason": "failed"}]),
+        (
+            [Item("niah", "N", "fail", evidence={"why": "recall 0.5"})],
+            {},
+            "no-go",
+            [{"id": "niah", "reason": "recall 0.5"}],
+        ),
+        (
+            [Item("perplexity", "P", "fail")],
+            {},
+            "no-go",
+            [{"id": "perplexity", "reason": "failed"}],
+        ),
         ([], {}, "no-go", []),
     ],
-)  # fmt: skip
+)
 def test_verdict(items, waivers, verdict, vetoes) -> None:  # type: ignore[no-untyped-def]
     d = decide(items, waivers=waivers)
     assert (d.verdict, d.vetoes) == (verdict, vetoes)
@@ -56,10 +70,20 @@ def test_report_shape_and_bytes() -> None:
 
 
 def test_html_has_inline_svg_plots_and_no_network() -> None:
-    niah = Item("niah", "NIAH", "fail", {"candidate_recall": 0.5}, {"floor": 0.9},
-                {"why": "recall <script>", "by_length": [
-                    {"length": 256, "candidate": 1.0, "reference": 1.0, "cases": 2},
-                    {"length": 1024, "candidate": 0.0, "reference": 1.0, "cases": 2}]})  # fmt: skip
+    niah = Item(
+        "niah",
+        "NIAH",
+        "fail",
+        {"candidate_recall": 0.5},
+        {"floor": 0.9},
+        {
+            "why": "recall <script>",
+            "by_length": [
+                {"length": 256, "candidate": 1.0, "reference": 1.0, "cases": 2},
+                {"length": 1024, "candidate": 0.0, "reference": 1.0, "cases": 2},
+            ],
+        },
+    )
     load = Item(
         "load", "Load", "pass", evidence={"latency_series": [[0.0, 0.1, True], [1.0, 0.3, False]]}
     )
@@ -70,8 +94,9 @@ def test_html_has_inline_svg_plots_and_no_network() -> None:
 
 
 def _signing(*ids: str, active: str | None = None) -> SigningSettings:
-    return SigningSettings(active_key_id=active or ids[0],
-                           keys={i: SecretStr(f"secret-{i}") for i in ids})  # fmt: skip
+    return SigningSettings(
+        active_key_id=active or ids[0], keys={i: SecretStr(f"secret-{i}") for i in ids}
+    )
 
 
 def _write(tmp_path: Path, verdict_items: list[Item]) -> Path:
@@ -110,8 +135,9 @@ def test_tampered_report_or_forged_approval_fails(tmp_path: Path) -> None:
     forged = [approvals[0], {**approvals[1], "by": "carol"}]  # renamed: signature no longer fits
     v = signoff.verify(raw, forged, keys)
     assert not v.ok and "carol: bad signature" in v.problems
-    wrong_ring = signoff.key_ring(_signing("ops", active="ops").model_copy(
-        update={"keys": {"ops": SecretStr("other")}}))[1]  # fmt: skip
+    wrong_ring = signoff.key_ring(
+        _signing("ops", active="ops").model_copy(update={"keys": {"ops": SecretStr("other")}})
+    )[1]
     assert not signoff.verify(raw, approvals, wrong_ring).ok
     assert not signoff.verify(raw, approvals, {}).ok  # unknown key id
 
@@ -160,8 +186,19 @@ def test_select_keeps_launch_order() -> None:
 
 def test_checks_without_inputs_skip_with_a_reason(tmp_path: Path) -> None:
     ctx = Context(parse({}))
-    only = ["calibration-leakage", "salient-weights", "fp8-scales", "memory-utilization",
-            "probes", "shadow-link", "warmup", "niah", "perplexity", "switch-drill", "load"]  # fmt: skip
+    only = [
+        "calibration-leakage",
+        "salient-weights",
+        "fp8-scales",
+        "memory-utilization",
+        "probes",
+        "shadow-link",
+        "warmup",
+        "niah",
+        "perplexity",
+        "switch-drill",
+        "load",
+    ]
     report = asyncio.run(run(ctx, only))
     assert report["verdict"] == "no-go"
     assert {i["status"] for i in report["items"]} == {"skipped"}

@@ -83,7 +83,7 @@ def error_bursts(
 def rss_growth(series: list[float]) -> float:
     """Relative growth from the first quarter's median to the last quarter's.
 
-    >>> rss_growth([100, 100, 100, 100, 120, 120, 130, 130])
+    >>> rss_growth([100, 100, 100, 100, 120, 120, 125, 125])
     0.25
     """
     if len(series) < 4:

@@ -44,7 +44,7 @@ def perplexity(logprobs: Sequence[Sequence[float]]) -> float:
     """Token-weighted perplexity over several texts' log-probs.
 
     >>> round(perplexity([[math.log(0.5)] * 3, [math.log(0.25)]]), 4)
-    2.8284
+    2.3784
     """
     flat = [lp for seq in logprobs for lp in seq]
     if not flat:
