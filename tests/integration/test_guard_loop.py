@@ -213,6 +213,7 @@ async def test_two_workers_and_a_redelivered_batch_give_one_command_per_transiti
         for route in routes:
             state = await until_seen(settings, route, 28, workers[0], timeout=180)
             assert state.pairs_seen == 28, "a redelivered pair was counted twice"
+            assert (state.state, state.trips) == ("open", 1), (route, state.last_decision)
         for route in routes:
             commands = [
                 unverified_command(r.value) for r in await on_topic(settings, "control", route)
