@@ -241,7 +241,7 @@ async def warmup(ctx: Context) -> Item:
     buckets = [b for b in c.buckets if context is None or b < context - c.max_tokens]
     if not buckets:
         return skipped(WARMUP, title, f"no bucket fits the context length {context}")
-    rows = []
+    rows: list[dict[str, Any]] = []
     filler = niah_mod.Needle("The meeting ended on time.", "Summarise the notes.", "")
     async with cand.client() as client:
         for b in buckets:

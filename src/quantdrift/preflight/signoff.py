@@ -18,7 +18,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -91,7 +91,7 @@ class Verification:
 
 def verify(
     report_bytes: bytes,
-    approvals: list[Mapping[str, Any]],
+    approvals: Sequence[Mapping[str, Any]],
     keys: Mapping[str, bytes],
     required: int = 2,
     distinct_keys: bool = False,
