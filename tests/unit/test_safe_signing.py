@@ -1,0 +1,86 @@
+"""The built-in dev signing key works on loopback only: anywhere else, refuse to start."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from quantdrift.config import KafkaSettings, Settings, SigningSettings, require_safe_signing
+from quantdrift.errors import ConfigError
+
+LOOPBACK_REDIS = "redis://127.0.0.1:6379/0"
+
+
+@pytest.mark.parametrize(
+    ("bootstrap", "redis_url"),
+    [
+        ("127.0.0.1:9092", LOOPBACK_REDIS),
+        ("localhost:9092,[::1]:9093", "redis://localhost:6379"),
+    ],
+)
+def test_dev_key_on_loopback_is_fine(bootstrap: str, redis_url: str) -> None:
+    require_safe_signing(Settings(kafka=KafkaSettings(bootstrap_servers=bootstrap)), redis_url)
+
+
+@pytest.mark.parametrize(
+    ("bootstrap", "redis_url", "culprit"),
+    [
+        ("kafka:9092", LOOPBACK_REDIS, "kafka"),
+        ("127.0.0.1:9092,10.0.0.7:9092", LOOPBACK_REDIS, "10.0.0.7"),
+        ("127.0.0.1:9092", "rediss://:pw@cache.internal:6380/0", "cache.internal"),
+    ],
+)
+def test_dev_key_beyond_loopback_is_refused(bootstrap: str, redis_url: str, culprit: str) -> None:
+    settings = Settings(kafka=KafkaSettings(bootstrap_servers=bootstrap))
+    with pytest.raises(ConfigError, match=f"dev signing key.*{culprit}"):
+        require_safe_signing(settings, redis_url)
+
+
+def test_own_key_beyond_loopback_is_fine() -> None:
+    settings = Settings(
+        kafka=KafkaSettings(bootstrap_servers="kafka:9092"),
+        signing=SigningSettings(active_key_id="prod", keys={"prod": "a-real-secret"}),  # type: ignore[dict-item]
+    )
+    require_safe_signing(settings, "redis://redis:6379/0")
+
+
+def test_no_key_at_all_is_refused_even_on_loopback() -> None:
+    settings = Settings(signing=SigningSettings(active_key_id="x", keys={}))
+    with pytest.raises(ConfigError, match="no command signing key"):
+        require_safe_signing(settings, LOOPBACK_REDIS)
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["worker"],
+        ["route", "rollback", "--route", "r/int4"],
+        ["gateway", "--config", "examples/gateway.yaml"],
+    ],
+)
+def test_every_command_that_signs_or_obeys_refuses_with_one_line(
+    argv: list[str], tmp_path: Path
+) -> None:
+    root = Path(__file__).resolve().parents[2]
+    env = {
+        "PATH": "/usr/bin:/bin",
+        "QUANTDRIFT_KAFKA__BOOTSTRAP_SERVERS": "kafka.prod.internal:9092",
+        "QUANTDRIFT_REDIS__URL": "redis://127.0.0.1:6379/0",
+    }
+    args = [a if not a.startswith("examples/") else str(root / a) for a in argv]
+    proc = subprocess.run(
+        [sys.executable, "-m", "quantdrift", *args],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode == 1, proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1, proc.stderr
+    assert lines[0].startswith("quantdrift: refusing to start: the built-in dev signing key")
+    assert "kafka.prod.internal" in lines[0]
