@@ -18,7 +18,7 @@ import pytest
 import yaml
 from pydantic import BaseModel
 
-from quantdrift.config import Settings
+from quantdrift.config import DEV_KEY, Settings, require_safe_signing
 
 ROOT = Path(__file__).resolve().parents[2]
 COMPOSE = ROOT / "docker-compose.yml"
@@ -86,16 +86,43 @@ def test_every_quantdrift_variable_is_a_setting(compose: dict[str, Any]) -> None
 def test_settings_parse_from_the_compose_environment(
     compose: dict[str, Any], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The values too: what the worker gets must validate (defaults for ${VAR:-default})."""
+    """The values too: what the worker gets must validate (defaults for ${VAR:-default};
+    the operator's own values for the required ${VAR:?message})."""
+    operator = {
+        "QUANTDRIFT_ACTIVE_KEY_ID": "k2026",
+        "QUANTDRIFT_SIGNING_KEYS": '{"k2026": "a-real-secret"}',
+    }
     env = environment(compose["services"]["worker"])
     for name, value in env.items():
         if name.startswith("QUANTDRIFT_"):
-            m = re.fullmatch(r"\$\{[A-Z_]+:-(.*)\}", value)
-            monkeypatch.setenv(name, m.group(1) if m else value)
+            default = re.fullmatch(r"\$\{[A-Z_]+:-(.*)\}", value)
+            required = re.fullmatch(r"\$\{([A-Z_]+):\?.*\}", value)
+            if required:
+                value = operator[required.group(1)]
+            elif default:
+                value = default.group(1)
+            monkeypatch.setenv(name, value)
     settings = Settings()
     assert settings.kafka.bootstrap_servers == "kafka:9092"
     assert settings.redis.url == "redis://redis:6379/0"
     assert settings.signing.active_key_id in settings.signing.keys
+    require_safe_signing(settings, settings.redis.url or "")
+
+
+def test_no_dev_key_fallback_and_durable_state(compose: dict[str, Any]) -> None:
+    """Compose never falls back to the public dev key; Kafka and Redis keep their data."""
+    text = COMPOSE.read_text()
+    assert DEV_KEY not in text
+    env = compose["x-quantdrift-env"]
+    assert env["QUANTDRIFT_SIGNING__KEYS"].startswith("${QUANTDRIFT_SIGNING_KEYS:?")
+    kafka = compose["services"]["kafka"]
+    assert kafka["environment"]["KAFKA_LOG_DIRS"] == "/var/lib/kafka/data"
+    assert any(str(v).endswith(":/var/lib/kafka/data") for v in kafka["volumes"])
+    assert kafka["environment"]["CLUSTER_ID"]
+    redis_cmd = compose["services"]["redis"]["command"]
+    assert "--appendonly" in redis_cmd and "--appendfsync" in redis_cmd
+    for name in ("kafka", "redis", "worker", "gateway"):
+        assert "healthcheck" in compose["services"][name], name
 
 
 def test_mounted_files_exist(compose: dict[str, Any]) -> None:
