@@ -8,6 +8,7 @@ import itertools
 import time
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import orjson
@@ -29,8 +30,14 @@ except ImportError:  # pragma: no cover - when tests/ is imported as a package
     from tests.integration.kafka_helpers import consume_n
 
 
+PLUMBING_POLICY = Path(__file__).with_name("plumbing_policy.yaml")
+
+
 def isolated_settings(stack: EmbeddedStack, prefix: str, partitions: int = 2) -> Settings:
-    """Own topics, consumer group and Redis prefix: tests share the broker, nothing else."""
+    """Own topics, consumer group and Redis prefix: tests share the broker, nothing else.
+
+    The worker runs the seeds' rule by name (``plumbing_policy.yaml``): these tests
+    check the loop, not the default rule's power."""
     tag = uuid.uuid4().hex[:8]
     topics = TopicNames(
         **{name: f"t{tag}.{value}" for name, value in TopicNames().model_dump().items()}
@@ -46,6 +53,7 @@ def isolated_settings(stack: EmbeddedStack, prefix: str, partitions: int = 2) ->
             broker_session_timeout_s=3.0,
             broker_heartbeat_interval_s=0.5,
         ),
+        policy_file=PLUMBING_POLICY,
     )
 
 

@@ -63,7 +63,7 @@ def test_healthy_only_never_trips() -> None:
 def test_false_rollback_is_flagged_when_the_recent_pairs_are_healthy() -> None:
     """A window bar set too high trips on healthy pairs: replay must say so."""
     pairs = list(itertools.islice(synthetic.healthy(ROUTE), 60))
-    policy = Policy(default=RoutePolicy(window_mean_lexical=0.9))
+    policy = Policy(default=RoutePolicy(rules=("window",), window_mean_lexical=0.9))
     report = build_report(rescore_stream(pairs, None, policy), policy)
     rep = report.routes[ROUTE]
     assert [(t.index, t.rule) for t in rep.trips] == [(20, "window")]

@@ -16,7 +16,7 @@ from quantdrift.breaker.machine import initial_state
 from quantdrift.breaker.policy import RoutePolicy
 from quantdrift.breaker.rules import signal_arl
 from quantdrift.detectors.noise_floor import NoiseFloor, NoiseFloorState
-from quantdrift.detectors.tolerance import BettingSR, BettingState, floor_mean
+from quantdrift.detectors.tolerance import SIGNALS, BettingSR, BettingState, floor_mean
 from quantdrift.schemas import Metrics, ScoreEvent
 
 
@@ -202,8 +202,11 @@ def test_betting_state_round_trips() -> None:
     assert BettingState.from_json(state.to_json()) == state
 
 
-def test_budget_split_must_add_up() -> None:
-    with pytest.raises(ValueError, match="add up"):
-        RoutePolicy(budget_split={"hard": 0.8, "tf_kl": 0.5})
-    with pytest.raises(ValueError, match="needs a share"):
-        RoutePolicy(rules=("sequential",))
+def test_budget_split_is_normalised_over_the_tests_a_policy_runs() -> None:
+    with pytest.raises(ValueError, match=">= 0"):
+        RoutePolicy(budget_split={"hard": -0.1})
+    with pytest.raises(ValueError, match="needs a weight"):
+        RoutePolicy(rules=("sequential",), budget_split={"hard": 1.0})
+    for policy in (RoutePolicy(), RoutePolicy(rules=("tolerance", "sequential", "window"))):
+        rates = [1 / a for s in SIGNALS + ("sequential",) if (a := signal_arl(policy, s))]
+        assert sum(rates) == pytest.approx(1 / policy.false_alarm_budget_pairs)

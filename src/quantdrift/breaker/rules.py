@@ -44,9 +44,30 @@ class Fired:
     evidence: dict[str, Any]
 
 
+def active_signals(policy: RoutePolicy) -> tuple[str, ...]:
+    """The anytime-valid tests the policy's rules run: the tolerance signals, and the
+    rank e-CUSUM when the policy lists ``sequential``."""
+    active = SIGNALS if "tolerance" in policy.rules else ()
+    return (*active, "sequential") if "sequential" in policy.rules else active
+
+
 def signal_arl(policy: RoutePolicy, signal: str) -> float | None:
-    """The signal's share of the route's budget as a mean run length (None: no share)."""
-    share = {str(k): v for k, v in policy.budget_split.items()}.get(signal, 0.0)
+    """The signal's share of the route's budget as a mean run length (None: no share).
+
+    Shares are ``budget_split`` weights normalised over the tests the policy runs, so
+    the false-alarm rates of all of them add up to at most one per budget, whichever
+    rules a policy file lists.
+
+    >>> p = RoutePolicy()
+    >>> signal_arl(p, "hard"), signal_arl(p, "sequential")
+    (3333333.333333333, None)
+    >>> signal_arl(RoutePolicy(rules=("consecutive", "sequential")), "sequential")
+    1000000.0
+    """
+    weights = {str(k): v for k, v in policy.budget_split.items()}
+    active = active_signals(policy)
+    total = sum(weights.get(s, 0.0) for s in active)
+    share = weights.get(signal, 0.0) / total if signal in active and total > 0 else 0.0
     return policy.false_alarm_budget_pairs / share if share > 0 else None
 
 
