@@ -63,17 +63,16 @@ def test_calibrate_seeds_floor_per_route_and_mode(  # type: ignore[no-untyped-de
     rows = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
     by_mode = {r["mode"]: r for r in rows}
     assert by_mode["sampled"]["seeded"] == 40 and by_mode["sampled"]["floor_pairs"] == 40
-    # The identical greedy pairs are dropped; greedy borrows the sampled floor.
-    assert by_mode["greedy"]["seeded"] == 40 and "proxy" in by_mode["greedy"]["source"]
+    # The identical greedy pairs are dropped, and greedy never borrows the sampled floor.
+    assert "greedy" not in by_mode
 
     v, sampled = floor_hash(
         stack.redis_url, route_key(redis_prefix, "cs-agent/int4", "noise:sampled")
     )
     assert v == 1 and len(sampled["rougeL"]) == 40 and "cosine" not in sampled
-    _, greedy = floor_hash(
-        stack.redis_url, route_key(redis_prefix, "cs-agent/int4", "noise:greedy")
+    assert not redis.Redis.from_url(stack.redis_url).exists(
+        route_key(redis_prefix, "cs-agent/int4", "noise:greedy")
     )
-    assert greedy == sampled
     assert not redis.Redis.from_url(stack.redis_url).exists(
         route_key(redis_prefix, "lab/noise", "noise:sampled")
     )

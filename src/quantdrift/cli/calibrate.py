@@ -7,10 +7,15 @@ compare-and-set (the keys the worker reads, ``{prefix}route:{ROUTE}:noise:MODE``
 
 Without ``--route`` each route calibrates from its own noise pairs; with
 ``--route R`` (repeatable) all the file's noise pairs calibrate R, e.g. the
-lab's ``lab/noise`` pairs for a gateway's ``cs-agent/int4``. Greedy reference
-runs are identical, so a mode without informative noise pairs borrows the
-other mode's (see :mod:`quantdrift.evaluation.calibration`). The floor is
-replaced unless ``--merge``.
+lab's ``lab/noise`` pairs for a gateway's ``cs-agent/int4``. Each mode's floor
+comes from that mode's pairs only: identical greedy runs say nothing, and a
+greedy floor is never borrowed from sampled pairs. ``--blessed-label L`` adds
+the file's shadow pairs labelled L (a candidate run the operator approved) as
+the blessed baseline, which the tolerance rule prefers for every metric where
+it is informative (see :mod:`quantdrift.evaluation.calibration`). ``--part
+calibration`` keeps only the prompts of that part of the lab's split. The
+floor is replaced unless ``--merge``. ``--embedder`` builds exactly the scorer
+it names (default: the worker's).
 """
 
 from __future__ import annotations
@@ -21,7 +26,7 @@ import json
 import sys
 from pathlib import Path
 
-from quantdrift.cli.score import EMBEDDERS
+EMBEDDERS = ("minilm", "tiered", "static", "none")
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -30,7 +35,15 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--route", action="append", default=None, help="route to calibrate (repeat)")
     p.add_argument("--redis-url", default=None, help="default: settings or the running stack")
     p.add_argument("--key-prefix", default=None, help="default: settings (qd:)")
-    p.add_argument("--embedder", choices=EMBEDDERS, default="minilm")
+    p.add_argument(
+        "--embedder", choices=EMBEDDERS, default=None, help="default: the worker's scorer"
+    )
+    p.add_argument(
+        "--blessed-label",
+        default=None,
+        help="comma-separated labels of shadow pairs that are the blessed baseline",
+    )
+    p.add_argument("--part", choices=("calibration", "evaluation"), default=None)
     p.add_argument("--merge", action="store_true", help="append to the floor instead of replacing")
     p.add_argument("--json", action="store_true", help="print one JSON object per floor written")
     p.set_defaults(func=run)
@@ -53,28 +66,34 @@ def run(args: argparse.Namespace) -> int:
         return _fail("--route must not be empty")
     settings = with_stack(load_settings())
     policy = load_policy(settings.policy_file)
-    noise = [p for p in read_pairs(args.pairs) if p.kind == "noise"]
-    if not noise:
-        return _fail(f"{args.pairs}: no noise pairs (kind = noise) to calibrate from")
-    embedder = None
-    if args.embedder == "minilm":
-        from quantdrift.detectors import SentenceTransformerEmbedder
+    from quantdrift.cli.evaluate import build_embedder
+    from quantdrift.evaluation.modes import select
 
-        e = settings.embedding
-        embedder = SentenceTransformerEmbedder(model=e.model, batch_size=e.batch_size, threads=1)
+    pairs = select(read_pairs(args.pairs), part=args.part)
+    noise = [p for p in pairs if p.kind == "noise"]
+    labels = tuple(v.strip() for v in (args.blessed_label or "").split(",") if v.strip())
+    blessed = select(pairs, labels=labels, kinds=("shadow",)) if labels else []
+    if not noise and not blessed:
+        return _fail(f"{args.pairs}: no noise pairs (kind = noise) or blessed pairs")
+    embedder, _tier = build_embedder(args.embedder)
     cache = ScoreCache(embedder)
-    cache.fill(noise)
-    by_route: dict[str, list] = {}  # type: ignore[type-arg]
-    for route in args.route or dict.fromkeys(p.route for p in noise):
+    cache.fill([*noise, *blessed])
+    seeds = {}
+    for route in args.route or dict.fromkeys(p.route for p in [*noise, *blessed]):
         rp = policy.for_route(route)
         mine = noise if args.route else [p for p in noise if p.route == route]
-        by_route[route] = [to_score(p, cache[p], rp, route) for p in mine]
+        good = blessed if args.route else [p for p in blessed if p.route == route]
+        seeds[route] = floor_seed(
+            [to_score(p, cache[p], rp, route) for p in mine],
+            rp.min_noise_pairs,
+            [to_score(p, cache[p], rp, route) for p in good],
+        )
     rows = asyncio.run(
         _write(
             args.redis_url or redis_url(settings),
             args.key_prefix if args.key_prefix is not None else settings.redis.key_prefix,
             settings,
-            {r: floor_seed(s, policy.for_route(r).min_noise_pairs) for r, s in by_route.items()},
+            seeds,
             args.merge,
         )
     )

@@ -1,4 +1,4 @@
-"""``quantdrift score CANDIDATE REFERENCE [--json] [--embedder minilm|none]``.
+"""``quantdrift score CANDIDATE REFERENCE [--json] [--embedder minilm|tiered|static|none]``.
 
 Every metric of one pair, and the per-pair verdict with its reasons: what
 on-call and analysts run on a worst pair from an alert. Each text is given
@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-EMBEDDERS = ("minilm", "none")
+EMBEDDERS = ("minilm", "tiered", "static", "none")
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -27,8 +27,8 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--embedder",
         choices=EMBEDDERS,
         default=None,
-        help="minilm (the configured sentence embedder) or none (no cosine; "
-        "default: minilm unless QUANTDRIFT_EMBEDDING__MODEL=none)",
+        help="the scorer to build, exactly as named: minilm, tiered, static or none "
+        "(no cosine); default: the worker's (settings embedding.tier)",
     )
     p.set_defaults(func=run)
 
@@ -54,7 +54,6 @@ def read_text(arg: str, stdin: Any) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    from quantdrift.cli.common import load_settings
     from quantdrift.detectors import score_text_pair, verdict
 
     if args.candidate == "-" and args.reference == "-":
@@ -64,15 +63,23 @@ def run(args: argparse.Namespace) -> int:
         reference = read_text(args.reference, sys.stdin)
     except ValueError as exc:
         return _fail(str(exc))
-    settings = load_settings()
-    choice = args.embedder or ("none" if settings.embedding.model == "none" else "minilm")
-    embedder = None
-    if choice == "minilm":
-        from quantdrift.detectors import SentenceTransformerEmbedder
+    from quantdrift.cli.evaluate import build_embedder
+    from quantdrift.detectors.embedders import score_with
+    from quantdrift.schemas import ModelOutput, PairEvent
 
-        e = settings.embedding
-        embedder = SentenceTransformerEmbedder(model=e.model, batch_size=e.batch_size, threads=1)
-    metrics = score_text_pair(candidate, reference, embedder)
+    embedder, _tier = build_embedder(args.embedder)
+    if embedder is None:
+        metrics = score_text_pair(candidate, reference, None)
+    else:
+        # Through the same path as the worker, so a tiered scorer escalates as it would.
+        pair = PairEvent(
+            pair_id="cli",
+            ts=0.0,
+            route="cli/score",
+            candidate=ModelOutput(text=candidate),
+            reference=ModelOutput(text=reference),
+        )
+        metrics = score_with(embedder, [pair])[0]
     v, reasons = verdict(metrics)
     out = {**metrics.model_dump(), "verdict": v, "reasons": reasons}
     if args.json:
