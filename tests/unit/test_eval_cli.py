@@ -99,3 +99,50 @@ def test_eval_bad_arguments_exit_2(tmp_path: Path, capsys, extra, message) -> No
         raise SystemExit(main(["eval", "--healthy", str(h), "--embedder", "none", *extra]))
     assert exc.value.code == 2
     assert message in capsys.readouterr().err
+
+
+LONG_KEYS = {
+    "policy",
+    "streams",
+    "healthy_pairs",
+    "false_rollbacks",
+    "false_rollbacks_per_100k",
+    "false_rollbacks_per_100k_upper95",
+    "detection_delay_pairs",
+    "detection_delay_p90",
+    "missed",
+}
+
+
+def test_eval_streams_one_json_line_per_policy_and_seeded(tmp_path: Path, capsys) -> None:  # type: ignore[no-untyped-def]
+    h, d, n = lab_like(tmp_path)
+    argv = ["eval", "--healthy", str(h), "--drifted", str(d), "--calibrate", str(n)]
+    argv += ["--embedder", "none", "--json", "--streams", "3", "--length", "400", "--seed", "4"]
+    assert main(argv) == 0
+    first = capsys.readouterr().out
+    rows = [json.loads(line) for line in first.splitlines()]
+    assert [r["policy"] for r in rows] == ["default", "seeds"]
+    assert all(set(r) >= LONG_KEYS for r in rows)
+    default = rows[0]
+    assert (default["streams"], default["healthy_pairs"], default["false_rollbacks"]) == (
+        3,
+        1200,
+        0,
+    )
+    assert default["false_rollbacks_per_100k_upper95"] == pytest.approx(249.6, abs=0.1)
+    assert default["missed"] == 0 and default["detection_delay_p90"] <= 20
+    assert main(argv) == 0
+    assert capsys.readouterr().out == first  # same seed, same streams, same numbers
+
+
+def test_eval_embedder_builds_exactly_what_it_names(tmp_path: Path, capsys, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    import quantdrift.detectors.embedders as embedders
+
+    monkeypatch.delenv("QUANTDRIFT_EMBEDDING__TIER", raising=False)
+    built: list[str] = []
+    monkeypatch.setattr(embedders, "build_scorer", lambda e: built.append(e.tier))
+    h, _, _ = lab_like(tmp_path)
+    for extra in (["--embedder", "static"], ["--embedder", "tiered"], []):
+        assert main(["eval", "--healthy", str(h), "--json", *extra]) == 0
+    # Without --embedder: the worker's scorer (settings embedding.tier, tiered by default).
+    assert built == ["static", "tiered", "tiered"]
