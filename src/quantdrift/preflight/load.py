@@ -101,11 +101,14 @@ async def run_open_loop(
     duration_s: float,
     max_in_flight: int,
     timeout_s: float = 60.0,
+    headers: dict[str, str] | None = None,
 ) -> list[Sample]:
     samples: list[Sample] = []
     in_flight = 0
     limits = httpx.Limits(max_connections=max_in_flight, max_keepalive_connections=max_in_flight)
-    async with httpx.AsyncClient(base_url=url.rstrip("/"), timeout=timeout_s, limits=limits) as c:
+    async with httpx.AsyncClient(
+        base_url=url.rstrip("/"), timeout=timeout_s, limits=limits, headers=headers or {}
+    ) as c:
         t0 = time.perf_counter()
 
         async def one(start: float) -> None:
@@ -174,13 +177,15 @@ async def load(ctx: Context) -> Item:
         "max_tokens": c.max_tokens,
         "temperature": 0,
     }
-    if ctx.config.route:
-        body["model"] = ctx.config.route
+    # The gateway's own route header: the request's ``model`` stays the upstream's business.
+    headers = {"x-quantdrift-route": ctx.config.route} if ctx.config.route else {}
     ctx.progress(f"{LOAD}: {rate:g} req/s open loop for {c.duration_s:g}s against {url}")
     stop = asyncio.Event()
     watcher = asyncio.create_task(_watch_rss(c.pids, stop, max(0.5, c.duration_s / 60)))
     try:
-        samples = await run_open_loop(url, body, rate, c.duration_s, c.max_in_flight)
+        samples = await run_open_loop(
+            url, body, rate, c.duration_s, c.max_in_flight, headers=headers
+        )
     finally:
         stop.set()
         rss = await watcher
