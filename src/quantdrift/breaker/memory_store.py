@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from quantdrift.breaker.machine import Decision, manual, tick
@@ -71,6 +71,14 @@ class MemoryBreakerStore:
             return FoldResult("ok")
         assert folded.route_state is not None
         return self._commit(score.route, folded.route_state, folded.transition, now, "breaker")
+
+    async def fold_batch(
+        self,
+        scores: Sequence[ScoreEvent],
+        policy_for: Callable[[str], RoutePolicy],
+        now: float,
+    ) -> list[FoldResult]:
+        return [await self.fold(score, policy_for(score.route), now) for score in scores]
 
     async def tick(self, route: str, policy: RoutePolicy, now: float) -> FoldResult:
         return self._decide(route, tick(policy, self.states.get(route, RouteState()), now), now)

@@ -7,6 +7,7 @@ every check on both stores.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -48,6 +49,15 @@ class BreakerStore(Protocol):
     async def routes(self) -> list[str]: ...
 
     async def fold(self, score: ScoreEvent, policy: RoutePolicy, now: float) -> FoldResult: ...
+
+    async def fold_batch(
+        self,
+        scores: Sequence[ScoreEvent],
+        policy_for: Callable[[str], RoutePolicy],
+        now: float,
+    ) -> list[FoldResult]:
+        """Fold many scores, in order, with the same result as folding them one by one."""
+        ...
 
     async def tick(self, route: str, policy: RoutePolicy, now: float) -> FoldResult: ...
 

@@ -15,7 +15,7 @@ is written outside the Lua steps.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from importlib import resources
 from typing import Any
 
@@ -39,9 +39,9 @@ _SCRIPTS = resources.files("quantdrift.breaker")
 _APPLY = _SCRIPTS.joinpath("apply.lua").read_text()
 _CLAIM = _SCRIPTS.joinpath("outbox_claim.lua").read_text()
 _ACK = _SCRIPTS.joinpath("outbox_ack.lua").read_text()
+_BATCH = _SCRIPTS.joinpath("fold_batch.lua").read_text()
 _RELEASE = (
-    "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end "
-    "return 0"
+    "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0"
 )
 # A redelivery comes from offsets folded but not yet committed (seconds), or from a
 # producer retrying a send (seconds); an hour covers both with a wide margin and
@@ -72,6 +72,7 @@ class RedisBreakerStore:
         self._script = client.register_script(_APPLY)
         self._claim_script = client.register_script(_CLAIM)
         self._ack_script = client.register_script(_ACK)
+        self._batch_script = client.register_script(_BATCH)
         self._release_script = client.register_script(_RELEASE)
         self._registered: set[str] = set()
 
@@ -185,6 +186,126 @@ class RedisBreakerStore:
             if result is not None:
                 return result
         raise BreakerStoreError(f"route {route}: gave up after {MAX_ATTEMPTS} write conflicts")
+
+    async def fold_batch(
+        self,
+        scores: Sequence[ScoreEvent],
+        policy_for: Callable[[str], RoutePolicy],
+        now: float,
+    ) -> list[FoldResult]:
+        """Fold a batch with two Redis round trips per route instead of two per score.
+
+        Per route: one pipelined read (state, the floors the batch touches, whether
+        each pair was seen), the pure fold in Python, one Lua commit that is
+        compare-and-set on everything it read. A batch stops at a transition so each
+        commit carries at most one command; the rest of the batch folds onto the new
+        state. A lost race re-reads and refolds, exactly like ``fold``. Results come
+        back in the order of ``scores``.
+        """
+        results: list[FoldResult | None] = [None] * len(scores)
+        by_route: dict[str, list[int]] = {}
+        for i, score in enumerate(scores):
+            by_route.setdefault(score.route, []).append(i)
+        for route, indices in by_route.items():
+            await self._register(route)
+            policy = policy_for(route)
+            pending = indices
+            conflicts = 0
+            while pending:
+                batch = [scores[i] for i in pending]
+                folded = await self._fold_route(route, batch, policy, now)
+                if folded is None:
+                    conflicts += 1
+                    if conflicts >= MAX_ATTEMPTS:
+                        raise BreakerStoreError(
+                            f"route {route}: gave up after {MAX_ATTEMPTS} write conflicts"
+                        )
+                    continue
+                for i, result in zip(pending, folded, strict=False):
+                    results[i] = result
+                pending = pending[len(folded) :]
+        return [r if r is not None else FoldResult("dup") for r in results]
+
+    async def _fold_route(
+        self, route: str, batch: Sequence[ScoreEvent], policy: RoutePolicy, now: float
+    ) -> list[FoldResult] | None:
+        """Fold a prefix of one route's batch and commit it; None on a lost race."""
+        modes = sorted({floor_key_suffix(s) for s in batch})
+        seen_keys = [self._k(route, f"seen:{s.kind}:{s.pair_id}") for s in batch]
+        try:
+            pipe = self._r.pipeline(transaction=False)
+            pipe.hmget(self._k(route, "state"), "v", "s")
+            for mode in modes:
+                pipe.hmget(self._floor_key(route, mode), "v", "s")
+            for key in seen_keys:
+                pipe.exists(key)
+            raw = await pipe.execute()
+        except RedisError as exc:
+            raise BreakerStoreError(f"redis: {exc}") from exc
+        state, version = _decode(raw[0], RouteState.from_json)
+        floors = {m: _decode(raw[1 + j], NoiseFloorState.from_json) for j, m in enumerate(modes)}
+        already = raw[1 + len(modes) :]
+        new_floors: dict[str, NoiseFloorState] = {}
+        new_state: RouteState | None = None
+        results: list[FoldResult] = []
+        marked: list[str] = []
+        dups = 0
+        outbox = None
+        for score, key, seen_before in zip(batch, seen_keys, already, strict=True):
+            if seen_before or key in marked:
+                dups += 1
+                results.append(FoldResult("dup"))
+                continue
+            marked.append(key)
+            mode = floor_key_suffix(score)
+            floor = new_floors.get(mode, floors[mode][0])
+            folded = fold(policy, new_state or state, floor, score, now, self._floor)
+            if folded.floor is not None:
+                new_floors[mode] = folded.floor
+                results.append(FoldResult("ok"))
+                continue
+            assert folded.route_state is not None
+            new_state = folded.route_state
+            if folded.transition is not None:
+                outbox = build_outbox(
+                    route, folded.transition, new_state, self._signer, now, "breaker"
+                )
+                results.append(FoldResult("ok", new_state, outbox))
+                break
+            results.append(FoldResult("ok", new_state))
+        if outbox is not None:
+            self._failpoint("before_commit")
+        keys = [
+            self._k(route, "state"),
+            self.command_key(route),
+            self._k(route, "outbox"),
+            self._k(route, "stats"),
+            *(self._floor_key(route, m) for m in modes),
+            *marked,
+        ]
+        args: list[Any] = [
+            len(modes),
+            len(marked),
+            self._ttl,
+            dups,
+            version,
+            orjson.dumps(new_state.to_json()) if new_state is not None else b"",
+            outbox.sealed if outbox else b"",
+        ]
+        for mode in modes:
+            changed = new_floors.get(mode)
+            args += [floors[mode][1], orjson.dumps(changed.to_json()) if changed else b""]
+        args += list(outbox.items()) if outbox else []
+        try:
+            status, _ = await self._batch_script(keys=keys, args=args)
+        except RedisError as exc:
+            raise BreakerStoreError(f"redis: {exc}") from exc
+        if (status.decode() if isinstance(status, bytes) else status) == "conflict":
+            return None
+        if outbox is not None:
+            self._failpoint("after_commit")
+            await self._register(route, force=True)
+        return results
 
     async def seed_floor(
         self,

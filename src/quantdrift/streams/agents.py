@@ -137,41 +137,54 @@ def attach_agents(
 
     @app.agent(topics.scores)
     async def judge_agent(stream: faust.StreamT[bytes]) -> None:
-        async for event in stream.events():
-            rec = RawRecord(
-                event.value,
-                event.key,
-                event.message.topic,
-                event.message.partition,
-                event.message.offset,
-            )
-            parsed = parse_score(rec, clock())
-            if isinstance(parsed, DeadLetter):
-                await dead_letter([parsed])
-                continue
-            await _fold_until_done(parsed)
+        # Batches: two Redis round trips per route per batch, not two per score.
+        batches = stream.take_events(batch_max, within=batch_within_s)  # type: ignore[attr-defined]
+        async for events in batches:
+            scores: list[ScoreEvent] = []
+            for event in events:
+                rec = RawRecord(
+                    event.value,
+                    event.key,
+                    event.message.topic,
+                    event.message.partition,
+                    event.message.offset,
+                )
+                parsed = parse_score(rec, clock())
+                if isinstance(parsed, DeadLetter):
+                    await dead_letter([parsed])
+                else:
+                    scores.append(parsed)
+            if scores:
+                await _fold_until_done(scores)
 
-    async def _fold_until_done(score: ScoreEvent) -> None:
-        """Redis down: wait and retry, so no decision is lost (the offset is not acked)."""
+    async def _fold_until_done(scores: list[ScoreEvent]) -> None:
+        """Redis down: wait and retry, so no decision is lost (the offsets are not acked).
+
+        A retried batch is safe: what the first attempt committed comes back as dup.
+        """
         delay = 0.1
         while True:
             try:
-                result = await store().fold(score, policy.for_route(score.route), clock())
+                results = await store().fold_batch(scores, policy.for_route, clock())
                 break
             except BreakerStoreError as exc:
                 stats.store_errors += 1
                 log.warning("breaker store unavailable (%s); retrying in %.1fs", exc, delay)
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, 5.0)
-        stats.scores_judged += 1
-        if result.status == "dup":
-            stats.duplicates += 1
-            return
-        if result.outbox is not None:
-            stats.transitions += 1
-            log.warning("%s", result.outbox.alert.summary)
-            # Only a transition queues anything; the clock retries what fails here.
-            await flush_outbox(score.route)
+        stats.scores_judged += len(scores)
+        transitioned: list[str] = []
+        for score, result in zip(scores, results, strict=True):
+            if result.status == "dup":
+                stats.duplicates += 1
+            elif result.outbox is not None:
+                stats.transitions += 1
+                log.warning("%s", result.outbox.alert.summary)
+                if score.route not in transitioned:
+                    transitioned.append(score.route)
+        # Only a transition queues anything; the clock retries what fails here.
+        for route in transitioned:
+            await flush_outbox(route)
 
     flush_lock = asyncio.Lock()
     owner = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
