@@ -6,7 +6,8 @@ STAMP_RUN := $(VENV)/.installed-run
 STAMP_DEV := $(VENV)/.installed-dev
 PYTEST_ARGS ?=
 
-.PHONY: help install dev demo browser test test-faults lint typecheck bench lab-pairs clean
+.PHONY: help install dev demo browser test test-faults lint typecheck bench bench-long lab-pairs clean
+MINUTES ?= 30
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
@@ -54,6 +55,9 @@ typecheck: $(STAMP_DEV)  ## mypy on src/
 
 bench: $(STAMP_DEV)  ## benchmarks, written to BENCHMARKS.md
 	$(BIN)/python bench/run_all.py
+
+bench-long: $(STAMP_DEV)  ## soak at 1.5x the rated load for MINUTES (default 30; launch: 240)
+	$(BIN)/python bench/soak.py --minutes $(MINUTES) --factor 1.5 --write BENCHMARKS.md
 
 clean:  ## remove the venv and caches
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache build dist src/*.egg-info
