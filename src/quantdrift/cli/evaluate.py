@@ -10,7 +10,8 @@ Two ways to run:
 
 * ``--streams K --length N --seed S``: K seeded streams of N healthy shadow pairs
   resampled from ``--healthy``, each followed by ``--drift-length`` pairs
-  resampled from ``--drifted``; one JSON line per policy (``--json``) with
+  resampled from ``--drifted`` (one pool per ``--drifted-label`` value, each
+  starting from the same healthy streams); one JSON line per policy and pool (``--json``) with
   false rollbacks per 100k healthy pairs (and the 95 % upper bound), detection
   delay median / p90 and missed streams (:mod:`quantdrift.evaluation.long`).
 * without ``--streams``: the files as they are, in file order (``--repeat`` to
@@ -222,9 +223,17 @@ def _run_long(args, healthy, drifted, calibrate, cache, policies, tier) -> int: 
     shadow_d = [p for p in drifted if p.kind == "shadow"]
     if not shadow_h:
         return _fail("no healthy shadow pairs to resample")
+    # Several --drifted-label values: one drifted pool (and one row per policy) each.
+    labels = args.drifted_label or ("drifted",)
+    pools = {
+        label: [p for p in shadow_d if p.label == label or p.candidate.precision == label]
+        for label in labels
+    }
+    if len(labels) == 1:
+        pools = {labels[0]: shadow_d}
     results = run_long(
         shadow_h,
-        shadow_d,
+        pools,
         floors,
         cache,
         policies,
@@ -242,7 +251,7 @@ def _run_long(args, healthy, drifted, calibrate, cache, policies, tier) -> int: 
         "logprobs": args.logprobs,
         "holdout": args.holdout,
         "distinct_healthy": len(shadow_h),
-        "distinct_drifted": len(shadow_d),
+        "distinct_drifted": {k: len(v) for k, v in pools.items()},
     }
     if args.json:
         for r in results:

@@ -36,6 +36,7 @@ from scipy.stats import chi2
 
 from quantdrift.breaker.machine import initial_state, judge, tick
 from quantdrift.breaker.policy import Policy
+from quantdrift.breaker.state import RouteState
 from quantdrift.detectors.noise_floor import NoiseFloor, NoiseFloorState
 from quantdrift.evaluation.cache import ScoreCache, to_score
 from quantdrift.schemas import PairEvent, ScoreEvent
@@ -56,6 +57,7 @@ class LongResult:
     detection_delay_pairs: float | None
     detection_delay_p90: float | None
     missed: int
+    drifted: str = ""
     drifted_pairs_per_stream: int = 0
     streams_with_false_rollback: int = 0
     detected_by: dict[str, int] = field(default_factory=dict)
@@ -85,7 +87,7 @@ def _quantile(values: Sequence[float], q: float) -> float | None:
 
 def run_long(
     healthy: Sequence[PairEvent],
-    drifted: Sequence[PairEvent],
+    drifted: Mapping[str, Sequence[PairEvent]] | Sequence[PairEvent],
     floors: Mapping[str, NoiseFloorState],
     cache: ScoreCache,
     policies: Mapping[str, Policy],
@@ -98,81 +100,96 @@ def run_long(
     noise_floor: NoiseFloor | None = None,
     floor_source: Mapping[str, str] | None = None,
 ) -> list[LongResult]:
-    """One :class:`LongResult` per policy; ``floors`` maps a decoding mode to its floor."""
+    """One :class:`LongResult` per policy and drifted pool.
+
+    ``drifted``: one pool, or several by name (``{"int4": [...], "int2": [...]}``).
+    The healthy part of each stream is judged once per policy; every pool's drift
+    then starts from that same route state (a state is a value), so three pools
+    cost one healthy pass, and their false-rollback counts are the same streams.
+    ``floors`` maps a decoding mode to its floor.
+    """
     if streams < 1 or length < 0 or drift_length < 0:
         raise ValueError("streams >= 1, length >= 0, drift_length >= 0")
     if not healthy:
         raise ValueError("no healthy shadow pairs to resample")
-    cache.fill([*healthy, *drifted])
+    pools = dict(drifted) if isinstance(drifted, Mapping) else {"drifted": list(drifted)}
+    pools = {name: list(p) for name, p in pools.items() if p} or {"": []}
+    cache.fill([*healthy, *(p for pool in pools.values() for p in pool)])
     nf = noise_floor or NoiseFloor()
     # The same draws for every policy: policies differ by their decisions only.
     draws = []
     for k in range(streams):
         rng = np.random.default_rng([seed, k])
         h = rng.integers(0, len(healthy), size=length)
-        d = rng.integers(0, len(drifted), size=drift_length) if drifted else np.zeros(0, int)
+        d = {
+            name: rng.integers(0, len(pool), size=drift_length) if pool else np.zeros(0, int)
+            for name, pool in pools.items()
+        }
         draws.append((h, d))
     results = []
     for name, policy in policies.items():
         rp = policy.for_route(ROUTE)
         h_scores = [to_score(p, cache[p], rp, ROUTE) for p in healthy]
-        d_scores = [to_score(p, cache[p], rp, ROUTE) for p in drifted]
-        false, with_false, delays, missed = 0, 0, [], 0
-        by: Counter[str] = Counter()
+        d_scores = {
+            pool: [to_score(p, cache[p], rp, ROUTE) for p in pairs] for pool, pairs in pools.items()
+        }
+        false, with_false = 0, 0
         false_rules: Counter[str] = Counter()
+        delays: dict[str, list[float]] = {pool: [] for pool in pools}
+        missed: Counter[str] = Counter()
+        by: dict[str, Counter[str]] = {pool: Counter() for pool in pools}
         for h, d in draws:
-            outcome = _one_stream(
-                rp, [h_scores[i] for i in h], [d_scores[i] for i in d], floors, nf,
-                pair_interval_s,
-            )  # fmt: skip
-            false += len(outcome.false_rules)
-            with_false += bool(outcome.false_rules)
-            false_rules.update(outcome.false_rules)
-            if len(d):
-                if outcome.delay is None:
-                    missed += 1
-                    delays.append(float(drift_length + 1))
-                else:
-                    delays.append(float(outcome.delay))
-                    by[outcome.detected_by or "?"] += 1
-        total = streams * length
-        caught = [x for x in delays if x <= drift_length]
-        results.append(
-            LongResult(
-                policy=name,
-                streams=streams,
-                healthy_pairs=total,
-                false_rollbacks=false,
-                false_rollbacks_per_100k=round(1e5 * false / total, 3) if total else 0.0,
-                false_rollbacks_per_100k_upper95=round(poisson_upper95(false, total), 3),
-                detection_delay_pairs=_quantile(caught, 0.5) if drifted else None,
-                detection_delay_p90=_quantile(delays, 0.9) if drifted else None,
-                missed=missed,
-                drifted_pairs_per_stream=drift_length if drifted else 0,
-                streams_with_false_rollback=with_false,
-                detected_by=dict(by),
-                false_rollback_rules=dict(false_rules),
-                floor=dict(floor_source or {}),
+            state, rules_fired, now = _healthy_part(
+                rp, [h_scores[i] for i in h], floors, nf, pair_interval_s
             )
-        )
+            false += len(rules_fired)
+            with_false += bool(rules_fired)
+            false_rules.update(rules_fired)
+            for pool, idx in d.items():
+                if not len(idx):
+                    continue
+                delay, rule = _drift_part(
+                    rp, state, [d_scores[pool][i] for i in idx], floors, nf, pair_interval_s, now
+                )
+                if delay is None:
+                    missed[pool] += 1
+                    delays[pool].append(float(drift_length + 1))
+                else:
+                    delays[pool].append(float(delay))
+                    by[pool][rule or "?"] += 1
+        total = streams * length
+        for pool, pairs in pools.items():
+            caught = [x for x in delays[pool] if x <= drift_length]
+            results.append(
+                LongResult(
+                    policy=name,
+                    streams=streams,
+                    healthy_pairs=total,
+                    false_rollbacks=false,
+                    false_rollbacks_per_100k=round(1e5 * false / total, 3) if total else 0.0,
+                    false_rollbacks_per_100k_upper95=round(poisson_upper95(false, total), 3),
+                    detection_delay_pairs=_quantile(caught, 0.5) if pairs else None,
+                    detection_delay_p90=_quantile(delays[pool], 0.9) if pairs else None,
+                    missed=missed[pool],
+                    drifted=pool,
+                    drifted_pairs_per_stream=drift_length if pairs else 0,
+                    streams_with_false_rollback=with_false,
+                    detected_by=dict(by[pool]),
+                    false_rollback_rules=dict(false_rules),
+                    floor=dict(floor_source or {}),
+                )
+            )
     return results
 
 
-@dataclass
-class _Outcome:
-    false_rules: list[str]
-    delay: int | None
-    detected_by: str | None
-
-
-def _one_stream(
+def _healthy_part(
     rp: Any,
     healthy: Sequence[ScoreEvent],
-    drifted: Sequence[ScoreEvent],
     floors: Mapping[str, NoiseFloorState],
     nf: NoiseFloor,
     interval: float,
-) -> _Outcome:
+) -> tuple[RouteState, list[str], float]:
+    """Judge the healthy pairs; the state at the onset, the false rollbacks' rules, the clock."""
     state = initial_state(rp)
     now = 0.0
     false_rules: list[str] = []
@@ -184,8 +201,21 @@ def _one_stream(
         t = d.transition
         if t is not None and t.to_state == "open" and t.from_state == "closed":
             false_rules.append(t.rule)
-    if drifted and state.state != "closed":
-        return _Outcome(false_rules, 0, "open at onset")
+    return state, false_rules, now
+
+
+def _drift_part(
+    rp: Any,
+    state: RouteState,
+    drifted: Sequence[ScoreEvent],
+    floors: Mapping[str, NoiseFloorState],
+    nf: NoiseFloor,
+    interval: float,
+    now: float,
+) -> tuple[int | None, str | None]:
+    """(drifted pairs up to and including the one that opened the route, its rule)."""
+    if state.state != "closed":
+        return 0, "open at onset"
     for i, score in enumerate(drifted, start=1):
         now += interval
         state = tick(rp, state, now).state
@@ -193,14 +223,15 @@ def _one_stream(
         state = d.state
         t = d.transition
         if t is not None and t.to_state == "open":
-            return _Outcome(false_rules, i, t.rule)
-    return _Outcome(false_rules, None, None)
+            return i, t.rule
+    return None, None
 
 
 def format_long(results: Sequence[LongResult]) -> str:
     """A plain-text table, one row per policy."""
     header = (
         "policy",
+        "drifted",
         "streams",
         "healthy",
         "false",
@@ -217,6 +248,7 @@ def format_long(results: Sequence[LongResult]) -> str:
     rows = [
         (
             r.policy,
+            r.drifted or "-",
             f(r.streams),
             f(r.healthy_pairs),
             f(r.false_rollbacks),
