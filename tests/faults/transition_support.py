@@ -18,9 +18,11 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
@@ -30,6 +32,10 @@ from typing import Any
 import redis.asyncio as aioredis
 import yaml
 from faults_support import isolated_settings, on_route, records_for, shadow_only
+from redis.asyncio.retry import Retry
+from redis.backoff import ExponentialBackoff
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from quantdrift.breaker.state import RouteState
 from quantdrift.config import Settings
@@ -41,6 +47,8 @@ from quantdrift.gateway.targets import resolver_for
 from quantdrift.schemas import PairEvent, RouteCommand
 from quantdrift.schemas.keys import route_key
 from quantdrift.schemas.signing import CommandVerifier, verifier_from_settings
+from quantdrift.stack import default_server_bin, free_port, redis_ping
+from quantdrift.stack.ports import stop_popen
 
 Record = tuple[bytes | None, bytes | None]
 
@@ -130,8 +138,13 @@ class RouteKeys:
     """Read one route's breaker keys (the layout of ``schemas/keys.py``)."""
 
     def __init__(self, redis_url: str, prefix: str, route: str) -> None:
+        # Retried: a test that restarts Redis reads through a pooled connection it killed.
         self.client = aioredis.Redis.from_url(
-            redis_url, socket_connect_timeout=1.0, socket_timeout=1.0
+            redis_url,
+            socket_connect_timeout=1.0,
+            socket_timeout=1.0,
+            retry=Retry(ExponentialBackoff(cap=0.5, base=0.05), 5),
+            retry_on_error=[RedisConnectionError, RedisTimeoutError],
         )
         self.prefix, self.route = prefix, route
 
@@ -267,3 +280,55 @@ class Follower:
 
     def actions(self, route: str) -> list[str]:
         return [a.action for a in self.applied if a.route == route]
+
+
+# -- a Redis that forgets ------------------------------------------------------------
+
+
+class VolatileRedis:
+    """A redis-server we own on a fixed port, with nothing on disk: killed, it forgets.
+
+    The opposite of ``PersistentRedis``: the embedded Redis and the ones on these
+    machines keep nothing, so kill -9 and a start on the same address is a Redis
+    that lost every route's state while clients reconnect to it as before.
+    """
+
+    def __init__(self) -> None:
+        self.port = free_port()
+        self.url = f"redis://127.0.0.1:{self.port}"
+        self.dir = Path(tempfile.mkdtemp(prefix="qd-faults-volatile-redis-"))
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self, timeout: float = 10.0) -> VolatileRedis:
+        argv = [
+            default_server_bin(),
+            "--port", str(self.port),
+            "--bind", "127.0.0.1",
+            "--save", "",
+            "--appendonly", "no",
+            "--daemonize", "no",
+            "--dir", str(self.dir),
+        ]  # fmt: skip
+        log = (self.dir / "redis.log").open("ab")
+        self.proc = subprocess.Popen(
+            argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, cwd=self.dir
+        )
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline and self.proc.poll() is None:
+            if redis_ping(self.url, timeout=0.3):
+                return self
+            time.sleep(0.02)
+        raise RuntimeError(f"redis-server on {self.port} did not start")
+
+    def kill_9(self) -> int:
+        assert self.proc is not None
+        self.proc.send_signal(signal.SIGKILL)
+        status = self.proc.wait(timeout=10)
+        self.proc = None
+        return status
+
+    def close(self) -> None:
+        if self.proc is not None:
+            stop_popen(self.proc, timeout=5.0)
+            self.proc = None
+        shutil.rmtree(self.dir, ignore_errors=True)
