@@ -123,3 +123,90 @@ def test_broken_candidate_vetoed_healthy_goes(lab: dict[str, str], tmp_path: Pat
     assert healthy["verdict"] == "go", healthy["blocking"]
     assert code == 0 and healthy["vetoes"] == []
     assert [i["status"] for i in healthy["items"]] == ["pass", "pass"]
+
+
+def test_load_warmup_and_probes_through_a_real_gateway(lab: dict[str, str], tmp_path: Path) -> None:
+    """`quantdrift gateway` in front of the int8 and reference lab servers, loaded open-loop at
+    1.5x a stated peak the CPU lab can carry, with the gateway's and upstream's RSS watched."""
+    gw_cfg = tmp_path / "gateway.yaml"
+    gw_cfg.write_text(
+        f"precisions: {{int8: [{lab['int8']}], bf16: [{lab['reference']}]}}\n"
+        "routes: {lab/int8: {candidate: int8, reference: bf16}}\n"
+        "shadow_sample_rate: 0.05\n"
+    )
+    port = free_port()
+    log = (tmp_path / "gateway.log").open("wb")
+    gw = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "quantdrift",
+            "gateway",
+            "--config",
+            str(gw_cfg),
+            "--port",
+            str(port),
+            "--no-control",
+            "--log-level",
+            "warning",
+        ],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        cwd=tmp_path,
+    )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                if httpx.get(f"{url}/health", timeout=1).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            assert gw.poll() is None and time.monotonic() < deadline, (
+                tmp_path / "gateway.log"
+            ).read_text()[-2000:]
+            time.sleep(0.2)
+        cfg = tmp_path / "preflight.yaml"
+        cfg.write_text(
+            f"gateway_config: {gw_cfg}\nroute: lab/int8\n"
+            "warmup: {buckets: [64, 256], steady: 3, max_tokens: 8}\n"
+            f"load: {{peak_rps: 0.2, duration_s: 20, max_tokens: 8, pids: {{gateway: {gw.pid}}}}}\n"
+        )
+        report = tmp_path / "load.json"
+        proc = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "quantdrift",
+                "preflight",
+                "--config",
+                str(cfg),
+                "--candidate",
+                lab["int8"],
+                "--gateway-url",
+                url,
+                "--only",
+                "warmup,probes,load",
+                "--json",
+                "--report",
+                str(report),
+            ],
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        printed = json.loads(proc.stdout)
+        items = {i["id"]: i for i in printed["items"]}
+        print(f"\nwarmup {items['warmup']['measured']}\nload {items['load']['measured']}")
+        assert items["probes"]["status"] == "pass"
+        load = items["load"]
+        assert load["status"] == "pass", load["evidence"]["why"]
+        assert load["measured"]["requests"] == 6 and load["measured"]["error_rate"] == 0
+        assert load["evidence"]["rss_series_mb"]["gateway"]
+        warm = items["warmup"]
+        assert warm["status"] in ("pass", "fail") and len(warm["evidence"]["rows"]) == 2
+        assert all(r["steady_p50_s"] > 0 for r in warm["evidence"]["rows"])
+        assert (tmp_path / "load.html").read_text().count("<svg") == 2  # latency + warm-up
+    finally:
+        stop_popen(gw, timeout=10)
