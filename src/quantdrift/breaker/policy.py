@@ -88,8 +88,8 @@ class RoutePolicy(BaseModel):
     # Divergences above the floor's mean: nats of teacher-forced KL (clipped at
     # tf_kl_clip), points of 1 - similarity, nats of |entropy shift| (clipped).
     tolerance_tf_kl: float = Field(default=0.05, ge=0)
-    tolerance_dissimilarity: float = Field(default=0.05, ge=0, le=1)
-    tolerance_entropy: float = Field(default=0.15, ge=0)
+    tolerance_dissimilarity: float = Field(default=0.1, ge=0, le=1)
+    tolerance_entropy: float = Field(default=0.3, ge=0)
     # The clips bound what one pair can say (one wild pair is not a drift); a test
     # of "mean <= m0" on x >= 0 needs no clip to be valid.
     tf_kl_clip: float = Field(default=4.0, gt=0)
