@@ -26,7 +26,7 @@ $(STAMP_RUN): pyproject.toml | $(BIN)/python
 	touch $@
 
 $(STAMP_DEV): $(STAMP_RUN)
-	$(BIN)/pip install -q -e '.[lab,dev,report]'
+	$(BIN)/pip install -q -e '.[lab,dev,report,bench]'
 	touch $@
 
 install: $(STAMP_RUN)  ## create .venv and install quantdrift

@@ -2,7 +2,8 @@
 
     python bench/run_all.py [--out BENCHMARKS.md] [--soak-minutes 10]
 
-Order: ``scoring.py``, ``gateway_fallback.py``, ``e2e.py``, ``soak.py``, each as
+Order: ``scoring.py``, ``escalation_means.py``, ``redis_bytes.py``,
+``gateway_fallback.py``, ``gateway_overhead.py``, ``e2e.py``, ``soak.py``, each as
 a subprocess with ``--json --write OUT`` so a failing one leaves the others'
 sections. The soak runs 10 minutes at the rated load e2e measured; the whole run
 takes about 13 minutes here (``make bench`` must stay under 15). Raw results go to
@@ -67,6 +68,30 @@ def server_versions() -> dict[str, str]:
     return out
 
 
+def commit() -> str:
+    """The commit the figures belong to, marked when the tree had uncommitted changes."""
+    try:
+        head = subprocess.run(
+            ["git", "rev-parse", "--short=12", "HEAD"],
+            capture_output=True,
+            text=True,
+            timeout=10,
+            check=True,
+            cwd=HERE,
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain", "--untracked-files=no"],
+            capture_output=True,
+            text=True,
+            timeout=10,
+            check=True,
+            cwd=HERE,
+        ).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return "unknown (not a git checkout)"
+    return head + (" with uncommitted changes" if dirty else "")  # fmt: skip
+
+
 def header() -> str:
     versions = {}
     for pkg in PACKAGES:
@@ -80,7 +105,8 @@ def header() -> str:
     lines = [
         "# Benchmarks",
         "",
-        f"Written by `python bench/run_all.py` on {time.strftime('%Y-%m-%d %H:%M %Z')}. "
+        f"Written by `python bench/run_all.py` on {time.strftime('%Y-%m-%d %H:%M %Z')} "
+        f"at commit `{commit()}`. "
         "Every figure comes from one run on this machine; machines like it are shared and "
         "noisy, so ratios in one run mean more than absolute numbers across runs.",
         "",
@@ -136,7 +162,10 @@ def main(argv: list[str] | None = None) -> int:
     results: dict[str, Any] = {}
     write = ["--write", str(out)]
     results["scoring"] = run_bench("scoring.py", write, timeout=420)
+    results["escalation_means"] = run_bench("escalation_means.py", write, timeout=600)
+    results["redis_bytes"] = run_bench("redis_bytes.py", write, timeout=300)
     results["gateway_fallback"] = run_bench("gateway_fallback.py", write, timeout=120)
+    results["gateway_overhead"] = run_bench("gateway_overhead.py", write, timeout=600)
     results["e2e"] = run_bench("e2e.py", [*write, "--phase-s", str(args.e2e_phase_s)], 300)
     soak_args = [*write, "--minutes", str(args.soak_minutes)]
     e2e = results["e2e"]
