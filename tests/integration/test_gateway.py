@@ -28,7 +28,7 @@ from quantdrift.config import KafkaSettings, TopicNames
 from quantdrift.gateway.controller import RouteController
 from quantdrift.gateway.gateway_config import GatewayConfig, parse_config
 from quantdrift.gateway.publisher import ShadowPublisher
-from quantdrift.gateway.server import DegradationPublisher, Gateway, create_app
+from quantdrift.gateway.app import DegradationPublisher, Gateway, create_app
 from quantdrift.gateway.targets import resolver_for
 from quantdrift.schemas import (
     CommandSigner,
@@ -60,27 +60,26 @@ def _entry(token: str, certain: bool = False) -> dict[str, Any]:
     return {"token": token, "logprob": lp, "top_logprobs": top}
 
 
-def _chunk(tag: str, content: str | None, entry: dict | None = None, finish: str | None = None):
-    delta = {} if content is None else {"content": content}
+def _chunk(
+    tag: str,
+    content: str | None,
+    entry: dict | None = None,
+    finish: str | None = None,
+    index: int = 0,
+    delta: dict[str, Any] | None = None,
+) -> str:
+    delta = dict(delta or ({} if content is None else {"content": content}))
     choice = {
-        "index": 0,
+        "index": index,
         "delta": delta,
         "finish_reason": finish,
         "logprobs": {"content": [entry]} if entry else None,
     }
-    return (
-        "data: "
-        + json.dumps(
-            {
-                "id": f"up-{tag}",
-                "object": "chat.completion.chunk",
-                "created": 1,
-                "model": f"m-{tag}",
-                "choices": [choice],
-            }
-        )
-        + "\n\n"
-    )
+    return "data: " + json.dumps(_head(tag) | {"choices": [choice]}) + "\n\n"
+
+
+def _head(tag: str) -> dict[str, Any]:
+    return {"id": f"up-{tag}", "object": "chat.completion.chunk", "created": 1, "model": f"m-{tag}"}
 
 
 def _wants_json(body: dict[str, Any]) -> bool:
@@ -96,7 +95,9 @@ def _pieces(mode: str, tag: str, body: dict[str, Any]) -> list[tuple[str, bool]]
         return [(f"w{i} ", True) for i in range(120)]
     if mode == "lateloop":
         return [(f"w{i} ", False) for i in range(12)] + [(t, False) for t in ("na ", "na ") * 40]
-    if mode == "badjson":
+    if mode == "length":  # a JSON answer cut by max_tokens
+        text = '{"answer": "a long answer that ran out of tok'
+    elif mode == "badjson":
         text = '{"answer": "ok",, "more": "' + "x" * 40 + '"}'
     elif mode == "missing":
         text = '{"other": 1}'
@@ -136,21 +137,74 @@ class Scripted:
                 return JSONResponse({"error": {"message": "busy"}}, status_code=503)
             if mode == "e400":
                 return JSONResponse({"error": {"message": "bad", "type": "x"}}, status_code=400)
+            if mode == "e400url":
+                message = f"model not found at {self.url}/v1 (host 127.0.0.1:{self.port})"
+                return JSONResponse({"error": {"message": message}}, status_code=400)
+            if mode == "nolp" and "logprobs" in body:  # a server that refuses logprobs
+                return JSONResponse({"error": {"message": "no logprobs here"}}, status_code=400)
             if mode == "slow":
                 await asyncio.sleep(3.0)
             pieces = _pieces(mode, tag, body)
+            n = int(body.get("n") or 1)
+            logprobs = bool(body.get("logprobs"))
+            k = int(body.get("top_logprobs") or 0)
+            usage = bool((body.get("stream_options") or {}).get("include_usage"))
+
+            def entry(tok: str, certain: bool) -> dict[str, Any] | None:
+                if not logprobs:
+                    return None
+                e = _entry(tok, certain)
+                return {**e, "top_logprobs": e["top_logprobs"][:k]}
 
             async def events() -> AsyncIterator[str]:
-                yield _chunk(tag, "")
-                for i, (tok, certain) in enumerate(pieces):
-                    if mode == "stall" and i == 2:
-                        await asyncio.sleep(3.0)
-                    if mode == "disconnect" and i == 3:
-                        raise RuntimeError("scripted disconnect")
-                    yield _chunk(tag, tok, _entry(tok, certain))
-                    if mode == "delay":
-                        await asyncio.sleep(0.002)
-                yield _chunk(tag, None, finish="stop")
+                for index in range(n):
+                    yield _chunk(tag, "", index=index)
+                if mode == "tools":
+                    call = {"index": 0, "id": "call_1", "type": "function"}
+                    yield _chunk(
+                        tag,
+                        None,
+                        delta={
+                            "tool_calls": [
+                                {**call, "function": {"name": "lookup", "arguments": '{"city": '}}
+                            ]
+                        },
+                    )
+                    yield _chunk(
+                        tag,
+                        None,
+                        delta={"tool_calls": [{"index": 0, "function": {"arguments": '"Paris"}'}}]},
+                    )
+                    yield _chunk(tag, None, finish="tool_calls")
+                elif mode == "refusal":
+                    yield _chunk(tag, None, delta={"refusal": "I can't help with that."})
+                    yield _chunk(tag, None, finish="stop")
+                else:
+                    for i, (tok, certain) in enumerate(pieces):
+                        if mode == "stall" and i == 2:
+                            await asyncio.sleep(3.0)
+                        if mode == "disconnect" and i == 3:
+                            raise RuntimeError("scripted disconnect")
+                        for index in range(n):
+                            piece = tok if index == 0 or i else f"[{index}] {tok}"
+                            yield _chunk(tag, piece, entry(tok, certain), index=index)
+                        if mode in ("delay", "hang"):
+                            await asyncio.sleep(0.002 if mode == "delay" else 0.5)
+                    for index in range(n):
+                        yield _chunk(
+                            tag, None, finish="length" if mode == "length" else "stop", index=index
+                        )
+                if usage:
+                    tokens = len(pieces) * n
+                    counts = {"prompt_tokens": 7, "completion_tokens": tokens}
+                    yield (
+                        "data: "
+                        + json.dumps(
+                            _head(tag)
+                            | {"choices": [], "usage": counts | {"total_tokens": 7 + tokens}}
+                        )
+                        + "\n\n"
+                    )
                 yield "data: [DONE]\n\n"
 
             return StreamingResponse(events(), media_type="text/event-stream")
@@ -197,6 +251,7 @@ def make_config(
                 "candidate": "int4",
                 "reference": "bf16",
                 "teacher_forced": extra.pop("teacher_forced", False),
+                "clear_prompts": extra.pop("clear_prompts", False),
             }
         },
         "shadow_sample_rate": 0.0,
@@ -424,13 +479,16 @@ async def test_json_schema_required_keys_and_degradation_event(
         )
         assert resp.headers["x-quantdrift-precision"] == "bf16"
         assert json.loads(content(resp))["answer"] == "ok"
+        request_id = resp.headers["x-request-id"]
         records = await consume_n(stack.bootstrap, topic, 2, timeout=15)
     events = sorted((DegradationEvent.parse(r.value) for r in records), key=lambda e: e.precision)
     assert [(e.precision, e.fallback_precision, e.reason) for e in events] == [
         ("int4", "int8", "json_missing_key"),
         ("int8", "bf16", "json_missing_key"),
     ]
-    assert all(e.route == ROUTE and e.request_id == "json-req-1" for e in events)
+    # The gateway's own id names the request; the client's is kept for tracing.
+    assert all(e.route == ROUTE and e.request_id == request_id for e in events)
+    assert all(e.detail["client_request_id"] == "json-req-1" for e in events)
     assert {r.key for r in records} == {ROUTE.encode()}
 
 
@@ -478,7 +536,9 @@ async def test_shadow_pairs_reach_the_pairs_topic(scripted: Scripted, stack: Emb
     kafka = KafkaSettings(bootstrap_servers=stack.bootstrap)
     publisher = ShadowPublisher(kafka, 1.0, topic=topic)
     gw = Gateway(
-        make_config(scripted, GOOD, shadow_sample_rate=1.0, teacher_forced=True),
+        make_config(
+            scripted, GOOD, shadow_sample_rate=1.0, teacher_forced=True, clear_prompts=True
+        ),
         publisher=publisher,
     )
     async with serving(gw) as client:
@@ -488,22 +548,26 @@ async def test_shadow_pairs_reach_the_pairs_topic(scripted: Scripted, stack: Emb
             headers={"X-Request-Id": "shadow-1"},
         )
         assert resp.headers["x-quantdrift-precision"] == "int4"
-        _, text, _, _ = await stream_text(
+        assert resp.headers["x-client-request-id"] == "shadow-1"
+        first = resp.headers["x-request-id"]
+        assert first.startswith("req-") and first != "shadow-1"
+        sresp, text, _, _ = await stream_text(
             client, chat_body("shadow me too", temperature=0), headers={"X-Request-Id": "shadow-2"}
         )
         assert text.startswith("Hello from int4")
+        second = sresp.headers["x-request-id"]
         records = await consume_n(stack.bootstrap, topic, 2, timeout=15)
     pairs = {p.pair_id: p for p in (PairEvent.parse(r.value) for r in records)}
-    assert set(pairs) == {"shadow-1:shadow", "shadow-2:shadow"}
-    pair = pairs["shadow-1:shadow"]
+    assert set(pairs) == {f"{first}:shadow", f"{second}:shadow"}
+    pair = pairs[f"{first}:shadow"]
     assert pair.kind == "shadow" and pair.route == ROUTE
     assert (pair.candidate.precision, pair.reference.precision) == ("int4", "bf16")
     assert pair.candidate.text == "Hello from int4, the answer is forty two."
     assert pair.reference.text == "Hello from bf16, the answer is forty two."
     assert pair.candidate.top_logprobs and len(pair.candidate.top_logprobs[0]) == 5
     assert pair.reference_logprobs_on_candidate == [-0.25] * 8  # /v1/score on the reference
-    assert pair.request.prompt == "user: shadow me"
-    assert pairs["shadow-2:shadow"].request.temperature == 0.0
+    assert pair.request.prompt == "user: shadow me"  # the route opted in to clear prompts
+    assert pairs[f"{second}:shadow"].request.temperature == 0.0
     ref_calls = [b for b in scripted.calls_to("bf16") if "shadow me" in json.dumps(b)]
     assert all(b["logprobs"] is True and b["top_logprobs"] == 5 for b in ref_calls)
 
@@ -546,7 +610,10 @@ async def test_a_dead_broker_never_fails_or_delays_users(scripted: Scripted) -> 
         assert publisher.stats.dropped.get("queue_full", 0) > 0
         assert not publisher.connected
         metrics = (await client.get("/metrics")).text
-        assert 'quantdrift_gateway_shadow_dropped_total{reason="queue_full"}' in metrics
+        assert (
+            'quantdrift_gateway_shadow_dropped_total{reason="queue_full",stage="publish"}'
+            in metrics
+        )
     print(f"\ndead broker: 12 requests, max user latency {max(latencies) * 1000:.0f} ms")
     assert max(latencies) < 1.0
 
@@ -644,16 +711,15 @@ async def test_a_signed_rollback_moves_new_requests_within_a_second(
         await console.manual("release", now + 0.5)
         await console.tick(now + 2.0)
         await controller.wait_for(ROUTE, lambda c: c.action == "canary", timeout=5)
-        resp = await client.post(
-            "/v1/chat/completions", json=chat_body("probe"), headers={"X-Request-Id": "half-open-1"}
-        )
+        resp = await client.post("/v1/chat/completions", json=chat_body("probe"))
         assert resp.headers["x-quantdrift-precision"] == "bf16"
+        request_id = resp.headers["x-request-id"].encode()
         records = await consume_n(
             stack.bootstrap,
             pairs_topic,
             1,
             timeout=15,
-            predicate=lambda r: b"half-open-1" in r.value,
+            predicate=lambda r: request_id in r.value,
         )
         pair = PairEvent.parse(records[0].value)
         assert (pair.candidate.precision, pair.reference.precision) == ("int4", "bf16")

@@ -1,15 +1,22 @@
 """``quantdrift gateway --config gateway.yaml [--port P]``: the reference gateway.
 
-Serves ``/v1/chat/completions`` (OpenAI-compatible), ``/health`` and ``/metrics``
-in front of the precision pools of the config file; Kafka, Redis and signing keys
-come from the settings (``QUANTDRIFT_*``, or a running ``quantdrift stack up``).
+Serves ``/v1/chat/completions`` and ``/v1/models`` (OpenAI-compatible), ``/health``
+and ``/metrics`` in front of the precision pools of the config file; Kafka, Redis
+and signing keys come from the settings (``QUANTDRIFT_*``, or a running
+``quantdrift stack up``). API keys may also come from the environment:
+``QUANTDRIFT_GATEWAY_API_KEYS`` holds a JSON list of ``{"name", "sha256",
+"routes", "high_precision"}`` entries, added to the config's ``auth.keys`` (so a
+secret store can inject them without editing the file).
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+import os
 import sys
 from pathlib import Path
+from typing import Any
 
 from quantdrift.cli.common import load_settings, redis_url, signing_settings, with_stack
 
@@ -28,21 +35,20 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def build_gateway(config_path: Path, *, control: bool = True):  # type: ignore[no-untyped-def]
     """The Gateway from a config file and the environment's settings."""
+    from quantdrift.gateway.app import DegradationPublisher, Gateway
     from quantdrift.gateway.controller import RouteController
     from quantdrift.gateway.gateway_config import load_config
     from quantdrift.gateway.publisher import ShadowPublisher
-    from quantdrift.gateway.server import DegradationPublisher, Gateway
     from quantdrift.gateway.targets import resolver_for
     from quantdrift.schemas.signing import verifier_from_settings
 
-    config = load_config(config_path)
+    config = with_env_keys(load_config(config_path), os.environ)
     settings = signing_settings(with_stack(load_settings()))
     publisher = ShadowPublisher(
         settings.kafka,
         config.shadow_sample_rate,
         queue_size=config.shadow_queue,
         hash_prompts=settings.hash_prompts,
-        salt=config.sample_salt,
     )
     controller = None
     if control:
@@ -66,14 +72,62 @@ def build_gateway(config_path: Path, *, control: bool = True):  # type: ignore[n
     )
 
 
+ENV_KEYS = "QUANTDRIFT_GATEWAY_API_KEYS"
+
+
+def with_env_keys(config: Any, environ: Any) -> Any:
+    """``config`` with the API keys of ``QUANTDRIFT_GATEWAY_API_KEYS`` added (hashes only)."""
+    from quantdrift.errors import ConfigError
+    from quantdrift.gateway.gateway_config import parse_config
+
+    raw = environ.get(ENV_KEYS)
+    if not raw:
+        return config
+    try:
+        keys = json.loads(raw)
+    except ValueError as exc:
+        raise ConfigError(f"{ENV_KEYS}: not JSON ({exc})") from exc
+    if not isinstance(keys, list):
+        raise ConfigError(f"{ENV_KEYS}: expected a JSON list of keys")
+    data = config.model_dump()
+    auth = data.get("auth") or {"keys": []}
+    auth["keys"] = [*auth.get("keys", []), *keys]
+    return parse_config({**data, "auth": auth})
+
+
 def run(args: argparse.Namespace) -> int:
     if not 0 < args.port < 65536:
         sys.stderr.write(f"quantdrift: error: --port must be in 1..65535, got {args.port}\n")
         return 2
+    import asyncio
+
     import uvicorn
 
-    from quantdrift.gateway.server import create_app
+    from quantdrift.gateway.app import create_admin_app, create_app
 
     gateway = build_gateway(args.config, control=not args.no_control)
-    uvicorn.run(create_app(gateway), host=args.host, port=args.port, log_level=args.log_level)
+    api = uvicorn.Server(
+        uvicorn.Config(
+            create_app(gateway), host=args.host, port=args.port, log_level=args.log_level
+        )
+    )
+    servers = [api]
+    if gateway.config.admin_listen:
+        host, _, port = gateway.config.admin_listen.rpartition(":")
+        servers.append(
+            uvicorn.Server(
+                uvicorn.Config(
+                    create_admin_app(gateway),
+                    host=host,
+                    port=int(port),
+                    log_level=args.log_level,
+                    lifespan="off",
+                )
+            )
+        )
+
+    async def serve() -> None:
+        await asyncio.gather(*(s.serve() for s in servers))
+
+    asyncio.run(serve())
     return 0

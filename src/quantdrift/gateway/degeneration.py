@@ -14,6 +14,22 @@ Two probes, fed as the stream arrives, both reusing the detectors:
 ``DegenerationProbe.update`` returns the reason ("loop", "entropy_collapse") the
 first time a probe fires and keeps returning it after.
 
+Structured output repeats by nature: ``{"values": [0, 0, 0, ...]}``, an identity
+matrix, a markdown table, a block of similar code lines. A probe tuned on prose
+would call those loops and send good answers down the fallback chain, so:
+
+* a repeating unit made only of numbers is never a loop (data, not degeneration;
+  a model stuck on zeros runs into ``max_tokens`` and is reported as truncated);
+* inside structure (the request asked for JSON, the text is inside a code fence,
+  or the tail is table rows) a loop needs ``structured_min_copies`` copies over
+  at least ``structured_min_tokens`` tokens: a runaway loop still trips, since it
+  runs until ``max_tokens``, while a table with a few equal rows does not;
+* entropy collapse is not probed inside structure: JSON keys, braces and code
+  boilerplate are near-certain tokens in a healthy model too.
+
+``tests/unit/test_degeneration.py`` keeps a corpus of real-looking JSON, tables
+and code and checks 0 trips on it.
+
 Examples
 --------
 >>> probe = DegenerationProbe(DegenerationConfig(check_every=1))
@@ -30,10 +46,18 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Mapping, Sequence
 
+import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
 from quantdrift.detectors.entropy import entropy_from_top_logprobs
-from quantdrift.detectors.repetition import looping, token_ids
+from quantdrift.detectors.repetition import (
+    LOOP_MAX_PERIOD,
+    LOOP_MIN_COPIES,
+    LOOP_MIN_TOKENS,
+    LOOP_TAIL_SHARE,
+    LOOP_TAIL_WINDOW,
+    token_ids,
+)
 from quantdrift.detectors.tokenize import tokenize
 
 LOOP = "loop"
@@ -53,13 +77,18 @@ class DegenerationConfig(BaseModel):
     entropy: bool = True
     entropy_floor: float = Field(default=0.05, ge=0)
     entropy_window: int = Field(default=48, ge=4)
+    structured_min_copies: int = Field(default=16, ge=3)
+    structured_min_tokens: int = Field(default=96, ge=8)
 
 
 class DegenerationProbe:
     """Feed streamed deltas (and their per-token top log-probs when there are any)."""
 
-    def __init__(self, config: DegenerationConfig | None = None) -> None:
+    def __init__(self, config: DegenerationConfig | None = None, structured: bool = False) -> None:
         self.config = config or DegenerationConfig()
+        self.structured = structured  # the request asked for JSON
+        self._fences = 0
+        self._carry = ""
         self._tail = ""
         self._chars = 0
         self._chunks = 0
@@ -82,8 +111,9 @@ class DegenerationProbe:
         if delta:
             self._tail = (self._tail + delta)[-cfg.tail_chars :]
             self._chars += len(delta)
+            self._count_fences(delta)
         self._chunks += 1
-        if cfg.entropy and top_logprobs:
+        if cfg.entropy and top_logprobs and not self._in_structure():
             for h in entropy_from_top_logprobs(top_logprobs):
                 self._push(float(h))
             if len(self._window) == cfg.entropy_window:
@@ -125,17 +155,73 @@ class DegenerationProbe:
         window.append(h)
         self._sum += h
 
+    def _count_fences(self, delta: str) -> None:
+        # A fence may arrive split over two deltas: keep the last two characters.
+        text = self._carry + delta
+        self._fences += text.count("```") - self._carry.count("```")
+        self._carry = text[-2:]
+
+    def _in_structure(self) -> bool:
+        """JSON was asked for, a code fence is open or in the tail, or the tail is table rows."""
+        if self.structured or self._fences % 2 == 1 or "```" in self._tail:
+            return True
+        lines = [ln.strip() for ln in self._tail.splitlines()[-6:] if ln.strip()]
+        return len(lines) >= 3 and all(ln.startswith("|") for ln in lines)
+
     def _looping(self) -> bool:
         tokens = tokenize(self._tail)
-        return bool(tokens) and looping(token_ids(tokens))
+        if not tokens:
+            return False
+        cfg = self.config
+        structure = self._in_structure()
+        for period, run in loop_runs(tokens):
+            unit = tokens[len(tokens) - period :]
+            if all(t.isdigit() for t in unit):
+                continue  # numbers repeating are data
+            if structure and (
+                run < cfg.structured_min_copies * period or run < cfg.structured_min_tokens
+            ):
+                continue
+            return True
+        return False
+
+
+def loop_runs(tokens: list[str]) -> list[tuple[int, int]]:
+    """(period, run length) of every periodic tail that ``repetition.looping`` calls a loop.
+
+    The same rule as ``detectors.repetition.looping`` (three copies, eight tokens,
+    half of the last 64), returning each qualifying period so the caller can judge
+    the repeating unit itself.
+
+    >>> loop_runs(tokenize("Answer: 42. " + "I am sorry. " * 6))
+    [(3, 18)]
+    """
+    ids = token_ids(tokens)
+    n = len(ids)
+    if n < LOOP_MIN_TOKENS:
+        return []
+    need = max(LOOP_MIN_TOKENS, LOOP_TAIL_SHARE * min(n, LOOP_TAIL_WINDOW))
+    max_period = min(LOOP_MAX_PERIOD, n // LOOP_MIN_COPIES)
+    if max_period < 1:
+        return []
+    out = []
+    lookback = ids[n - 1 - max_period : n - 1][::-1]
+    for p in np.flatnonzero(lookback == ids[-1]) + 1:
+        tail = (ids[p:] == ids[:-p])[::-1]
+        matched = int(np.argmin(tail)) if not tail.all() else len(tail)
+        r = matched + int(p)
+        if r >= LOOP_MIN_COPIES * p and r >= need:
+            out.append((int(p), r))
+    return out
 
 
 def check_text(
     text: str,
     top_logprobs: Sequence[Mapping[str, float]] | None = None,
     config: DegenerationConfig | None = None,
+    structured: bool = False,
 ) -> tuple[str | None, str]:
     """(reason, detail) for a whole answer (non-streamed upstream replies)."""
-    probe = DegenerationProbe(config)
+    probe = DegenerationProbe(config, structured)
     probe.update(text, top_logprobs)
     return probe.finish(), probe.detail

@@ -11,6 +11,14 @@ shadow_sample_rate: 0.05
 noise_sample_rate: 0.01
 routes:
   cs-agent/int4: {candidate: int4, reference: bf16, teacher_forced: true}
+pools:                      # optional, per precision: what its servers can do
+  bf16: {logprobs: false, max_connections: 32}
+auth:                       # optional; without it the gateway is open (and says so)
+  keys:
+    - {name: team-a, sha256: <hex sha256 of the key>, routes: [cs-agent/int4]}
+    - {name: ops, sha256: <...>, routes: ["*"], high_precision: true}
+  admin_token_sha256: <...> # bearer for /metrics and /health (else they are open)
+admin_listen: 127.0.0.1:9464   # optional: /metrics and /health on their own port only
 ```
 
 Kafka, Redis and signing keys are not here: they come from ``Settings``
@@ -37,13 +45,69 @@ class _Frozen(BaseModel):
 
 
 class RouteConfig(_Frozen):
-    """One route: which precision is the candidate, which the reference."""
+    """One route: which precision is the candidate, which the reference.
+
+    ``clear_prompts``: pairs of this route carry the prompt itself; by default they
+    carry only a salted hash (privacy by default: Kafka is read by more people than
+    the gateway's users trusted with their prompts).
+    """
 
     candidate: str
     reference: str
     teacher_forced: bool = False
     shadow_sample_rate: float | None = Field(default=None, ge=0, le=1)
     noise_sample_rate: float | None = Field(default=None, ge=0, le=1)
+    clear_prompts: bool = False
+
+
+_SHA256 = r"^[0-9a-f]{64}$"
+
+
+class PoolConfig(_Frozen):
+    """What one precision's servers can do, and how much of them the gateway may use.
+
+    Capabilities are declared, not probed: a server that refuses ``logprobs`` would
+    otherwise fail users' requests, and one that ignores ``stream_options`` would
+    leave ``usage`` empty.
+    """
+
+    logprobs: bool = True
+    max_top_logprobs: int = Field(default=20, ge=0, le=20)
+    stream_usage: bool = True  # honours stream_options.include_usage (vLLM, OpenAI, lab serve)
+    max_connections: int | None = Field(default=None, ge=1)  # default: the global max_connections
+    acquire_timeout_s: float = Field(default=0.5, gt=0)
+
+
+class ApiKey(_Frozen):
+    """One caller: the sha256 of its key (never the key), its routes, its privileges."""
+
+    name: str = Field(min_length=1, max_length=64)
+    sha256: str = Field(pattern=_SHA256)
+    routes: list[str] = Field(default_factory=lambda: ["*"])
+    high_precision: bool = False
+
+
+class AuthConfig(_Frozen):
+    """API keys; ``admin_token_sha256`` guards ``/metrics`` and ``/health`` when set."""
+
+    keys: list[ApiKey] = Field(default_factory=list)
+    admin_token_sha256: str | None = Field(default=None, pattern=_SHA256)
+
+
+class RetryBudgetConfig(_Frozen):
+    """Envoy's retry budget: fallbacks at most ``ratio`` of requests (plus a floor)."""
+
+    ratio: float = Field(default=0.2, ge=0, le=1)
+    min_per_window: int = Field(default=5, ge=0)
+    window_s: float = Field(default=10.0, gt=0)
+
+
+class OutlierConfig(_Frozen):
+    """Eject a server after consecutive failures, for longer each time it recurs."""
+
+    consecutive_failures: int = Field(default=5, ge=1)
+    base_ejection_s: float = Field(default=30.0, gt=0)
+    max_ejection_s: float = Field(default=300.0, gt=0)
 
 
 class TimeoutConfig(_Frozen):
@@ -52,7 +116,10 @@ class TimeoutConfig(_Frozen):
     connect_s: float = Field(default=2.0, gt=0)
     read_s: float = Field(default=60.0, gt=0)
     total_s: float = Field(default=300.0, gt=0)
-    shadow_total_s: float = Field(default=300.0, gt=0)
+    # The whole fallback chain of one user request, every attempt together.
+    chain_s: float = Field(default=300.0, gt=0)
+    # One shadow or noise job (both calls and the teacher-forced score).
+    shadow_total_s: float = Field(default=30.0, gt=0)
 
 
 class JsonGuardConfig(_Frozen):
@@ -72,11 +139,25 @@ class GatewayConfig(_Frozen):
     default_preference: Literal["cost_optimized", "high_precision"] = "cost_optimized"
     shadow_sample_rate: float = Field(default=0.05, ge=0, le=1)
     noise_sample_rate: float = Field(default=0.0, ge=0, le=1)
+    # Secret: mixed into the mirror decision and the prompt hash. Empty = a random
+    # salt per process (sampling then differs across gateway replicas).
     sample_salt: str = ""
+    prompt_salt: str = ""
     timeouts: TimeoutConfig = TimeoutConfig()
     max_connections: int = Field(default=200, ge=1)
-    shadow_concurrency: int = Field(default=16, ge=1)
-    shadow_queue: int = Field(default=10_000, ge=1)
+    pools: dict[str, PoolConfig] = Field(default_factory=dict)
+    # Shadow traffic: its own HTTP client, connections and bounded drop-oldest queue.
+    shadow_concurrency: int = Field(default=8, ge=1)
+    shadow_max_connections: int = Field(default=16, ge=1)
+    shadow_queue: int = Field(default=256, ge=1)
+    retry_budget: RetryBudgetConfig = RetryBudgetConfig()
+    outlier: OutlierConfig = OutlierConfig()
+    auth: AuthConfig | None = None
+    # "host:port": serve /metrics and /health there (and not on the API port).
+    admin_listen: str | None = None
+    # Body fields beyond OpenAI's chat parameters that may go upstream (vLLM's top_k...).
+    extra_body_fields: list[str] = Field(default_factory=list)
+    unknown_fields: Literal["reject", "drop"] = "reject"
     json_guard: JsonGuardConfig = JsonGuardConfig()
     degeneration: DegenerationConfig = DegenerationConfig()
     # Streams that do not ask for JSON: chunks held back before the first byte goes
@@ -108,6 +189,15 @@ class GatewayConfig(_Frozen):
                 raise ValueError(
                     f"routes.{name}: the candidate must come before the reference in precisions"
                 )
+        for name in self.pools:
+            if name not in self.precisions:
+                raise ValueError(f"pools.{name}: unknown precision")
+        for key in self.auth.keys if self.auth else ():
+            for r in key.routes:
+                if r != "*" and r not in self.routes:
+                    raise ValueError(f"auth.keys.{key.name}: unknown route {r!r}")
+        if self.admin_listen is not None and not re.match(r"^[^:\s]+:\d{1,5}$", self.admin_listen):
+            raise ValueError(f"admin_listen {self.admin_listen!r} is not host:port")
         if self.default_route is not None and self.default_route not in self.routes:
             raise ValueError(f"default_route {self.default_route!r} is not in routes")
         if not self.routes:
@@ -121,6 +211,13 @@ class GatewayConfig(_Frozen):
     @property
     def route_default(self) -> str:
         return self.default_route or next(iter(self.routes))
+
+    def pool(self, precision: str) -> PoolConfig:
+        """The pool's capabilities and limits (defaults when it has no ``pools`` entry)."""
+        return self.pools.get(precision) or PoolConfig()
+
+    def pool_connections(self, precision: str) -> int:
+        return self.pool(precision).max_connections or self.max_connections
 
     def shadow_rate(self, route: str) -> float:
         r = self.routes[route].shadow_sample_rate

@@ -1,4 +1,14 @@
-"""Upstream pools by precision: one pooled httpx client, streaming calls, retries.
+"""Upstream pools by precision: one httpx client per pool, streaming calls, retries.
+
+Each pool has its own connection limit and a short pool-acquire timeout
+(``pools.P.max_connections`` / ``acquire_timeout_s``): a saturated INT4 pool
+answers "busy" in half a second (reason ``pool_timeout``) and the request falls
+back, instead of queueing behind every other request. Servers that keep failing
+are ejected for a while (``capacity.OutlierDetector``). The payload sent to a
+pool is shaped by what it declared it can do (``PoolConfig``): no ``logprobs``
+for a pool without them, ``stream_options.include_usage`` where it is honoured.
+Shadow traffic gets its own ``Upstreams`` (own clients, own limits), so it can
+never take a user's connection.
 
 Every call to a model goes out as a *streaming* chat completion, whatever the
 user asked for: the JSON and degeneration guards can then cut a bad answer the
@@ -26,15 +36,15 @@ import asyncio
 import itertools
 import json
 import time
-from collections.abc import AsyncGenerator, AsyncIterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Mapping, Sequence
 from typing import Any
 
 import httpx
 
 from quantdrift.errors import GatewayError, UpstreamError, UpstreamTimeout
-from quantdrift.gateway.gateway_config import GatewayConfig, TimeoutConfig
-from quantdrift.schemas.pair import ModelOutput
+from quantdrift.gateway.capacity import OutlierDetector
+from quantdrift.gateway.gateway_config import GatewayConfig, PoolConfig, TimeoutConfig
+from quantdrift.gateway.openai_wire import as_chunk
 
 _RETRY_STATUS = frozenset({502, 503, 504})
 _MAX_ERROR_BODY = 4096
@@ -60,114 +70,6 @@ def error_reason(exc: UpstreamError) -> str:
     return str(getattr(exc, "reason", "timeout" if isinstance(exc, UpstreamTimeout) else "error"))
 
 
-@dataclass(slots=True)
-class Completion:
-    """One model answer, collected from a stream."""
-
-    precision: str
-    text: str = ""
-    model: str = ""
-    id: str = ""
-    created: int = 0
-    finish_reason: str | None = None
-    tokens: list[str] = field(default_factory=list)
-    token_logprobs: list[float] = field(default_factory=list)
-    top_logprobs: list[dict[str, float]] = field(default_factory=list)
-    logprobs_content: list[dict[str, Any]] = field(default_factory=list)
-    usage: dict[str, Any] | None = None
-    latency_ms: float = 0.0
-    url: str = ""
-
-    def output(self) -> ModelOutput:
-        """This answer as one side of a PairEvent (per-token data when the upstream sent it)."""
-        aligned = bool(self.tokens) and len(self.tokens) == len(self.token_logprobs)
-        return ModelOutput(
-            text=self.text,
-            model=self.model,
-            precision=self.precision,
-            tokens=self.tokens if aligned else None,
-            token_logprobs=self.token_logprobs if aligned else None,
-            top_logprobs=self.top_logprobs if aligned and self.top_logprobs else None,
-            latency_ms=round(self.latency_ms, 3),
-            finish_reason=self.finish_reason,
-        )
-
-
-class Accumulator:
-    """Folds streamed chunks into a Completion; ``add`` returns what the chunk brought."""
-
-    def __init__(self, precision: str) -> None:
-        self.completion = Completion(precision)
-        self._parts: list[str] = []
-        self._t0 = time.perf_counter()
-        self.content_chunks = 0
-
-    def add(self, chunk: Mapping[str, Any]) -> tuple[str, list[dict[str, float]]]:
-        c = self.completion
-        c.id = c.id or str(chunk.get("id") or "")
-        c.model = c.model or str(chunk.get("model") or "")
-        c.created = c.created or int(chunk.get("created") or 0)
-        if isinstance(chunk.get("usage"), dict):
-            c.usage = chunk["usage"]
-        choices = chunk.get("choices") or []
-        if not choices or not isinstance(choices[0], dict):
-            return "", []
-        choice = choices[0]
-        delta = choice.get("delta") or choice.get("message") or {}
-        text = delta.get("content") or "" if isinstance(delta, dict) else ""
-        if not isinstance(text, str):
-            text = ""
-        if text:
-            self._parts.append(text)
-            self.content_chunks += 1
-        if choice.get("finish_reason"):
-            c.finish_reason = str(choice["finish_reason"])
-        tops: list[dict[str, float]] = []
-        logprobs = choice.get("logprobs")
-        content = logprobs.get("content") if isinstance(logprobs, dict) else None
-        for entry in content or ():
-            if not isinstance(entry, dict):
-                continue
-            top: dict[str, float] = {}
-            for alt in entry.get("top_logprobs") or ():
-                if isinstance(alt, dict) and isinstance(alt.get("logprob"), int | float):
-                    tok, lp = str(alt.get("token", "")), float(alt["logprob"])
-                    top[tok] = max(lp, top.get(tok, lp))
-            c.tokens.append(str(entry.get("token", "")))
-            chosen = entry.get("logprob")
-            c.token_logprobs.append(float(chosen) if isinstance(chosen, int | float) else 0.0)
-            c.top_logprobs.append(top)
-            c.logprobs_content.append(entry)
-            tops.append(top)
-        return text, tops
-
-    def finish(self) -> Completion:
-        self.completion.text = "".join(self._parts)
-        self.completion.latency_ms = (time.perf_counter() - self._t0) * 1000.0
-        return self.completion
-
-    @property
-    def text(self) -> str:
-        return "".join(self._parts)
-
-
-def _as_chunk(body: Mapping[str, Any]) -> dict[str, Any]:
-    """A non-streamed chat.completion as one stream chunk."""
-    choices = []
-    for choice in body.get("choices") or ():
-        if isinstance(choice, dict):
-            message = choice.get("message") or {}
-            choices.append(
-                {
-                    "index": choice.get("index", 0),
-                    "delta": {"role": "assistant", "content": message.get("content") or ""},
-                    "logprobs": choice.get("logprobs"),
-                    "finish_reason": choice.get("finish_reason"),
-                }
-            )
-    return {**body, "object": "chat.completion.chunk", "choices": choices}
-
-
 class UpstreamPool:
     """The URLs of one precision; requests start at a rotating URL to spread load."""
 
@@ -178,54 +80,100 @@ class UpstreamPool:
         client: httpx.AsyncClient,
         timeouts: TimeoutConfig,
         model: str | None = None,
+        capabilities: PoolConfig | None = None,
+        outliers: OutlierDetector | None = None,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.precision = precision
         self.urls = [u.rstrip("/") for u in urls]
         self.model = model
+        self.capabilities = capabilities or PoolConfig()
+        self.outliers = outliers or OutlierDetector()
         self._client = client
         self._timeouts = timeouts
         self._next = itertools.count()
+        self._clock = clock
+
+    @property
+    def hosts(self) -> list[str]:
+        """``host:port`` of every server (what error messages must not show users)."""
+        return [httpx.URL(u).netloc.decode() for u in self.urls]
 
     def _ordered(self) -> list[str]:
         start = next(self._next) % len(self.urls)
-        return self.urls[start:] + self.urls[:start]
+        ordered = self.urls[start:] + self.urls[:start]
+        return self.outliers.available(ordered, self._clock())
+
+    def shape(self, body: Mapping[str, Any]) -> dict[str, Any]:
+        """The payload this pool gets: streaming, capabilities applied, its model name."""
+        cap = self.capabilities
+        payload = dict(body, stream=True)
+        if self.model:
+            payload["model"] = self.model
+        if not cap.logprobs:
+            payload.pop("logprobs", None)
+            payload.pop("top_logprobs", None)
+        elif isinstance(payload.get("top_logprobs"), int):
+            payload["top_logprobs"] = min(payload["top_logprobs"], cap.max_top_logprobs)
+        if cap.stream_usage:
+            payload["stream_options"] = {"include_usage": True}
+        else:
+            payload.pop("stream_options", None)
+        return payload
+
+    def _failed(self, url: str) -> None:
+        self.outliers.failure(url, self._clock())
 
     async def stream(
         self, body: Mapping[str, Any], *, total_s: float | None = None
     ) -> AsyncGenerator[dict[str, Any], None]:
         """Yield the chunks of one streamed completion (see the module docstring for errors)."""
-        payload = dict(body, stream=True)
-        if self.model:
-            payload["model"] = self.model
+        payload = self.shape(body)
         deadline = time.monotonic() + (total_s or self._timeouts.total_s)
         failures: list[str] = []
         for url in self._ordered():
             try:
-                response = await self._client.send(
-                    self._client.build_request("POST", f"{url}/v1/chat/completions", json=payload),
-                    stream=True,
-                )
+                async with asyncio.timeout_at(_loop_time(deadline)):
+                    response = await self._client.send(
+                        self._client.build_request(
+                            "POST", f"{url}/v1/chat/completions", json=payload
+                        ),
+                        stream=True,
+                    )
+            except httpx.PoolTimeout as exc:
+                # Our own limit, not the server's fault: no ejection, fall back.
+                raise _error(f"{self.precision}: every connection busy", "pool_timeout") from exc
             except (httpx.ConnectError, httpx.ConnectTimeout) as exc:
+                self._failed(url)
                 failures.append(f"{url}: {type(exc).__name__}")
                 continue
-            except httpx.TimeoutException as exc:
+            except (httpx.TimeoutException, TimeoutError) as exc:
+                self._failed(url)
                 raise _error(f"{self.precision}: {url} timed out", "timeout", True) from exc
             except httpx.HTTPError as exc:
+                self._failed(url)
                 raise _error(f"{self.precision}: {url}: {exc!r}", "disconnect") from exc
             try:
                 if response.status_code >= 400:
                     detail = await _read_error(response)
                     if response.status_code in _RETRY_STATUS:
+                        self._failed(url)
                         failures.append(f"{url}: HTTP {response.status_code}")
                         continue
                     if response.status_code < 500:
                         raise UpstreamClientError(response.status_code, detail)
+                    self._failed(url)
                     raise _error(
                         f"{self.precision}: {url} answered {response.status_code}",
                         f"http_{response.status_code}",
                     )
-                async for chunk in self._chunks(response, url, deadline):
-                    yield chunk
+                try:
+                    async for chunk in self._chunks(response, url, deadline):
+                        yield chunk
+                except UpstreamError:
+                    self._failed(url)
+                    raise
+                self.outliers.success(url)
                 return
             finally:
                 await response.aclose()
@@ -240,7 +188,7 @@ class UpstreamPool:
                 body = json.loads(await response.aread())
                 if not isinstance(body, dict):
                     raise _error(f"{self.precision}: {url}: not a completion", "bad_response")
-                yield _as_chunk(body)
+                yield as_chunk(body)
                 return
             async for line in response.aiter_lines():
                 if time.monotonic() > deadline:
@@ -290,6 +238,11 @@ class UpstreamPool:
         return None
 
 
+def _loop_time(deadline: float) -> float:
+    """A ``time.monotonic`` deadline on the event loop's clock."""
+    return asyncio.get_running_loop().time() + (deadline - time.monotonic())
+
+
 async def _read_error(response: httpx.Response) -> Any:
     try:
         raw = await response.aread()
@@ -303,31 +256,51 @@ async def _read_error(response: httpx.Response) -> Any:
 
 
 class Upstreams:
-    """Every precision's pool over one pooled ``httpx.AsyncClient``."""
+    """Every precision's pool, each over its own ``httpx.AsyncClient`` and limit.
+
+    ``shadow=True`` builds the shadow side's set: the same servers, separate
+    clients, ``shadow_max_connections`` per pool, no outlier ejection shared with
+    users (a reference that is slow for shadows must not be ejected for users).
+    """
 
     def __init__(
         self,
         config: GatewayConfig,
         *,
         transport: httpx.AsyncBaseTransport | None = None,
+        shadow: bool = False,
     ) -> None:
         t = config.timeouts
-        self.client = httpx.AsyncClient(
-            timeout=httpx.Timeout(t.read_s, connect=t.connect_s),
-            limits=httpx.Limits(
-                max_connections=config.max_connections,
-                max_keepalive_connections=config.max_connections,
-            ),
-            transport=transport,
-        )
+        o = config.outlier
         models = config.precision_models
-        self.pools = {
-            name: UpstreamPool(name, urls, self.client, t, models.get(name))
-            for name, urls in config.precisions.items()
-        }
+        self.clients: list[httpx.AsyncClient] = []
+        self.pools: dict[str, UpstreamPool] = {}
+        for name, urls in config.precisions.items():
+            cap = config.pool(name)
+            limit = config.shadow_max_connections if shadow else config.pool_connections(name)
+            client = httpx.AsyncClient(
+                timeout=httpx.Timeout(
+                    t.read_s,
+                    connect=t.connect_s,
+                    pool=t.shadow_total_s if shadow else cap.acquire_timeout_s,
+                ),
+                limits=httpx.Limits(max_connections=limit, max_keepalive_connections=limit),
+                transport=transport,
+            )
+            self.clients.append(client)
+            detector = OutlierDetector(o.consecutive_failures, o.base_ejection_s, o.max_ejection_s)
+            self.pools[name] = UpstreamPool(name, urls, client, t, models.get(name), cap, detector)
 
     def __getitem__(self, precision: str) -> UpstreamPool:
         return self.pools[precision]
 
+    @property
+    def hosts(self) -> list[str]:
+        return [h for p in self.pools.values() for h in p.hosts]
+
+    def ejected(self) -> int:
+        return sum(p.outliers.ejected_total for p in self.pools.values())
+
     async def aclose(self) -> None:
-        await self.client.aclose()
+        for client in self.clients:
+            await client.aclose()

@@ -1,0 +1,228 @@
+"""Everything decided about one request before the first upstream call: one pure function.
+
+``plan_request`` reads the body, the headers, the caller's ``Principal`` and
+the route's state, and returns a ``Plan`` or a ``Refusal`` (an OpenAI-shaped
+4xx). No I/O, no clock, no randomness: the request id and salts come in as
+arguments, so every rule here is tested as a table.
+
+* Route: header ``X-Quantdrift-Route``, else body ``route``, else the body's
+  ``model`` when it names a route, else ``default_route``.
+* Preference: body ``precision_preference`` or header ``X-Precision-Preference``,
+  else the default; ``high_precision`` needs a key that grants it (403).
+* Body: OpenAI's chat parameters pass, quantdrift's extensions are read and
+  removed, ``extra_body_fields`` pass, anything else is refused (or dropped,
+  with ``unknown_fields: drop``) -- an allowlist, not a pass-through by default.
+* Sampling: the mirror and noise decisions hash the *gateway's* request id
+  with a secret salt, so a caller cannot choose which of its requests are
+  mirrored; the client's ``X-Request-Id`` is kept only for tracing.
+* Privacy: header ``X-Quantdrift-Private: 1`` (or ``true``) marks one request
+  private: its pair carries no prompt, not even on a route with clear prompts.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from quantdrift.gateway.auth import Principal
+from quantdrift.gateway.gateway_config import GatewayConfig
+from quantdrift.gateway.openai_wire import EXTENSION_FIELDS, OPENAI_FIELDS
+from quantdrift.gateway.routing import PREFERENCES, Decision, RouteState, decide
+from quantdrift.gateway.sampling import sampled
+from quantdrift.schemas.pair import RequestInfo
+
+ROUTE_HEADER = "x-quantdrift-route"
+PREFERENCE_HEADER = "x-precision-preference"
+PRIVATE_HEADER = "x-quantdrift-private"
+CLIENT_ID_HEADER = "x-request-id"
+NOISE_SALT = "noise:"
+MAX_N = 16
+
+
+@dataclass(frozen=True, slots=True)
+class Refusal:
+    """A request the gateway will not run: status and OpenAI's error fields."""
+
+    status: int
+    message: str
+    param: str | None = None
+    code: str = "invalid_value"
+    type: str = "invalid_request_error"
+
+
+@dataclass(frozen=True, slots=True)
+class JsonSpec:
+    """What a request asked for: JSON at all, its schema, its required keys."""
+
+    schema: dict[str, Any] | None = None
+    expected_keys: list[str] | None = None
+    require_object: bool = False
+
+    def info(self) -> RequestInfo:
+        return RequestInfo(
+            expects_json=True, json_schema=self.schema, expected_keys=self.expected_keys
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Plan:
+    """One request, decided: where it goes, what goes upstream, what the client gets back."""
+
+    request_id: str  # the gateway's own; sampling, pair ids, the x-request-id header
+    client_request_id: str | None  # the caller's X-Request-Id: tracing only
+    route: str
+    preference: str
+    decision: Decision
+    body: dict[str, Any]  # what goes upstream (before a pool shapes it)
+    stream: bool
+    include_usage: bool
+    n: int
+    user_logprobs: bool
+    user_top_logprobs: int
+    spec: JsonSpec | None
+    shadow: bool
+    noise: bool
+    private: bool
+    dropped_fields: tuple[str, ...] = field(default=())
+
+
+def json_spec(body: Mapping[str, Any]) -> JsonSpec | None:
+    """The request's JSON contract, or None when it asked for free text.
+
+    >>> json_spec({"response_format": {"type": "json_object"}}).require_object
+    True
+    >>> json_spec({"messages": []}) is None
+    True
+    """
+    expected = body.get("expected_keys")
+    keys = [k for k in expected if isinstance(k, str)] if isinstance(expected, list) else None
+    fmt = body.get("response_format")
+    kind = fmt.get("type") if isinstance(fmt, dict) else None
+    schema = None
+    if kind == "json_schema" and isinstance(fmt, dict):
+        wrapper = fmt.get("json_schema")
+        if isinstance(wrapper, dict) and isinstance(wrapper.get("schema"), dict):
+            schema = wrapper["schema"]
+    if kind not in ("json_object", "json_schema") and not keys:
+        return None
+    return JsonSpec(schema=schema, expected_keys=keys or None, require_object=kind == "json_object")
+
+
+def _truthy(value: str | None) -> bool:
+    return (value or "").strip().lower() in ("1", "true", "yes", "on")
+
+
+def plan_request(
+    config: GatewayConfig,
+    body: Mapping[str, Any],
+    headers: Mapping[str, str],
+    *,
+    principal: Principal,
+    state_of: Callable[[str], RouteState | None],
+    request_id: str,
+    sample_salt: str,
+) -> Plan | Refusal:
+    """Decide one request (pure; see the module docstring). ``headers`` keys are lowercase."""
+    cfg = config
+    route = headers.get(ROUTE_HEADER) or body.get("route")
+    model = body.get("model")
+    if route is None and isinstance(model, str) and model in cfg.routes:
+        route = model
+    route = route or cfg.route_default
+    if not isinstance(route, str) or route not in cfg.routes:
+        return Refusal(
+            404, f"The model or route {route!r} does not exist", "model", "model_not_found"
+        )
+    if not principal.may_use(route):
+        return Refusal(
+            403,
+            f"This key may not use route {route!r}",
+            "model",
+            "route_not_allowed",
+            "permission_error",
+        )
+    preference = (
+        body.get("precision_preference") or headers.get(PREFERENCE_HEADER) or cfg.default_preference
+    )
+    if preference not in PREFERENCES:
+        return Refusal(
+            400,
+            f"precision_preference must be one of {', '.join(PREFERENCES)}",
+            "precision_preference",
+        )
+    if preference == "high_precision" and not principal.high_precision:
+        return Refusal(
+            403,
+            "This key may not ask for high_precision",
+            "precision_preference",
+            "preference_not_allowed",
+            "permission_error",
+        )
+    messages = body.get("messages")
+    if not isinstance(messages, list) or not messages:
+        return Refusal(400, "messages must be a non-empty list", "messages")
+    extra = set(cfg.extra_body_fields)
+    unknown = sorted(k for k in body if k not in OPENAI_FIELDS | EXTENSION_FIELDS | extra)
+    if unknown and cfg.unknown_fields == "reject":
+        return Refusal(
+            400,
+            f"Unrecognized request argument supplied: {', '.join(unknown)}",
+            unknown[0],
+            "unknown_parameter",
+        )
+    n = body.get("n", 1)
+    if n is None:
+        n = 1
+    if not isinstance(n, int) or isinstance(n, bool) or not 1 <= n <= MAX_N:
+        return Refusal(400, f"n must be an integer in 1..{MAX_N}", "n")
+    top = body.get("top_logprobs")
+    if top is not None and (
+        not isinstance(top, int) or isinstance(top, bool) or not 0 <= top <= 20
+    ):
+        return Refusal(400, "top_logprobs must be an integer in 0..20", "top_logprobs")
+    opts = body.get("stream_options")
+    stream = bool(body.get("stream"))
+    include_usage = stream and isinstance(opts, dict) and bool(opts.get("include_usage"))
+
+    upstream = {
+        k: v
+        for k, v in body.items()
+        if k not in EXTENSION_FIELDS and k not in unknown and k not in ("stream", "stream_options")
+    }
+    route_cfg = cfg.routes[route]
+    decision = decide(
+        order=cfg.order,
+        candidate=route_cfg.candidate,
+        reference=route_cfg.reference,
+        preference=preference,  # type: ignore[arg-type]  # checked against PREFERENCES
+        state=state_of(route),
+        request_id=request_id,
+    )
+    shadow = decision.pair_candidate is not None and sampled(
+        request_id, cfg.shadow_rate(route), sample_salt
+    )
+    noise = sampled(request_id, cfg.noise_rate(route), NOISE_SALT + sample_salt)
+    user_logprobs = bool(body.get("logprobs"))
+    user_top = int(top or 0) if user_logprobs else 0
+    if user_logprobs or shadow or noise or cfg.logprobs_on_user_calls:
+        upstream["logprobs"] = True
+        upstream["top_logprobs"] = max(user_top, cfg.top_logprobs)
+    return Plan(
+        request_id=request_id,
+        client_request_id=headers.get(CLIENT_ID_HEADER),
+        route=route,
+        preference=preference,
+        decision=decision,
+        body=upstream,
+        stream=stream,
+        include_usage=include_usage,
+        n=n,
+        user_logprobs=user_logprobs,
+        user_top_logprobs=user_top,
+        spec=json_spec(body),
+        shadow=shadow,
+        noise=noise,
+        private=_truthy(headers.get(PRIVATE_HEADER)),
+        dropped_fields=tuple(unknown),
+    )

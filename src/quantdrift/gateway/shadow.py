@@ -1,0 +1,370 @@
+"""The shadow runner: mirror sampled requests to the other side, isolated from users.
+
+Isolation, piece by piece:
+
+* its own ``Upstreams`` (own httpx clients, ``shadow_max_connections`` per pool),
+  so a shadow call never takes a user's connection, and a slow reference that
+  fills the shadow pool cannot queue users behind it;
+* a bounded queue (``shadow_queue``, a few hundred) that drops the **oldest**
+  job when full: the newest requests are the ones worth mirroring, and memory
+  stays flat whatever the reference does; every drop is counted by reason;
+* queued jobs hold the user's answer **stripped** (choice 0, top-k log-probs
+  the pair needs), not the full upstream payload;
+* ``shadow_concurrency`` workers, each job under one deadline
+  (``timeouts.shadow_total_s``, 30 s by default);
+* the route's state is **re-checked before each call**: a candidate rolled back
+  while the job waited is not called;
+* nothing here runs on a user's request path: ``submit`` only appends to a
+  deque, and every failure stays in this module (counted, logged).
+
+Prompts leave as a salted hash (HMAC-SHA256 with ``prompt_salt``) unless the
+route opts in with ``clear_prompts``; a request marked private never carries
+its prompt.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import hmac
+import logging
+import time
+from collections import deque
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from quantdrift.errors import UpstreamError
+from quantdrift.gateway.gateway_config import GatewayConfig
+from quantdrift.gateway.openai_wire import Accumulator, Completion
+from quantdrift.gateway.planning import Plan
+from quantdrift.gateway.routing import RouteState, decide
+from quantdrift.gateway.telemetry import counter, gauge
+from quantdrift.gateway.upstreams import UpstreamClientError, Upstreams, error_reason
+from quantdrift.schemas.pair import PairEvent, RequestInfo
+
+log = logging.getLogger(__name__)
+
+NOISE_TEMPERATURE = 0.7
+# Drop reasons (quantdrift_gateway_shadow_dropped_total{stage="queue",reason}).
+QUEUE_FULL = "queue_full"
+ROLLED_BACK = "route_rolled_back"
+DEADLINE = "deadline"
+STOPPED = "stopped"
+
+
+@dataclass(frozen=True, slots=True)
+class ShadowJob:
+    plan: Plan
+    user: Completion  # stripped: only what the pair needs
+    queued_at: float
+
+
+def prompt_text(messages: Any) -> str | None:
+    """The chat as text for the pair: ``role: content`` lines (multimodal parts: their text)."""
+    if not isinstance(messages, list):
+        return None
+    lines = []
+    for m in messages:
+        if not isinstance(m, dict):
+            continue
+        content = m.get("content")
+        if isinstance(content, list):
+            content = " ".join(
+                str(p.get("text", "")) for p in content if isinstance(p, dict) and "text" in p
+            )
+        lines.append(f"{m.get('role', 'user')}: {content or ''}")
+    return "\n".join(lines)[:200_000]
+
+
+def salted_hash(prompt: str, salt: str) -> str:
+    """HMAC-SHA256 of the prompt: joinable within one salt, useless for a dictionary attack.
+
+    >>> salted_hash("hi", "s") == salted_hash("hi", "s") != salted_hash("hi", "t")
+    True
+    """
+    return hmac.new(
+        salt.encode(), prompt.encode("utf-8", "surrogatepass"), hashlib.sha256
+    ).hexdigest()
+
+
+class ShadowRunner:
+    """Queue, workers and pair building for shadow and noise pairs."""
+
+    def __init__(
+        self,
+        config: GatewayConfig,
+        upstreams: Upstreams,
+        offer: Callable[[PairEvent], Any] | None,
+        state_of: Callable[[str], RouteState | None],
+        *,
+        prompt_salt: str,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.config = config
+        self.upstreams = upstreams
+        self._offer = offer
+        self._state_of = state_of
+        self._salt = prompt_salt
+        self._clock = clock
+        self._queue: deque[ShadowJob] = deque()
+        self._wake = asyncio.Event()
+        self._idle = asyncio.Event()
+        self._idle.set()
+        self._workers: list[asyncio.Task[None]] = []
+        self.in_flight = 0
+        self.dropped: dict[str, int] = {}
+        self.errors: dict[tuple[str, str, str], int] = {}
+        self.offered = 0
+        self._closed = False
+
+    # -- the user's side: never blocks, never raises --------------------------------
+
+    def submit(self, plan: Plan, user: Completion) -> None:
+        """Queue one job; the oldest is dropped (and counted) when the queue is full."""
+        try:
+            if self._closed:
+                self._drop(STOPPED)
+                return
+            if len(self._queue) >= self.config.shadow_queue:
+                self._queue.popleft()
+                self._drop(QUEUE_FULL)
+            self._queue.append(
+                ShadowJob(plan, user.stripped(self.config.top_logprobs), self._clock())
+            )
+            self._idle.clear()
+            self._wake.set()
+        except Exception:  # the user's request must not fail because of the mirror
+            log.exception("shadow job not queued")
+
+    def _drop(self, reason: str) -> None:
+        self.dropped[reason] = self.dropped.get(reason, 0) + 1
+
+    def _error(self, route: str, kind: str, reason: str) -> None:
+        key = (route, kind, reason)
+        self.errors[key] = self.errors.get(key, 0) + 1
+
+    @property
+    def depth(self) -> int:
+        return len(self._queue)
+
+    # -- lifecycle -------------------------------------------------------------------
+
+    async def start(self) -> None:
+        if not self._workers:
+            self._closed = False
+            self._workers = [
+                asyncio.create_task(self._work(), name=f"quantdrift-shadow-{i}")
+                for i in range(self.config.shadow_concurrency)
+            ]
+
+    async def wait_idle(self, timeout: float) -> bool:
+        """True once the queue is empty and no job runs (tests, shutdown)."""
+        try:
+            async with asyncio.timeout(timeout):
+                while self._queue or self.in_flight:
+                    self._idle.clear()
+                    await self._idle.wait()
+        except TimeoutError:
+            return False
+        return True
+
+    async def stop(self, timeout: float = 5.0) -> None:
+        self._closed = True
+        await self.wait_idle(timeout)
+        for task in self._workers:
+            task.cancel()
+        for task in self._workers:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        self._workers = []
+        left = len(self._queue)
+        if left:
+            self.dropped[STOPPED] = self.dropped.get(STOPPED, 0) + left
+            self._queue.clear()
+        await self.upstreams.aclose()
+
+    async def _work(self) -> None:
+        while True:
+            if not self._queue:
+                if not self.in_flight:
+                    self._idle.set()
+                self._wake.clear()
+                await self._wake.wait()
+                continue
+            job = self._queue.popleft()
+            self.in_flight += 1
+            try:
+                await self._run(job)
+            except asyncio.CancelledError:
+                raise
+            except Exception:  # a bug in pair building must stay here
+                log.exception("shadow job failed")
+                self._error(job.plan.route, "shadow", "bug")
+            finally:
+                self.in_flight -= 1
+                if not self._queue and not self.in_flight:
+                    self._idle.set()
+
+    # -- one job -----------------------------------------------------------------------
+
+    def _candidate_suspended(self, plan: Plan) -> bool:
+        """True when the route's current state no longer lets its candidate run."""
+        rc = self.config.routes[plan.route]
+        now = decide(
+            order=self.config.order,
+            candidate=rc.candidate,
+            reference=rc.reference,
+            preference=plan.preference,  # type: ignore[arg-type]
+            state=self._state_of(plan.route),
+            request_id=plan.request_id,
+        )
+        return now.pair_candidate is None
+
+    async def _run(self, job: ShadowJob) -> None:
+        plan = job.plan
+        cache: dict[str, Completion] = {job.user.precision: job.user}
+        try:
+            async with asyncio.timeout(self.config.timeouts.shadow_total_s):
+                for kind, wanted in (("shadow", plan.shadow), ("noise", plan.noise)):
+                    if wanted:
+                        await self._pair(kind, plan, cache)
+        except TimeoutError:
+            self._drop(DEADLINE)
+            self._error(plan.route, "shadow", "deadline")
+
+    async def _pair(self, kind: str, plan: Plan, cache: dict[str, Completion]) -> None:
+        try:
+            pair = await (
+                self._shadow_pair(plan, cache)
+                if kind == "shadow"
+                else self._noise_pair(plan, cache)
+            )
+        except UpstreamError as exc:
+            self._error(plan.route, kind, f"upstream_{error_reason(exc)}")
+            return
+        except UpstreamClientError:
+            self._error(plan.route, kind, "upstream_rejected")
+            return
+        if pair is None:
+            return
+        if self._offer is None:
+            self._error(plan.route, kind, "no_publisher")
+            return
+        self.offered += 1
+        self._offer(pair)
+
+    def _body(self, plan: Plan) -> dict[str, Any]:
+        body = {k: v for k, v in plan.body.items() if k != "n"}
+        body["logprobs"] = True
+        body["top_logprobs"] = self.config.top_logprobs
+        return body
+
+    async def _collect(self, precision: str, body: Mapping[str, Any]) -> Completion:
+        acc = Accumulator(precision)
+        stream = self.upstreams[precision].stream(body, total_s=self.config.timeouts.shadow_total_s)
+        async with contextlib.aclosing(stream):
+            async for chunk in stream:
+                acc.add(chunk)
+        return acc.finish().stripped(self.config.top_logprobs)
+
+    async def _shadow_pair(self, plan: Plan, cache: dict[str, Completion]) -> PairEvent | None:
+        d = plan.decision
+        if d.pair_candidate is None:
+            return None
+        body = self._body(plan)
+        for precision in (d.pair_candidate, d.pair_reference):
+            if precision in cache:
+                continue
+            if precision == d.pair_candidate and self._candidate_suspended(plan):
+                self._drop(ROLLED_BACK)
+                return None
+            cache[precision] = await self._collect(precision, body)
+        cand, ref = cache[d.pair_candidate], cache[d.pair_reference]
+        tf = None
+        if self.config.routes[plan.route].teacher_forced and cand.text:
+            tf = await self.upstreams[d.pair_reference].score(
+                plan.body.get("messages"), cand.text, timeout_s=self.config.timeouts.shadow_total_s
+            )
+            if tf is None:
+                self._error(plan.route, "shadow", "teacher_forced")
+        return self._build(plan, "shadow", cand, ref, tf, self.config.shadow_rate(plan.route))
+
+    async def _noise_pair(self, plan: Plan, cache: dict[str, Completion]) -> PairEvent:
+        ref = plan.decision.pair_reference
+        body = self._body(plan)
+        if ref not in cache:
+            cache[ref] = await self._collect(ref, body)
+        second_body = dict(body)
+        t = body.get("temperature")
+        if isinstance(t, int | float) and t == 0:
+            second_body["temperature"] = NOISE_TEMPERATURE
+        second = await self._collect(ref, second_body)
+        return self._build(
+            plan, "noise", cache[ref], second, None, self.config.noise_rate(plan.route)
+        )
+
+    def _build(
+        self,
+        plan: Plan,
+        kind: str,
+        cand: Completion,
+        ref: Completion,
+        tf: list[float] | None,
+        rate: float,
+    ) -> PairEvent:
+        body, spec = plan.body, plan.spec
+        prompt = prompt_text(body.get("messages"))
+        clear = self.config.routes[plan.route].clear_prompts and not plan.private
+        request = RequestInfo.model_validate(
+            {
+                "prompt": prompt if clear else None,
+                "prompt_hash": None if clear or prompt is None else salted_hash(prompt, self._salt),
+                "private": plan.private,
+                "precision_preference": plan.preference,
+                "expects_json": spec is not None,
+                "json_schema": spec.schema if spec else None,
+                "expected_keys": spec.expected_keys if spec else None,
+                "temperature": _num(body.get("temperature"), lambda v: v >= 0),
+                "top_p": _num(body.get("top_p"), lambda v: 0 < v <= 1),
+                "max_tokens": _int(body.get("max_completion_tokens") or body.get("max_tokens")),
+            }
+        )
+        k = self.config.top_logprobs
+        return PairEvent(
+            pair_id=f"{plan.request_id}:{kind}",
+            ts=time.time(),
+            route=plan.route,
+            kind=kind,  # type: ignore[arg-type]
+            candidate=cand.output(k),
+            reference=ref.output(k),
+            request=request,
+            reference_logprobs_on_candidate=tf,
+            sample_rate=max(rate, 1e-9),
+        )
+
+    # -- metrics -------------------------------------------------------------------------
+
+    def collect(self) -> Iterator[Any]:
+        yield counter(
+            "shadow_errors",
+            "shadow calls or pairs that failed",
+            ["route", "kind", "reason"],
+            self.errors,
+        )
+        yield gauge("shadow_queue_depth", "shadow jobs waiting", [], {(): len(self._queue)})
+        yield gauge("shadow_in_flight", "shadow jobs running", [], {(): self.in_flight})
+        yield gauge(
+            "shadow_queue_capacity", "shadow queue size", [], {(): self.config.shadow_queue}
+        )
+
+
+def _num(value: Any, ok: Any) -> float | None:
+    if isinstance(value, int | float) and not isinstance(value, bool) and ok(value):
+        return float(value)
+    return None
+
+
+def _int(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 1 else None
