@@ -25,9 +25,9 @@ import httpx
 import uvicorn
 
 from quantdrift.config import KafkaSettings
+from quantdrift.gateway.app import Gateway, create_app
 from quantdrift.gateway.gateway_config import parse_config
 from quantdrift.gateway.publisher import ShadowPublisher
-from quantdrift.gateway.app import Gateway, create_app
 from quantdrift.stack import free_port
 
 TOKENS = ["Hello", " there", ",", " the", " answer", " is", " forty", " two", "."]

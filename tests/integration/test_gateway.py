@@ -25,10 +25,10 @@ from quantdrift.breaker.policy import RoutePolicy
 from quantdrift.breaker.relay import OutboxRelay
 from quantdrift.breaker.store import RedisBreakerStore
 from quantdrift.config import KafkaSettings, TopicNames
+from quantdrift.gateway.app import DegradationPublisher, Gateway, create_app
 from quantdrift.gateway.controller import RouteController
 from quantdrift.gateway.gateway_config import GatewayConfig, parse_config
 from quantdrift.gateway.publisher import ShadowPublisher
-from quantdrift.gateway.app import DegradationPublisher, Gateway, create_app
 from quantdrift.gateway.targets import resolver_for
 from quantdrift.schemas import (
     CommandSigner,
@@ -186,7 +186,8 @@ class Scripted:
                         if mode == "disconnect" and i == 3:
                             raise RuntimeError("scripted disconnect")
                         for index in range(n):
-                            piece = tok if index == 0 or i else f"[{index}] {tok}"
+                            first = index and not i and not _wants_json(body)
+                            piece = f"[{index}] {tok}" if first else tok
                             yield _chunk(tag, piece, entry(tok, certain), index=index)
                         if mode in ("delay", "hang"):
                             await asyncio.sleep(0.002 if mode == "delay" else 0.5)
