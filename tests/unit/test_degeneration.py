@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 
 import pytest
@@ -69,3 +70,90 @@ def test_one_confident_stretch_in_a_healthy_answer_is_not_a_collapse() -> None:
 def test_disabled() -> None:
     probe = DegenerationProbe(DegenerationConfig(enabled=False))
     assert feed(probe, ["no "] * 100, CERTAIN) is None and probe.finish() is None
+
+
+# -- structured output: a corpus of real-looking answers that must never trip ------------------
+
+IDENTITY = [[int(i == j) for j in range(12)] for i in range(12)]
+BOARD = "board = [\n" + "    [0, 0, 0, 0, 0, 0, 0, 0],\n" * 8 + "]\n"
+KERAS = (
+    "```python\nmodel = Sequential()\n"
+    + 'model.add(Dense(64, activation="relu"))\n' * 6
+    + 'model.add(Dense(10, activation="softmax"))\nmodel.compile(optimizer="adam")\n```\n'
+)
+TABLE = (
+    "| Day | Opens | Closes | Notes |\n|---|---|---|---|\n"
+    + "| Mon | 09:00 | 17:00 | - |\n| Tue | 09:00 | 17:00 | - |\n| Wed | 09:00 | 17:00 | - |\n"
+    + "| Thu | 09:00 | 17:00 | - |\n| Fri | 09:00 | 17:00 | - |\n"
+    + "| - | - | - | - |\n" * 4
+)
+ZERO_TABLE = "| x | y | z |\n|---|---|---|\n" + "| 0 | 0 | 0 |\n" * 20
+HTML = "```html\n<table>\n" + "  <tr><td>0</td><td>0</td><td>0</td></tr>\n" * 12 + "</table>\n```"
+CSV = "id,status,retries\n" + "".join(f"{i},ok,0\n" for i in range(40))
+STRUCTURED_CORPUS = {
+    "json zeros": json.dumps({"values": [0] * 300}),
+    "json identity matrix": json.dumps({"matrix": IDENTITY}),
+    "json same objects": json.dumps({"checks": [{"ok": True, "retries": 0}] * 12}),
+    "json nested nulls": json.dumps({"rows": [[None, None, None]] * 15, "total": 0}),
+    "json padded": json.dumps({"flags": [False] * 64, "mask": "0" * 64}, indent=2),
+    "python board": "```python\n" + BOARD + "```",
+    "python identity": "```python\nI = " + repr(IDENTITY) + "\n```",
+    "keras lines": KERAS,
+    "markdown table": TABLE,
+    "zero table": ZERO_TABLE,
+    "html table": HTML,
+    "csv": CSV,
+    "sql inserts": "```sql\n"
+    + "".join(f"INSERT INTO t (id, v) VALUES ({i}, 0);\n" for i in range(30))
+    + "```",
+    "yaml list": "```yaml\nreplicas:\n" + "  - {cpu: 1, memory: 1Gi}\n" * 10 + "```",
+    "numbered steps": "".join(f"{i}. Stir the mixture.\n" for i in range(1, 7)),
+    "asm nops": "```asm\n" + "    nop\n" * 12 + "    ret\n```",
+}
+
+
+def _stream(text: str, probe: DegenerationProbe) -> str | None:
+    for i in range(0, len(text), 4):
+        if probe.update(text[i : i + 4]):
+            return probe.reason
+    return probe.finish()
+
+
+@pytest.mark.parametrize("name", list(STRUCTURED_CORPUS))
+@pytest.mark.parametrize("json_request", [False, True], ids=["free", "json"])
+def test_structured_output_never_trips(name: str, json_request: bool) -> None:
+    text = STRUCTURED_CORPUS[name]
+    probe = DegenerationProbe(DegenerationConfig(check_every=1), structured=json_request)
+    assert _stream(text, probe) is None, f"{name}: {probe.detail}"
+    assert check_text(text, structured=json_request)[0] is None
+
+
+def test_the_corpus_shows_zero_trips() -> None:
+    trips = [
+        name
+        for name, text in STRUCTURED_CORPUS.items()
+        for structured in (False, True)
+        if _stream(text, DegenerationProbe(DegenerationConfig(check_every=1), structured))
+    ]
+    print(f"\nstructured corpus: {len(STRUCTURED_CORPUS) * 2} streams, {len(trips)} trips")
+    assert trips == []
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        '{"answer": "' + "I am sorry. " * 80,  # a JSON answer that fell into a loop
+        "```python\n" + 'print("retry")\n' * 60,  # a runaway code loop
+        "| a | b |\n|---|---|\n" + "| yes | no |\n" * 60,  # a runaway table
+    ],
+    ids=["json-loop", "code-loop", "table-loop"],
+)
+def test_runaway_loops_inside_structure_still_trip(text: str) -> None:
+    probe = DegenerationProbe(DegenerationConfig(check_every=1), structured=text.startswith("{"))
+    assert _stream(text, probe) == LOOP
+
+
+def test_structure_turns_off_the_entropy_probe() -> None:
+    cfg = DegenerationConfig(entropy_window=16, repetition=False)
+    json_probe = DegenerationProbe(cfg, structured=True)
+    assert feed(json_probe, [f'"k{i}": 0, ' for i in range(40)], CERTAIN) is None

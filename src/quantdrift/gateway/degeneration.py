@@ -18,10 +18,12 @@ Structured output repeats by nature: ``{"values": [0, 0, 0, ...]}``, an identity
 matrix, a markdown table, a block of similar code lines. A probe tuned on prose
 would call those loops and send good answers down the fallback chain, so:
 
-* a repeating unit made only of numbers is never a loop (data, not degeneration;
+* a repeating unit made only of numbers and literals (``null``, ``true``,
+  ``false``) is never a loop (data, not degeneration;
   a model stuck on zeros runs into ``max_tokens`` and is reported as truncated);
 * inside structure (the request asked for JSON, the text is inside a code fence,
-  or the tail is table rows) a loop needs ``structured_min_copies`` copies over
+  the tail is table rows, or brackets, quotes, pipes and tags make up more than
+  ``structural_share`` of it: JSON or HTML in a free-text answer) a loop needs ``structured_min_copies`` copies over
   at least ``structured_min_tokens`` tokens: a runaway loop still trips, since it
   runs until ``max_tokens``, while a table with a few equal rows does not;
 * entropy collapse is not probed inside structure: JSON keys, braces and code
@@ -60,6 +62,8 @@ from quantdrift.detectors.repetition import (
 )
 from quantdrift.detectors.tokenize import tokenize
 
+_STRUCTURAL = '{}[]"|<>='
+_LITERALS = frozenset({"null", "true", "false", "none", "nan"})
 LOOP = "loop"
 ENTROPY_COLLAPSE = "entropy_collapse"
 
@@ -79,6 +83,7 @@ class DegenerationConfig(BaseModel):
     entropy_window: int = Field(default=48, ge=4)
     structured_min_copies: int = Field(default=16, ge=3)
     structured_min_tokens: int = Field(default=96, ge=8)
+    structural_share: float = Field(default=0.12, gt=0, le=1)
 
 
 class DegenerationProbe:
@@ -166,7 +171,11 @@ class DegenerationProbe:
         if self.structured or self._fences % 2 == 1 or "```" in self._tail:
             return True
         lines = [ln.strip() for ln in self._tail.splitlines()[-6:] if ln.strip()]
-        return len(lines) >= 3 and all(ln.startswith("|") for ln in lines)
+        if len(lines) >= 3 and all(ln.startswith("|") for ln in lines):
+            return True
+        tail = self._tail[-400:]
+        marks = sum(tail.count(c) for c in _STRUCTURAL)
+        return bool(tail) and marks / len(tail) >= self.config.structural_share
 
     def _looping(self) -> bool:
         tokens = tokenize(self._tail)
@@ -176,8 +185,8 @@ class DegenerationProbe:
         structure = self._in_structure()
         for period, run in loop_runs(tokens):
             unit = tokens[len(tokens) - period :]
-            if all(t.isdigit() for t in unit):
-                continue  # numbers repeating are data
+            if all(t.isdigit() or t in _LITERALS for t in unit):
+                continue  # numbers and literals repeating are data
             if structure and (
                 run < cfg.structured_min_copies * period or run < cfg.structured_min_tokens
             ):

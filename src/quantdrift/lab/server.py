@@ -6,9 +6,12 @@ Endpoints (loopback only, one model per process):
 * ``POST /v1/chat/completions`` -- OpenAI chat completions, non-streaming and
   streaming (SSE ``data: {...}`` chunks, then ``data: [DONE]``). Honoured:
   ``messages``, ``temperature`` (0 = greedy), ``top_p``, ``max_tokens``,
-  ``seed``, ``stream``, ``logprobs``, ``top_logprobs`` (0-20). ``response_format``
-  is accepted and not enforced; unknown fields are ignored. Extension: a
-  top-level ``quantdrift`` object with ``precision`` and per-token ``entropy`` (nats).
+  ``seed``, ``n`` (1-8, decoded as one batch; choice i samples with seed + i),
+  ``stream``, ``stream_options.include_usage`` (a last chunk with no choices and
+  the ``usage``), ``logprobs``, ``top_logprobs`` (0-20). Non-streamed answers
+  carry ``usage``. ``response_format`` is accepted and not enforced; unknown
+  fields are ignored. Extension: a top-level ``quantdrift`` object with
+  ``precision`` and per-token ``entropy`` (nats).
 * ``POST /v1/score`` -- teacher-forced scoring: body ``{"messages": [...] or
   "prompt": "...", "continuation": "text"}`` returns
   ``{"tokens": [...], "continuation_logprobs": [...]}``, this model's log-prob
@@ -42,6 +45,7 @@ from quantdrift.lab.model import MODEL_NAME
 
 MAX_NEW_TOKENS = 512
 DEFAULT_MAX_TOKENS = 128
+MAX_N = 8
 
 
 class Message(BaseModel):
@@ -59,7 +63,9 @@ class ChatRequest(BaseModel):
     max_tokens: int | None = Field(default=None, ge=1, le=MAX_NEW_TOKENS)
     max_completion_tokens: int | None = Field(default=None, ge=1, le=MAX_NEW_TOKENS)
     seed: int | None = None
+    n: int = Field(default=1, ge=1, le=MAX_N)
     stream: bool = False
+    stream_options: dict[str, Any] | None = None
     logprobs: bool = False
     top_logprobs: int | None = Field(default=None, ge=0, le=20)
     response_format: dict[str, Any] | None = None  # accepted, not enforced
@@ -146,12 +152,23 @@ def create_app(model: Any, tokenizer: Any, precision: str) -> FastAPI:
         top_k = max(1, body.top_logprobs or 0)
         created, cid = int(time.time()), f"chatcmpl-{uuid.uuid4().hex[:24]}"
 
-        def run(on_step: Any = None, stop: Any = None) -> Generation:
+        n = body.n
+
+        def run(on_step: Any = None, stop: Any = None) -> list[Generation]:
             return generate(
-                model, tokenizer, [prompt_ids],
+                model, tokenizer, [prompt_ids] * n,
                 max_new_tokens=max_new, temperature=body.temperature, top_p=body.top_p,
-                seeds=[seed], top_k=top_k, on_step=on_step, should_stop=stop,
-            )[0]  # fmt: skip
+                seeds=[seed + i for i in range(n)], top_k=top_k, on_step=on_step,
+                should_stop=stop,
+            )  # fmt: skip
+
+        def usage(gens: list[Generation]) -> dict[str, int]:
+            completion = sum(len(g.steps) for g in gens)
+            return {
+                "prompt_tokens": len(prompt_ids),
+                "completion_tokens": completion,
+                "total_tokens": len(prompt_ids) + completion,
+            }
 
         def logprobs_of(steps: list[Step]) -> dict[str, Any] | None:
             if not body.logprobs:
@@ -160,7 +177,7 @@ def create_app(model: Any, tokenizer: Any, precision: str) -> FastAPI:
             return {"content": [_entry(_trim_top(s, k)) for s in steps]}
 
         if not body.stream:
-            gen = await loop.run_in_executor(worker, run)
+            gens = await loop.run_in_executor(worker, run)
             return {
                 "id": cid,
                 "object": "chat.completion",
@@ -169,74 +186,83 @@ def create_app(model: Any, tokenizer: Any, precision: str) -> FastAPI:
                 "system_fingerprint": precision,
                 "choices": [
                     {
-                        "index": 0,
+                        "index": i,
                         "message": {"role": "assistant", "content": gen.text},
                         "logprobs": logprobs_of(gen.steps),
                         "finish_reason": gen.finish_reason,
                     }
+                    for i, gen in enumerate(gens)
                 ],
-                "usage": {
-                    "prompt_tokens": len(prompt_ids),
-                    "completion_tokens": len(gen.steps),
-                    "total_tokens": len(prompt_ids) + len(gen.steps),
-                },
+                "usage": usage(gens),
                 "quantdrift": {
                     "precision": precision,
-                    "entropy": [s.entropy for s in gen.steps],
-                    "latency_ms": gen.latency_ms,
+                    "entropy": [s.entropy for s in gens[0].steps],
+                    "latency_ms": gens[0].latency_ms,
                 },
             }
 
-        queue: asyncio.Queue[Step | Generation | BaseException] = asyncio.Queue()
+        Item = tuple[int, Step] | list[Generation] | BaseException
+        queue: asyncio.Queue[Item] = asyncio.Queue()
         cancelled = threading.Event()
+        include_usage = bool((body.stream_options or {}).get("include_usage"))
 
-        def on_step(_: int, step: Step) -> None:
-            loop.call_soon_threadsafe(queue.put_nowait, step)
+        def on_step(index: int, step: Step) -> None:
+            loop.call_soon_threadsafe(queue.put_nowait, (index, step))
 
         def produce() -> None:
             try:
-                result: Step | Generation | BaseException = run(on_step, cancelled.is_set)
+                result: Item = run(on_step, cancelled.is_set)
             except Exception as exc:  # reported to the client as an error chunk
                 result = exc
             loop.call_soon_threadsafe(queue.put_nowait, result)
 
-        def chunk(delta: dict[str, Any], **extra: Any) -> str:
-            choice = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": None}
-            choice.update(extra)
+        def frame(choices: list[dict[str, Any]], **extra: Any) -> str:
             body_ = {
                 "id": cid,
                 "object": "chat.completion.chunk",
                 "created": created,
                 "model": model_id,
                 "system_fingerprint": precision,
-                "choices": [choice],
+                "choices": choices,
+                **extra,
             }
             return f"data: {json.dumps(body_, ensure_ascii=False)}\n\n"
 
+        def chunk(index: int, delta: dict[str, Any], **extra: Any) -> str:
+            choice = {"index": index, "delta": delta, "logprobs": None, "finish_reason": None}
+            choice.update(extra)
+            return frame([choice])
+
         async def events() -> AsyncIterator[str]:
             future = loop.run_in_executor(worker, produce)
-            ids: list[int] = []
-            sent = ""
+            ids: list[list[int]] = [[] for _ in range(n)]
+            sent = [""] * n
             try:
-                yield chunk({"role": "assistant", "content": ""})
+                for i in range(n):
+                    yield chunk(i, {"role": "assistant", "content": ""})
                 while True:
                     item = await queue.get()
                     if isinstance(item, BaseException):
                         err = {"error": {"message": str(item), "type": "server_error"}}
                         yield f"data: {json.dumps(err)}\n\n"
                         break
-                    if isinstance(item, Generation):
-                        tail = item.text[len(sent) :] if item.text.startswith(sent) else ""
-                        if tail:
-                            yield chunk({"content": tail})
-                        yield chunk({}, finish_reason=item.finish_reason)
+                    if isinstance(item, list):
+                        for i, gen in enumerate(item):
+                            done = sent[i]
+                            tail = gen.text[len(done) :] if gen.text.startswith(done) else ""
+                            if tail:
+                                yield chunk(i, {"content": tail})
+                            yield chunk(i, {}, finish_reason=gen.finish_reason)
+                        if include_usage:
+                            yield frame([], usage=usage(item))
                         break
-                    ids.append(item.token_id)
-                    text = tokenizer.decode(ids, skip_special_tokens=True)
+                    index, step = item
+                    ids[index].append(step.token_id)
+                    text = tokenizer.decode(ids[index], skip_special_tokens=True)
                     # Hold back a partial UTF-8 character (CJK spans several tokens).
-                    delta = "" if text.endswith("\ufffd") else text[len(sent) :]
-                    sent += delta
-                    yield chunk({"content": delta}, logprobs=logprobs_of([item]))
+                    delta = "" if text.endswith("\ufffd") else text[len(sent[index]) :]
+                    sent[index] += delta
+                    yield chunk(index, {"content": delta}, logprobs=logprobs_of([step]))
                 yield "data: [DONE]\n\n"
             finally:
                 cancelled.set()  # client gone or done: stop decoding early
