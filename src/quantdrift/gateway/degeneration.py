@@ -23,8 +23,9 @@ would call those loops and send good answers down the fallback chain, so:
   a model stuck on zeros runs into ``max_tokens`` and is reported as truncated);
 * inside structure (the request asked for JSON, the text is inside a code fence,
   the tail is table rows, or brackets, quotes, pipes and tags make up more than
-  ``structural_share`` of it: JSON or HTML in a free-text answer) a loop needs ``structured_min_copies`` copies over
-  at least ``structured_min_tokens`` tokens: a runaway loop still trips, since it
+  ``structural_share`` of it: JSON or HTML in a free-text answer) a loop needs
+  ``structured_min_copies`` copies over at least ``structured_min_tokens``
+  tokens: a runaway loop still trips, since it
   runs until ``max_tokens``, while a table with a few equal rows does not;
 * entropy collapse is not probed inside structure: JSON keys, braces and code
   boilerplate are near-certain tokens in a healthy model too.
