@@ -204,40 +204,24 @@ def load_calibration(model_dir: Path, override: str | Path | None = None) -> Cal
 
 
 def _isotonic(y: npt.NDArray[np.float64], w: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
-    """Pool-adjacent-violators: the non-decreasing fit of ``y`` with weights ``w``."""
-    values: list[float] = []
-    weights: list[float] = []
-    sizes: list[int] = []
-    for yi, wi in zip(y.tolist(), w.tolist(), strict=True):
-        values.append(yi)
-        weights.append(wi)
-        sizes.append(1)
-        while len(values) > 1 and values[-2] > values[-1]:
-            wsum = weights[-2] + weights[-1]
-            merged = (values[-2] * weights[-2] + values[-1] * weights[-1]) / wsum
-            size = sizes[-2] + sizes[-1]
-            del values[-1], weights[-1], sizes[-1]
-            values[-1], weights[-1], sizes[-1] = merged, wsum, size
-    return np.repeat(np.asarray(values), sizes)
+    """The non-decreasing least-squares fit of ``y`` (in order) with weights ``w``:
+    scikit-learn's pool-adjacent-violators, not a hand-written one."""
+    from sklearn.isotonic import IsotonicRegression
+
+    x = np.arange(len(y), dtype=np.float64)
+    fitted = IsotonicRegression(increasing=True).fit_transform(x, y, sample_weight=w)
+    return np.asarray(fitted, dtype=np.float64)
 
 
 def spearman(a: npt.ArrayLike, b: npt.ArrayLike) -> float:
-    """Spearman's rank correlation (average ranks for ties)."""
-    ra = _ranks(np.asarray(a, dtype=np.float64))
-    rb = _ranks(np.asarray(b, dtype=np.float64))
-    if ra.std() == 0 or rb.std() == 0:
+    """Spearman's rank correlation (average ranks for ties), from scipy; NaN when
+    either side is constant."""
+    from scipy.stats import spearmanr
+
+    x, y = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
+    if x.std() == 0 or y.std() == 0:
         return float("nan")
-    return float(np.corrcoef(ra, rb)[0, 1])
-
-
-def _ranks(x: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
-    order = np.argsort(x, kind="mergesort")
-    ranks = np.empty(len(x), dtype=np.float64)
-    ranks[order] = np.arange(len(x), dtype=np.float64)
-    # Average the ranks of ties.
-    _, inverse, counts = np.unique(x, return_inverse=True, return_counts=True)
-    sums = np.bincount(inverse, weights=ranks)
-    return (sums / counts)[inverse]
+    return float(spearmanr(x, y).statistic)
 
 
 def fit_calibration(
