@@ -2,7 +2,8 @@
 
 ``/status`` is a static HTML shell whose script polls ``/status.json`` and
 redraws the route table and each route's similarity sparkline (inline SVG);
-``/metrics`` is Prometheus text. No I/O here: ``web.py`` mounts the views.
+``/metrics`` is Prometheus text, written by ``prometheus_client``. No I/O here:
+``web.py`` mounts the views.
 """
 
 from __future__ import annotations
@@ -113,82 +114,103 @@ def status_json(
     }
 
 
-def _label(value: str) -> str:
-    return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
-
-
 def metrics_text(
     stats: StatsLike,
     states: Mapping[str, RouteState],
     latency: LatencyHistogram,
     lag: Mapping[str, int] | None = None,
 ) -> str:
-    """Prometheus text exposition (version 0.0.4).
+    """Prometheus text exposition (version 0.0.4), written by ``prometheus_client``.
+
+    The worker's numbers live in WorkerStats and the breaker states, so they are
+    read into metric families at scrape time (a custom collector) rather than
+    mirrored into client-library counters; process metrics (CPU, RSS, open fds)
+    come from the library's own collectors.
 
     >>> from quantdrift.streams.agents import WorkerStats
     >>> text = metrics_text(WorkerStats(pairs_scored=3), {"r": RouteState(state="open")},
     ...                     LatencyHistogram())
-    >>> "quantdrift_pairs_scored_total 3" in text, 'quantdrift_breaker_state{route="r"} 2' in text
-    (True, True)
+    >>> "quantdrift_pairs_scored_total 3.0" in text
+    True
+    >>> 'quantdrift_breaker_state{route="r"} 2.0' in text
+    True
     """
-    lines: list[str] = []
+    from prometheus_client import CollectorRegistry, generate_latest
+    from prometheus_client.process_collector import ProcessCollector
 
-    def metric(name: str, kind: str, help_: str, samples: Iterable[tuple[str, float]]) -> None:
-        lines.append(f"# HELP {name} {help_}")
-        lines.append(f"# TYPE {name} {kind}")
-        for labels, value in samples:
-            lines.append(f"{name}{labels} {value:g}")
+    registry = CollectorRegistry(auto_describe=False)
+    ProcessCollector(registry=registry)
+    registry.register(_WorkerCollector(stats, states, latency, lag))
+    return generate_latest(registry).decode()
 
-    counters = (
-        ("pairs_scored", "pairs scored by this worker"),
-        ("dead_letters", "records sent to the DLQ by this worker"),
-        ("scores_judged", "scores folded into the breaker"),
-        ("duplicates", "redelivered scores dropped by pair_id dedupe"),
-        ("transitions", "breaker transitions made by this worker"),
-        ("store_errors", "Redis breaker store errors"),
-    )
-    for attr, help_ in counters:
-        metric(f"quantdrift_{attr}_total", "counter", help_, [("", getattr(stats, attr))])
-    name = "quantdrift_scoring_seconds"
-    lines.append(f"# HELP {name} per-pair scoring latency (batch time / batch size)")
-    lines.append(f"# TYPE {name} histogram")
-    cumulative = 0
-    for bound, count in zip(latency.buckets, latency.counts, strict=False):
-        cumulative += count
-        lines.append(f'{name}_bucket{{le="{bound:g}"}} {cumulative}')
-    lines.append(f'{name}_bucket{{le="+Inf"}} {latency.n}')
-    lines.append(f"{name}_sum {latency.total:g}")
-    lines.append(f"{name}_count {latency.n}")
-    metric(
-        "quantdrift_breaker_state",
-        "gauge",
-        "breaker state per route (0 closed, 1 half_open, 2 open)",
-        [(f'{{route="{_label(r)}"}}', STATE_VALUE.get(s.state, -1)) for r, s in states.items()],
-    )
-    metric(
-        "quantdrift_breaker_epoch",
-        "gauge",
-        "breaker epoch per route",
-        [(f'{{route="{_label(r)}"}}', s.epoch) for r, s in states.items()],
-    )
-    metric(
-        "quantdrift_route_similarity",
-        "gauge",
-        "last shadow-pair similarity per route",
-        [
-            (f'{{route="{_label(r)}"}}', s.last_similarity)
-            for r, s in states.items()
-            if s.last_similarity is not None
-        ],
-    )
-    if lag:
-        metric(
-            "quantdrift_consumer_lag",
-            "gauge",
-            "records behind the high watermark, per assigned partition",
-            [(f'{{partition="{_label(tp)}"}}', v) for tp, v in lag.items()],
+
+class _WorkerCollector:
+    """One scrape's families from the worker's counters, route states and latencies."""
+
+    def __init__(
+        self,
+        stats: StatsLike,
+        states: Mapping[str, RouteState],
+        latency: LatencyHistogram,
+        lag: Mapping[str, int] | None,
+    ) -> None:
+        self.stats, self.states, self.latency, self.lag = stats, states, latency, lag
+
+    def collect(self) -> Iterable[Any]:
+        from prometheus_client.core import (
+            CounterMetricFamily,
+            GaugeMetricFamily,
+            HistogramMetricFamily,
         )
-    return "\n".join(lines) + "\n"
+
+        counters = (
+            ("pairs_scored", "pairs scored by this worker"),
+            ("dead_letters", "records sent to the DLQ by this worker"),
+            ("scores_judged", "scores folded into the breaker"),
+            ("duplicates", "redelivered scores dropped by pair_id dedupe"),
+            ("transitions", "breaker transitions made by this worker"),
+            ("store_errors", "Redis breaker store errors"),
+        )
+        for attr, help_ in counters:
+            yield CounterMetricFamily(f"quantdrift_{attr}", help_, value=getattr(self.stats, attr))
+        lat = self.latency
+        buckets, cumulative = [], 0
+        for bound, count in zip(lat.buckets, lat.counts, strict=False):
+            cumulative += count
+            buckets.append((f"{bound:g}", cumulative))
+        buckets.append(("+Inf", lat.n))
+        yield HistogramMetricFamily(
+            "quantdrift_scoring_seconds",
+            "per-pair scoring latency (batch time / batch size)",
+            buckets=buckets,
+            sum_value=lat.total,
+        )
+        state = GaugeMetricFamily(
+            "quantdrift_breaker_state",
+            "breaker state per route (0 closed, 1 half_open, 2 open)",
+            labels=["route"],
+        )
+        epoch = GaugeMetricFamily(
+            "quantdrift_breaker_epoch", "breaker epoch per route", labels=["route"]
+        )
+        similarity = GaugeMetricFamily(
+            "quantdrift_route_similarity", "last shadow-pair similarity per route", labels=["route"]
+        )
+        for route, s in self.states.items():
+            state.add_metric([route], STATE_VALUE.get(s.state, -1))
+            epoch.add_metric([route], s.epoch)
+            if s.last_similarity is not None:
+                similarity.add_metric([route], s.last_similarity)
+        yield from (state, epoch, similarity)
+        if self.lag:
+            lag = GaugeMetricFamily(
+                "quantdrift_consumer_lag",
+                "records behind the high watermark, per assigned partition",
+                labels=["partition"],
+            )
+            for tp, v in self.lag.items():
+                lag.add_metric([tp], v)
+            yield lag
 
 
 def sparkline_points(values: Sequence[float], width: int = 160, height: int = 28) -> str:
