@@ -137,6 +137,8 @@ async def test_random_kill_9s_over_a_stream_of_transitions(
     kafka = settings.kafka
     keys = {r: RouteKeys(fault_stack.redis_url, prefix, r) for r in CHAOS_ROUTES}
     gateway = Follower(settings, fault_stack.redis_url, CHAOS_ROUTES)
+    # A second gateway, polling the Redis backstop at `quantdrift gateway`'s default pace.
+    other = Follower(settings, fault_stack.redis_url, CHAOS_ROUTES, poll_s=0.5)
     # Two workers in the group: a kill stalls the victim's partitions until the
     # group rebalances, and its replacement starts at once.
     workers = [FailpointWorker(settings, fault_stack.redis_url).start() for _ in range(2)]
@@ -192,6 +194,7 @@ async def test_random_kill_9s_over_a_stream_of_transitions(
     try:
         await wait_scored(settings, workers[0])
         await gateway.start()
+        await other.start()
         chaos_task = asyncio.create_task(chaos())
         try:
             await asyncio.gather(*(drive(r, 100 * i) for i, r in enumerate(CHAOS_ROUTES)))
@@ -200,6 +203,11 @@ async def test_random_kill_9s_over_a_stream_of_transitions(
             await chaos_task
         for route in CHAOS_ROUTES:
             await eventually(keys[route].drained, 60, f"{route}: outbox drained", logs)
+
+            async def caught_up(route: str = route) -> bool:
+                return other.controller.epoch(route) == gateway.controller.epoch(route)
+
+            await eventually(caught_up, 10, f"{route}: the second gateway caught up")
 
         transitions = 0
         redelivered = 0
@@ -210,9 +218,10 @@ async def test_random_kill_9s_over_a_stream_of_transitions(
             applied = gateway.epochs(route)
             assert state.pairs_seen == sent[route], f"{route}: {state.pairs_seen} of {sent[route]}"
             assert state.trips == cycles[route], state
-            # Every transition applied once, in order, by the gateway ...
+            # Every transition applied once, in order, by each gateway ...
             assert gateway.actions(route) == ["rollback", "canary", "restore"] * cycles[route]
             assert len(set(applied)) == len(applied) and applied == sorted(applied), applied
+            assert other.epochs(route) == applied, (other.applied, applied)
             # ... and every one of them reached the control topic at least once.
             assert set(sent_epochs) == set(applied), (sent_epochs, applied)
             transitions += len(applied)
@@ -225,12 +234,13 @@ async def test_random_kill_9s_over_a_stream_of_transitions(
         print(
             f"\n{len(kills)} kill -9s (first at {kills[0][0]:.1f}s, last at {kills[-1][0]:.1f}s) "
             f"over {transitions} transitions on {len(CHAOS_ROUTES)} routes, "
-            f"{sum(sent.values())} pairs; each transition applied once; "
+            f"{sum(sent.values())} pairs; each transition applied once by each of 2 gateways; "
             f"redeliveries (folds refused + repeated sends) {redelivered}; "
             f"{time.monotonic() - started:.1f}s"
         )
     finally:
         await gateway.stop()
+        await other.stop()
         for k in keys.values():
             await k.aclose()
         for w in workers:
