@@ -52,3 +52,36 @@ async def test_drill_refuses_an_open_route(stack, redis_prefix) -> None:  # type
     item = report["items"][0]
     assert item["status"] == "skipped" and "locked" in item["evidence"]["reason"]
     assert (await route_status(settings, route))["state"] == "open"  # untouched
+
+
+async def test_shadow_link_round_trip_through_a_real_worker(stack, redis_prefix, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """A pair published on the probe route comes back as a ScoreEvent from `quantdrift worker`."""
+    from quantdrift.demo.workers import WorkerProcess
+
+    settings = isolated_settings(stack, redis_prefix)
+    await make_topics(settings)
+    gw = tmp_path / "gateway.yaml"
+    gw.write_text(
+        "precisions: {int4: ['http://127.0.0.1:9'], bf16: ['http://127.0.0.1:9']}\n"
+        "routes: {lab/int8: {candidate: int4, reference: bf16, shadow_sample_rate: 0.05}}\n"
+    )
+    worker = WorkerProcess(settings, stack.redis_url).start()
+    try:
+        cfg = parse(
+            {
+                "gateway_config": str(gw),
+                "route": "lab/int8",
+                "shadow_link": {"max_pairs": 40, "roundtrip_timeout_s": 90},
+            }
+        )
+        report = await run(Context(cfg, settings=settings), ["shadow-link"])
+    finally:
+        worker.stop()
+    item = report["items"][0]
+    m = item["measured"]
+    print(f"\nshadow-link: {m}")
+    assert m["shadow_share"] == 0.05 and m["pairs_timed"] == 40
+    assert m["roundtrip_s"] is not None, (item["evidence"]["why"], worker.log_tail())
+    assert item["evidence"]["pairs"] == "40 recorded pairs of lab/int8"
+    # Pass or fail rests on the measured scoring cost alone (machine-dependent):
+    assert item["status"] == ("pass" if m["scoring_p99_ms"] < 10 else "fail")

@@ -231,7 +231,7 @@ async def shadow_link(ctx: Context) -> Item:
             "scoring_p50_ms": round(sorted(times)[len(times) // 2], 3) if times else None,
             "pairs_timed": len(times),
             "roundtrip_s": None if rt is None else round(rt, 3),
-            "scorer": getattr(scorer, "tier", None) or type(scorer).__name__,
+            "scorer": getattr(ctx.settings.embedding, "tier", type(scorer).__name__),
         },
         {"expected_share": c.expected_share, "p99_ms": c.p99_ms,
          "roundtrip_timeout_s": c.roundtrip_timeout_s},
