@@ -94,15 +94,28 @@ class FailpointWorker(WorkerProcess):
             "QUANTDRIFT_WORKER__FAILPOINTS": json.dumps(list(self.failpoints)),
             **self.extra_env,
         }
-        log = self.log_path.open("ab")
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "quantdrift", "worker", "--loglevel", "warning"],
-            stdout=log,
-            stderr=subprocess.STDOUT,
+            stdout=self.log_path.open("ab"),
+            stderr=self.stderr_path.open("ab"),
             env=env,
             start_new_session=True,
         )
         return self
+
+    @property
+    def stderr_path(self) -> Path:
+        """stderr on its own: the failpoint line must be found where it is written."""
+        return self.log_path.with_suffix(".stderr")
+
+    def stderr(self) -> str:
+        try:
+            return self.stderr_path.read_bytes().decode("utf-8", "replace")
+        except OSError:
+            return ""
+
+    def log_tail(self, max_bytes: int = 3000) -> str:
+        return (super().log_tail(max_bytes) + self.stderr())[-max_bytes:]
 
     def wait_exit(self, timeout: float) -> int:
         """The exit status once the process is gone (-9: SIGKILL)."""
