@@ -1,14 +1,22 @@
-"""User-visible latency of the gateway with shadowing off and on.
+"""What the gateway adds: latency and time to first token, direct to the upstream vs through it.
 
-A scripted OpenAI-compatible upstream (raw asyncio HTTP, fixed delay before the
-first byte, a short SSE answer with logprobs) serves every precision; the gateway
-runs in-process on uvicorn; a client sends N sequential requests per scenario and
-measures the time to the full answer. Shadowing on means every request is also
-mirrored to the reference in the background and the pair is offered to a
-ShadowPublisher (pointed at a dead broker unless --bootstrap is given, so the
-numbers include the drop path, the worst case for the request path).
+A scripted OpenAI-compatible upstream (raw asyncio HTTP/1.1, chunked SSE) waits
+``--delay-ms`` before the first token, then sends ``--tokens`` tokens
+``--token-ms`` apart, longer than the gateway's stream hold-back (48 tokens by
+default). The gateway runs in-process on uvicorn; a client sends N sequential
+streamed requests per scenario and measures the time to the first content
+token (TTFT) and to the last byte:
 
-    python bench/gateway_overhead.py --requests 300 --delay-ms 20 [--json]
+* ``direct``: the client talks to the upstream itself (the baseline);
+* ``gateway``: through the gateway, shadowing off;
+* ``gateway+shadow``: every request mirrored to the reference in the background,
+  pairs offered to a publisher whose broker is down (the drop path);
+* ``gateway, holdback 0``: the hold-back turned off, which shows what the
+  hold-back costs in TTFT (the price of a silent fallback in the first tokens).
+
+The rows report p50/p99 of both, and the p50/p99 added over ``direct``.
+
+    python bench/gateway_overhead.py --requests 200 [--json] [--write BENCHMARKS.md]
 """
 
 from __future__ import annotations
@@ -16,13 +24,13 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import statistics
 import sys
 import time
 from typing import Any
 
 import httpx
 import uvicorn
+from common import write_section
 
 from quantdrift.config import KafkaSettings
 from quantdrift.gateway.app import Gateway, create_app
@@ -30,7 +38,7 @@ from quantdrift.gateway.gateway_config import parse_config
 from quantdrift.gateway.publisher import ShadowPublisher
 from quantdrift.stack import free_port
 
-TOKENS = ["Hello", " there", ",", " the", " answer", " is", " forty", " two", "."]
+SECTION = "## Gateway overhead and time to first token"
 
 
 def _sse(content: str | None, finish: str | None = None) -> bytes:
@@ -49,11 +57,13 @@ def _sse(content: str | None, finish: str | None = None) -> bytes:
     return b"data: " + json.dumps(body).encode() + b"\n\n"
 
 
-async def upstream(port: int, delay_s: float) -> asyncio.Server:
-    """Minimal HTTP/1.1 keep-alive server answering every POST with the same SSE stream."""
-    payload = b"".join(
-        [_sse(""), *(_sse(t) for t in TOKENS), _sse(None, "stop"), b"data: [DONE]\n\n"]
-    )
+def _chunked(data: bytes) -> bytes:
+    return f"{len(data):x}\r\n".encode() + data + b"\r\n"
+
+
+async def upstream(port: int, delay_s: float, tokens: int, token_s: float) -> asyncio.Server:
+    """HTTP/1.1 keep-alive server streaming the same answer to every POST, token by token."""
+    words = [f" w{i}" for i in range(tokens)]
 
     async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
@@ -64,11 +74,18 @@ async def upstream(port: int, delay_s: float) -> asyncio.Server:
                     if line.lower().startswith(b"content-length:"):
                         length = int(line.split(b":", 1)[1])
                 await reader.readexactly(length)
-                await asyncio.sleep(delay_s)
                 writer.write(
                     b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n"
-                    b"content-length: " + str(len(payload)).encode() + b"\r\n\r\n" + payload
+                    b"transfer-encoding: chunked\r\n\r\n"
                 )
+                await asyncio.sleep(delay_s)
+                writer.write(_chunked(_sse("")))
+                for w in words:
+                    writer.write(_chunked(_sse(w)))
+                    await writer.drain()
+                    if token_s:
+                        await asyncio.sleep(token_s)
+                writer.write(_chunked(_sse(None, "stop") + b"data: [DONE]\n\n") + b"0\r\n\r\n")
                 await writer.drain()
         except (asyncio.IncompleteReadError, ConnectionError):
             pass
@@ -78,18 +95,38 @@ async def upstream(port: int, delay_s: float) -> asyncio.Server:
     return await asyncio.start_server(handle, "127.0.0.1", port)
 
 
-async def scenario(
-    shadow: bool, n: int, up_url: str, bootstrap: str | None, stream: bool
-) -> list[float]:
+async def measure(url: str, path: str, n: int, warmup: int = 5) -> list[tuple[float, float]]:
+    """(ttft, total) seconds of ``n`` sequential streamed requests."""
+    body = {"model": "bench", "messages": [{"role": "user", "content": "hi"}], "stream": True}
+    out: list[tuple[float, float]] = []
+    async with httpx.AsyncClient(base_url=url, timeout=60) as client:
+        for i in range(n + warmup):
+            t0 = time.perf_counter()
+            ttft = None
+            async with client.stream("POST", path, json=body) as r:
+                if r.status_code != 200:
+                    raise SystemExit(f"request failed: {r.status_code}")
+                async for line in r.aiter_lines():
+                    if ttft is None and '"content":" w' in line:
+                        ttft = time.perf_counter() - t0
+            if i >= warmup:
+                out.append((ttft or 0.0, time.perf_counter() - t0))
+    return out
+
+
+async def through_gateway(
+    up_url: str, n: int, shadow: bool, holdback: int
+) -> list[tuple[float, float]]:
     config = parse_config(
         {
             "precisions": {"int4": [up_url], "bf16": [up_url]},
             "routes": {"bench/int4": {"candidate": "int4", "reference": "bf16"}},
             "shadow_sample_rate": 1.0 if shadow else 0.0,
+            "stream_holdback_tokens": holdback,
         }
     )
-    kafka = KafkaSettings(bootstrap_servers=bootstrap or f"127.0.0.1:{free_port()}")
-    publisher = ShadowPublisher(kafka, 1.0, queue_size=1000, topic="quantdrift.bench.pairs")
+    dead = KafkaSettings(bootstrap_servers=f"127.0.0.1:{free_port()}")
+    publisher = ShadowPublisher(dead, 1.0, queue_size=1000, topic="quantdrift.bench.pairs")
     gateway = Gateway(config, publisher=publisher)
     port = free_port()
     server = uvicorn.Server(
@@ -99,27 +136,13 @@ async def scenario(
     task = asyncio.create_task(server.serve())
     while not server.started:
         await asyncio.sleep(0.01)
-    body: dict[str, Any] = {"messages": [{"role": "user", "content": "hi"}], "stream": stream}
-    latencies: list[float] = []
     try:
-        async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", timeout=30) as client:
-            for i in range(n + 10):
-                t0 = time.perf_counter()
-                if stream:
-                    async with client.stream("POST", "/v1/chat/completions", json=body) as r:
-                        async for _ in r.aiter_bytes():
-                            pass
-                else:
-                    r = await client.post("/v1/chat/completions", json=body)
-                if r.status_code != 200:
-                    raise SystemExit(f"request failed: {r.status_code}")
-                if i >= 10:  # warm-up excluded
-                    latencies.append((time.perf_counter() - t0) * 1000.0)
-            await gateway.wait_shadows(10)
+        result = await measure(f"http://127.0.0.1:{port}", "/v1/chat/completions", n)
+        await gateway.wait_shadows(30)
     finally:
         server.should_exit = True
         await task
-    return latencies
+    return result
 
 
 def pct(values: list[float], q: float) -> float:
@@ -127,38 +150,79 @@ def pct(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
-async def main(args: argparse.Namespace) -> list[dict[str, Any]]:
+async def main(args: argparse.Namespace) -> dict[str, Any]:
     up_port = free_port()
-    up = await upstream(up_port, args.delay_ms / 1000.0)
-    rows = []
+    up = await upstream(up_port, args.delay_ms / 1000, args.tokens, args.token_ms / 1000)
+    up_url = f"http://127.0.0.1:{up_port}"
+    runs: dict[str, list[tuple[float, float]]] = {}
     try:
-        for stream in (False, True):
-            for shadow in (False, True):
-                lat = await scenario(
-                    shadow, args.requests, f"http://127.0.0.1:{up_port}", args.bootstrap, stream
-                )
-                rows.append(
-                    {
-                        "mode": "stream" if stream else "non-stream",
-                        "shadow": "on" if shadow else "off",
-                        "requests": len(lat),
-                        "p50_ms": round(statistics.median(lat), 2),
-                        "p99_ms": round(pct(lat, 0.99), 2),
-                        "mean_ms": round(statistics.fmean(lat), 2),
-                    }
-                )
+        runs["direct"] = await measure(up_url, "/v1/chat/completions", args.requests)
+        runs["gateway"] = await through_gateway(up_url, args.requests, False, 48)
+        runs["gateway+shadow"] = await through_gateway(up_url, args.requests, True, 48)
+        runs["gateway, holdback 0"] = await through_gateway(up_url, args.requests, False, 0)
     finally:
         up.close()
         await up.wait_closed()
-    return rows
+    base_ttft = [t for t, _ in runs["direct"]]
+    base_total = [t for _, t in runs["direct"]]
+    rows = []
+    for name, values in runs.items():
+        ttft = [t for t, _ in values]
+        total = [t for _, t in values]
+        rows.append(
+            {
+                "path": name,
+                "requests": len(values),
+                "ttft_p50_ms": round(pct(ttft, 0.5) * 1000, 1),
+                "ttft_p99_ms": round(pct(ttft, 0.99) * 1000, 1),
+                "total_p50_ms": round(pct(total, 0.5) * 1000, 1),
+                "total_p99_ms": round(pct(total, 0.99) * 1000, 1),
+                "added_ttft_p50_ms": round((pct(ttft, 0.5) - pct(base_ttft, 0.5)) * 1000, 1),
+                "added_total_p50_ms": round((pct(total, 0.5) - pct(base_total, 0.5)) * 1000, 1),
+                "added_total_p99_ms": round((pct(total, 0.99) - pct(base_total, 0.99)) * 1000, 1),
+            }
+        )
+    return {
+        "upstream": {"delay_ms": args.delay_ms, "tokens": args.tokens, "token_ms": args.token_ms},
+        "rows": rows,
+    }
+
+
+def markdown(result: dict[str, Any], requests: int) -> str:
+    u = result["upstream"]
+    lines = [
+        SECTION,
+        "",
+        f"`python bench/gateway_overhead.py --requests {requests}`: a scripted upstream sends "
+        f"its first token after {u['delay_ms']:g} ms, then {u['tokens']} tokens "
+        f"{u['token_ms']:g} ms apart (longer than the 48-token hold-back); sequential streamed "
+        "requests, client, gateway and upstream in one process. TTFT through the gateway "
+        "includes the hold-back (the price of a silent fallback in the first tokens); "
+        "`holdback 0` shows the gateway alone.",
+        "",
+        "| path | TTFT p50 ms | TTFT p99 ms | total p50 ms | total p99 ms "
+        "| added TTFT p50 | added total p50 | added total p99 |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for r in result["rows"]:
+        lines.append(
+            f"| {r['path']} | {r['ttft_p50_ms']} | {r['ttft_p99_ms']} | {r['total_p50_ms']} "
+            f"| {r['total_p99_ms']} | {r['added_ttft_p50_ms']} | {r['added_total_p50_ms']} "
+            f"| {r['added_total_p99_ms']} |"
+        )
+    return "\n".join(lines) + "\n"
 
 
 if __name__ == "__main__":
+    from pathlib import Path
+
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--requests", type=int, default=300)
-    parser.add_argument("--delay-ms", type=float, default=20.0, help="upstream delay per call")
-    parser.add_argument("--bootstrap", default=None, help="a real broker (default: a dead one)")
+    parser.add_argument("--requests", type=int, default=200)
+    parser.add_argument("--delay-ms", type=float, default=20.0, help="upstream time to first token")
+    parser.add_argument("--tokens", type=int, default=96, help="tokens per answer (> hold-back)")
+    parser.add_argument("--token-ms", type=float, default=1.0, help="upstream time per token")
     parser.add_argument("--json", action="store_true")
+    parser.add_argument("--write", type=Path, default=None)
     args = parser.parse_args()
     if not 1 <= args.requests <= 5000:
         sys.exit("--requests must be in 1..5000")
@@ -167,13 +231,10 @@ if __name__ == "__main__":
     logging.basicConfig(level=logging.ERROR)  # the dead broker's reconnect warnings
     logging.getLogger("quantdrift").setLevel(logging.ERROR)
     result = asyncio.run(main(args))
+    text = markdown(result, args.requests)
+    if args.write:
+        write_section(args.write, text, SECTION)
     if args.json:
-        print(json.dumps({"upstream_delay_ms": args.delay_ms, "rows": result}, indent=2))
+        print(json.dumps({"bench": "gateway_overhead", **result}))
     else:
-        print(f"upstream delay {args.delay_ms:g} ms, {args.requests} sequential requests each\n")
-        print("| mode | shadow | p50 ms | p99 ms | mean ms |")
-        print("|---|---|---|---|---|")
-        for r in result:
-            print(
-                f"| {r['mode']} | {r['shadow']} | {r['p50_ms']} | {r['p99_ms']} | {r['mean_ms']} |"
-            )
+        print(text)
