@@ -216,3 +216,20 @@ def test_yaml_paths_resolve_against_the_file(tmp_path: Path) -> None:
     assert cfg.calibration_leakage.calibration == tmp_path / "data/c.jsonl"
     assert cfg.calibration_leakage.evaluation == Path("/abs/e.jsonl")
     assert cfg.niah.lengths == [256]
+
+
+def test_a_check_that_cannot_run_fails_and_the_others_still_report(tmp_path: Path) -> None:
+    cfg = parse(
+        {
+            "salient_weights": {"checkpoint": str(tmp_path / "missing")},
+            "memory_utilization": {"serving_config": str(tmp_path / "missing.yaml")},
+            "load": {"url": "http://127.0.0.1:9"},  # no peak given
+        }
+    )
+    report = asyncio.run(run(Context(cfg), ["salient-weights", "memory-utilization", "load"]))
+    by = {i["id"]: i for i in report["items"]}
+    assert by["salient-weights"]["status"] == "fail"
+    assert "checkpoint not found" in by["salient-weights"]["evidence"]["why"]
+    assert by["memory-utilization"]["status"] == "fail"
+    assert by["load"]["status"] == "skipped" and "peak_rps" in by["load"]["evidence"]["reason"]
+    assert report["verdict"] == "no-go"

@@ -31,15 +31,16 @@ def _endpoint(ctx: Context, side: str) -> Endpoint | None:
 
 async def _context_length(ctx: Context, *eps: Endpoint) -> int | None:
     """The smallest context length the endpoints report (both must fit the haystack)."""
-    if "context_length" not in ctx.cache:
+    key = "context_length:" + ",".join(sorted(ep.url for ep in eps))
+    if key not in ctx.cache:
         found = []
         for ep in eps:
             async with ep.client() as c:
                 n = await ep.context_length(c)
             if n:
                 found.append(n)
-        ctx.cache["context_length"] = min(found) if found else None
-    value = ctx.cache["context_length"]
+        ctx.cache[key] = min(found) if found else None
+    value = ctx.cache[key]
     return value if isinstance(value, int) else None
 
 

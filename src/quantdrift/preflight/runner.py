@@ -54,8 +54,10 @@ async def run_checks(ctx: Context, ids: Sequence[str]) -> list[Item]:
         t0 = time.perf_counter()
         try:
             item = await fn(ctx)
-        except QuantdriftError as exc:
-            item = Item(cid, title, "fail", {}, {}, {"why": f"could not run: {exc}"})
+        except (QuantdriftError, OSError, RuntimeError, ValueError, TimeoutError) as exc:
+            # One check that cannot run must not hide the others' results.
+            why = f"could not run: {exc}" if str(exc) else f"could not run: {exc!r}"
+            item = Item(cid, title, "fail", {}, {}, {"why": why})
         item.evidence.setdefault("duration_s", round(time.perf_counter() - t0, 3))
         ctx.progress(
             f"[{n}/{len(ids)}] {cid}: {item.status}"
