@@ -7,6 +7,14 @@ on the next precision. This is the per-precision fallback rate users would cause
 on these prompts; no server is needed because the answers are recorded.
 
     python bench/gateway_fallback.py [--pairs PAIRS.jsonl.gz] [--json] [--write BENCHMARKS.md]
+
+``--live`` measures the same live instead: three ``quantdrift lab serve``
+processes (int4-g64 -> int8 -> ref-f32) behind a real gateway, the lab's prompts
+(JSON and free text, greedy) sent through it, and each precision's fallback
+rate read from the answers' ``x-quantdrift-precision`` / ``x-quantdrift-fallbacks``
+headers: attempts on a precision are the requests that reached it, fallbacks
+those it passed on (guards and upstream failures alike). Loads the model three
+times: a few minutes on a CPU.
 """
 
 from __future__ import annotations
@@ -94,12 +102,171 @@ def markdown(result: dict[str, dict[str, object]]) -> str:
     return "\n".join(lines) + "\n"
 
 
+LIVE_SECTION = "## Gateway fallback rate per precision, live (lab serve)"
+LIVE_CHAIN = (("int4", "int4-g64"), ("int8", "int8"), ("bf16", "ref-f32"))
+
+
+def live(max_tokens: int, prompts_per_task: int) -> dict[str, object]:
+    """Fallback rate per precision through a real gateway over real lab servers."""
+    import asyncio
+    import subprocess
+    import tempfile
+    import time
+
+    import httpx
+    import uvicorn
+
+    from quantdrift.gateway.app import Gateway, create_app
+    from quantdrift.gateway.gateway_config import parse_config
+    from quantdrift.lab.prompts import PROMPTS
+    from quantdrift.stack import free_port
+    from quantdrift.stack.ports import stop_popen
+
+    logs = Path(tempfile.mkdtemp(prefix="qd-fallback-"))
+    procs, urls = [], {}
+    for name, variant in LIVE_CHAIN:
+        port = free_port()
+        procs.append(
+            subprocess.Popen(
+                [sys.executable, "-m", "quantdrift", "lab", "serve", "--precision", variant,
+                 "--port", str(port), "--threads", "1"],
+                stdout=(logs / f"{name}.log").open("wb"),
+                stderr=subprocess.STDOUT,
+            )
+        )  # fmt: skip
+        urls[name] = f"http://127.0.0.1:{port}"
+    picked: dict[str, int] = defaultdict(int)
+    prompts = []
+    for p in PROMPTS:
+        if p.task in ("json", "qa", "support") and picked[p.task] < prompts_per_task:
+            picked[p.task] += 1
+            prompts.append(p)
+
+    async def run() -> dict[str, object]:
+        deadline = time.monotonic() + 600
+        async with httpx.AsyncClient(timeout=600) as http:
+            for url in urls.values():
+                while True:
+                    try:
+                        if (await http.get(f"{url}/health")).status_code == 200:
+                            break
+                    except httpx.HTTPError:
+                        pass
+                    if time.monotonic() > deadline:
+                        raise SystemExit(f"lab serve did not come up; logs in {logs}")
+                    await asyncio.sleep(1)
+        config = parse_config(
+            {
+                "precisions": {name: [urls[name]] for name, _ in LIVE_CHAIN},
+                "routes": {"lab/int4": {"candidate": "int4", "reference": "bf16"}},
+                "shadow_sample_rate": 0.0,
+                "timeouts": {"connect_s": 2, "read_s": 300, "total_s": 600, "chain_s": 1200},
+            }
+        )
+        port = free_port()
+        server = uvicorn.Server(
+            uvicorn.Config(create_app(Gateway(config)), host="127.0.0.1", port=port,
+                           log_level="critical")
+        )  # fmt: skip
+        server.install_signal_handlers = lambda: None  # type: ignore[method-assign]
+        task = asyncio.create_task(server.serve())
+        while not server.started:
+            await asyncio.sleep(0.05)
+        attempts: Counter[str] = Counter()
+        passed_on: Counter[str] = Counter()
+        reasons: dict[str, Counter[str]] = defaultdict(Counter)
+        by_task: Counter[str] = Counter()
+        try:
+            async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", timeout=900) as c:
+                for p in prompts:
+                    body: dict[str, object] = {
+                        "messages": [{"role": "user", "content": p.text}],
+                        "max_tokens": max_tokens,
+                        "temperature": 0,
+                    }
+                    if p.expected_keys:
+                        body["expected_keys"] = list(p.expected_keys)
+                    r = await c.post("/v1/chat/completions", json=body)
+                    by_task[p.task] += 1
+                    for entry in filter(
+                        None, r.headers.get("x-quantdrift-fallbacks", "").split(",")
+                    ):
+                        precision, reason = entry.split(":")[:2]
+                        if entry.endswith(":served"):
+                            continue
+                        attempts[precision] += 1
+                        passed_on[precision] += 1
+                        reasons[precision][reason] += 1
+                    served = r.headers.get("x-quantdrift-precision")
+                    if served:
+                        attempts[served] += 1
+        finally:
+            server.should_exit = True
+            await task
+        return {
+            "requests": dict(by_task),
+            "max_tokens": max_tokens,
+            "precisions": {
+                name: {
+                    "attempts": attempts[name],
+                    "fallbacks": passed_on[name],
+                    "fallback_rate": round(passed_on[name] / attempts[name], 3)
+                    if attempts[name] else None,
+                    "reasons": dict(reasons[name].most_common()),
+                }
+                for name, _ in LIVE_CHAIN
+            },
+        }  # fmt: skip
+
+    try:
+        return asyncio.run(run())
+    finally:
+        for proc in procs:
+            stop_popen(proc, timeout=10)
+
+
+def live_markdown(result: dict[str, object]) -> str:
+    lines = [
+        LIVE_SECTION,
+        "",
+        "`python bench/gateway_fallback.py --live`: three `quantdrift lab serve` processes "
+        "(SmolLM2-135M int4-g64 -> int8 -> ref-f32) behind the gateway; the lab's JSON, Q&A "
+        f"and support prompts ({result['requests']}), greedy, max_tokens "
+        f"{result['max_tokens']}. A fallback is any attempt the gateway passed on "
+        "(guards and upstream failures); the last precision is served as it is.",
+        "",
+        "| precision | attempts | passed on | fallback rate | why |",
+        "|---|---:|---:|---:|---|",
+    ]
+    for name, r in result["precisions"].items():  # type: ignore[attr-defined]
+        rate = r["fallback_rate"]
+        why = ", ".join(f"{k} {v}" for k, v in r["reasons"].items()) or "-"
+        lines.append(
+            f"| {name} | {r['attempts']} | {r['fallbacks']} | "
+            f"{'-' if rate is None else f'{rate:.0%}'} | {why} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--pairs", type=Path, default=None, help="default: the shipped lab pairs")
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--write", type=Path, default=None)
+    ap.add_argument("--live", action="store_true", help="through lab serve and the gateway")
+    ap.add_argument("--max-tokens", type=int, default=48)
+    ap.add_argument("--prompts-per-task", type=int, default=5)
     args = ap.parse_args(argv)
+    if args.live:
+        got = live(args.max_tokens, args.prompts_per_task)
+        text = live_markdown(got)
+        if args.write:
+            write_section(args.write, text, LIVE_SECTION)
+        if args.json:
+            sys.stdout.write(json.dumps({"bench": "gateway_fallback_live", **got}) + "\n")
+        else:
+            sys.stdout.write(text)
+        return 0
     result = measure(read_pairs(args.pairs))
     text = markdown(result)
     if args.write:
