@@ -14,7 +14,7 @@ from html import escape
 from typing import Any
 
 _COLORS = {"pass": "#1a7f37", "fail": "#cf222e", "skipped": "#9a6700"}
-_W, _H, _PAD = 560, 240, 44
+_W, _H, _PAD, _TOP = 560, 250, 44, 46
 
 
 def _scale(v: float, lo: float, hi: float, a: float, b: float) -> float:
@@ -29,7 +29,10 @@ def line_chart(
     y_range: tuple[float, float] | None = None,
     points_only: bool = False,
 ) -> str:
-    """An SVG chart of named (x, y) series; lines, or dots for scatter."""
+    """An SVG chart of named (x, y) series; lines, or dots for scatter.
+
+    Later series are dashed, so a line hidden under an identical one still shows.
+    """
     xs = [x for s in series.values() for x, _ in s]
     ys = [y for s in series.values() for _, y in s]
     if not xs:
@@ -37,40 +40,49 @@ def line_chart(
     x0, x1 = min(xs), max(xs)
     y0, y1 = y_range or (min(0.0, min(ys)), max(ys) or 1.0)
     palette = ["#0969da", "#cf222e", "#8250df", "#1a7f37"]
+
+    def px(x: float) -> float:
+        return _scale(x, x0, x1, _PAD + 8, _W - 20)
+
+    def py(y: float) -> float:
+        return _scale(y, y0, y1, _H - _PAD, _TOP)
+
     parts = [
         f'<svg xmlns="http://www.w3.org/2000/svg" width="{_W}" height="{_H}" '
         f'role="img" aria-label="{escape(title)}">',
         f'<text x="{_W / 2}" y="16" text-anchor="middle" font-size="13">{escape(title)}</text>',
         f'<line x1="{_PAD}" y1="{_H - _PAD}" x2="{_W - 10}" y2="{_H - _PAD}" stroke="#888"/>',
-        f'<line x1="{_PAD}" y1="24" x2="{_PAD}" y2="{_H - _PAD}" stroke="#888"/>',
-        f'<text x="{_W / 2}" y="{_H - 8}" text-anchor="middle" font-size="11">{escape(x_label)}</text>',
+        f'<line x1="{_PAD}" y1="{_TOP - 4}" x2="{_PAD}" y2="{_H - _PAD}" stroke="#888"/>',
+        f'<text x="{_W / 2}" y="{_H - 8}" text-anchor="middle" font-size="11">'
+        f"{escape(x_label)}</text>",
         f'<text x="12" y="{_H / 2}" font-size="11" transform="rotate(-90 12 {_H / 2})" '
         f'text-anchor="middle">{escape(y_label)}</text>',
     ]
     for v in (y0, (y0 + y1) / 2, y1):
-        y = _scale(v, y0, y1, _H - _PAD, 28)
         parts.append(
-            f'<text x="{_PAD - 4}" y="{y + 4:.1f}" font-size="10" text-anchor="end">{v:.3g}</text>'
+            f'<text x="{_PAD - 4}" y="{py(v) + 4:.1f}" font-size="10" text-anchor="end">'
+            f"{v:.3g}</text>"
         )
-    for v in sorted(
-        {x0, x1, *([x for x, _ in next(iter(series.values()))] if not points_only else [])}
-    ):
-        x = _scale(v, x0, x1, _PAD + 8, _W - 20)
+    ticks = {x0, x1} if points_only else {x0, x1, *(x for x, _ in next(iter(series.values())))}
+    for v in sorted(ticks):
         parts.append(
-            f'<text x="{x:.1f}" y="{_H - _PAD + 14}" font-size="10" text-anchor="middle">{v:.4g}</text>'
+            f'<text x="{px(v):.1f}" y="{_H - _PAD + 14}" font-size="10" text-anchor="middle">'
+            f"{v:.4g}</text>"
         )
     for i, (name, pts) in enumerate(series.items()):
         color = palette[i % len(palette)]
-        coords = [
-            (_scale(x, x0, x1, _PAD + 8, _W - 20), _scale(y, y0, y1, _H - _PAD, 28)) for x, y in pts
-        ]
+        coords = [(px(x), py(y)) for x, y in pts]
         if not points_only and len(coords) > 1:
             d = " ".join(f"{x:.1f},{y:.1f}" for x, y in coords)
-            parts.append(f'<polyline fill="none" stroke="{color}" stroke-width="2" points="{d}"/>')
+            dash = ' stroke-dasharray="6 4"' if i else ""
+            parts.append(
+                f'<polyline fill="none" stroke="{color}" stroke-width="2"{dash} points="{d}"/>'
+            )
         r = 2 if points_only else 3.5
         parts += [f'<circle cx="{x:.1f}" cy="{y:.1f}" r="{r}" fill="{color}"/>' for x, y in coords]
         parts.append(
-            f'<text x="{_W - 120}" y="{34 + 14 * i}" font-size="11" fill="{color}">{escape(name)}</text>'
+            f'<text x="{_PAD + 8 + 110 * i}" y="32" font-size="11" fill="{color}">'
+            f"&#9632; {escape(name)}</text>"
         )
     parts.append("</svg>")
     return "".join(parts)
