@@ -731,3 +731,55 @@ async def test_a_signed_rollback_moves_new_requests_within_a_second(
         await controller.wait_for(ROUTE, lambda c: c.action == "restore", timeout=5)
         assert await serving_precision(client) == "int4"
     await console.client.aclose()
+
+
+# -- capacity: disconnects, one deadline, the retry budget, outliers ---------------------
+
+
+async def test_a_client_that_leaves_cancels_the_upstream_call(scripted: Scripted) -> None:
+    timeouts = {"connect_s": 0.5, "read_s": 2, "total_s": 10, "chain_s": 10}
+    gw = Gateway(make_config(scripted, {**GOOD, "int4": "hang"}, timeouts=timeouts))
+    marker = f"leaving-{uuid.uuid4().hex[:6]}"
+    async with serving(gw) as client:
+        with pytest.raises(httpx.ReadTimeout):
+            await client.post("/v1/chat/completions", json=chat_body(marker), timeout=0.5)
+        async with asyncio.timeout(5):
+            while gw.metrics.value("quantdrift_gateway_client_disconnects_total") < 1:
+                await asyncio.sleep(0.05)
+    assert not [b for b in scripted.calls_to("int8") if marker in json.dumps(b)]  # no retry
+
+
+async def test_one_deadline_for_the_whole_chain(scripted: Scripted) -> None:
+    timeouts = {"connect_s": 0.5, "read_s": 0.4, "total_s": 10, "chain_s": 0.7}
+    gw = Gateway(make_config(scripted, dict.fromkeys(GOOD, "stall"), timeouts=timeouts))
+    async with serving(gw) as client:
+        t0 = time.perf_counter()
+        resp = await client.post("/v1/chat/completions", json=chat_body())
+        took = time.perf_counter() - t0
+    assert resp.status_code == 504
+    assert resp.json()["error"]["code"] in ("deadline_exceeded", "upstream_timeout")
+    assert took < 1.5  # three attempts of 0.4 s each would be 1.2 s plus the stalls
+
+
+async def test_the_retry_budget_stops_a_cascade(scripted: Scripted) -> None:
+    budget = {"ratio": 0.0, "min_per_window": 2, "window_s": 60}
+    gw = Gateway(make_config(scripted, {**GOOD, "int4": "e500"}, retry_budget=budget))
+    async with serving(gw) as client:
+        codes = [(await client.post("/v1/chat/completions", json=chat_body())).status_code
+                 for _ in range(4)]  # fmt: skip
+    assert codes == [200, 200, 502, 502]
+    assert gw.metrics.value("quantdrift_gateway_fallbacks_refused_total", reason="budget") == 2
+
+
+async def test_a_failing_server_is_ejected_from_its_pool(scripted: Scripted) -> None:
+    dead = f"http://127.0.0.1:{free_port()}"
+    pools = {**GOOD, "int4": [dead, scripted.base("good", "int4")]}
+    outlier = {"consecutive_failures": 1, "base_ejection_s": 60, "max_ejection_s": 60}
+    gw = Gateway(make_config(scripted, pools, outlier=outlier))
+    async with serving(gw) as client:
+        for _ in range(4):
+            resp = await client.post("/v1/chat/completions", json=chat_body())
+            assert resp.headers["x-quantdrift-precision"] == "int4"
+        metrics = (await client.get("/metrics")).text
+    assert gw.upstreams["int4"].outliers.ejected_total == 1  # once, then skipped
+    assert 'quantdrift_gateway_upstream_ejections_total{precision="int4"} 1.0' in metrics
