@@ -301,9 +301,13 @@ async def test_rollback_restore_and_console_through_the_real_gateway(
 
         # 1. Shadowed SDK traffic until the breaker rolls back.
         rolled_back: asyncio.Task[Seen] = asyncio.create_task(watch.wait("rollback", 0, 240))
-        gateway_flip = asyncio.create_task(
-            until_gateway(http, lambda r: r["serving"] == "bf16", 240, "serving bf16")
-        )
+
+        async def first_on_reference() -> tuple[float, Reply]:
+            """The moment /health says bf16, send a request alongside the one in flight."""
+            _, flipped = await until_gateway(http, lambda r: r["serving"] == "bf16", 240, "bf16")
+            return flipped, await ask(client, DRIFTING[0])
+
+        switched = asyncio.create_task(first_on_reference())
         i = 0
         while not rolled_back.done():
             assert i < 40, f"no rollback after {i} requests:\n{worker.log_tail()}"
@@ -313,15 +317,15 @@ async def test_rollback_restore_and_console_through_the_real_gateway(
             i += 1
         rollback = await rolled_back
         assert rollback.command.target == "reference"
-        _, flipped_at = await gateway_flip
+        flipped_at, first_bf16 = await switched
+        assert (first_bf16.status, first_bf16.precision) == (200, "bf16")
         decisive = rollback.command.evidence["decisive_pair_id"]
         pairs = await records_for(kafka.bootstrap_servers, kafka.topics.pairs, ROUTE)
         decisive_at = next(
             r.timestamp / 1000 for r in pairs if PairEvent.parse(r.value).pair_id == decisive
         )
-        after = [await ask(client, p) for p in DRIFTING[:2]]
+        after = [await ask(client, p) for p in DRIFTING[1:3]]
         assert [(r.status, r.precision) for r in after] == [(200, "bf16")] * 2
-        first_bf16 = after[0]
         served_int4 = [r.precision for r in replies]
         assert served_int4[0] == "int4"
 
@@ -377,10 +381,9 @@ async def test_rollback_restore_and_console_through_the_real_gateway(
             f"\nupstreams and gateway up in {up:.0f}s; rollback after {len(replies)} requests "
             f"(served {','.join(served_int4)}); decisive pair published -> rollback on the "
             f"control topic {1000 * (rollback.published - decisive_at):.0f} ms -> gateway "
-            f"serving bf16 {1000 * (flipped_at - decisive_at):.0f} ms; the next SDK request "
-            f"(sent +{1000 * (first_bf16.sent - decisive_at):.0f} ms, once the one in flight "
-            f"on int4 returned) answered by bf16 +{1000 * (first_bf16.ended - decisive_at):.0f} "
-            f"ms; half-open served "
+            f"serving bf16 {1000 * (flipped_at - decisive_at):.0f} ms -> first SDK request to "
+            f"bf16 sent +{1000 * (first_bf16.sent - decisive_at):.0f} ms, answered (12 tokens "
+            f"on CPU) +{1000 * (first_bf16.ended - decisive_at):.0f} ms; half-open served "
             f"{','.join(r.precision for r in half_open)} with int8 in shadow, restored; "
             f"console {' '.join(console)}; {time.monotonic() - started:.0f}s"
         )
