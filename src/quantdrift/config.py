@@ -88,7 +88,7 @@ class EmbeddingSettings(BaseModel):
     batch_size: int = Field(default=32, ge=1)
     threads: int = Field(default=1, ge=1)
     cache_size: int = Field(default=4096, ge=0)
-    # Which tier scores (quantdrift.detectors.embedders): minilm on every pair,
+    # Which tier scores (quantdrift.embedding.factory): minilm on every pair,
     # tiered (static everywhere, MiniLM where it can change a decision),
     # static alone, or none.
     tier: Literal["minilm", "tiered", "static", "none"] = "tiered"
@@ -119,6 +119,10 @@ class WorkerSettings(BaseModel):
     # committed, or a producer's retry, both seconds old; an hour bounds Redis to
     # about one small key per pair of the last hour (measured in the README).
     dedupe_ttl_s: int = Field(default=3600, ge=60)
+    # How long a worker may hold a route's outbox while it publishes: longer than a
+    # slow broker's ack, short enough that a crashed worker's commands go out soon
+    # (gateways have the Redis copy meanwhile).
+    outbox_claim_ttl_ms: int = Field(default=10_000, ge=100)
     # Test-only crash points (tests/faults): the worker SIGKILLs itself there.
     failpoints: tuple[str, ...] = ()
 

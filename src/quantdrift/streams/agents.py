@@ -25,7 +25,7 @@ from quantdrift.breaker.policy import Policy
 from quantdrift.breaker.relay import OutboxRelay
 from quantdrift.breaker.store import RedisBreakerStore
 from quantdrift.detectors import Embedder, FailureThresholds
-from quantdrift.detectors.embedders import score_with
+from quantdrift.embedding.factory import score_with
 from quantdrift.errors import BreakerStoreError
 from quantdrift.failpoints import Failpoint, no_failpoint
 from quantdrift.schemas import DeadLetter, ScoreEvent
@@ -64,6 +64,7 @@ def attach_agents(
     batch_within_s: float,
     clock: Callable[[], float] = time.time,
     failpoint: Failpoint = no_failpoint,
+    claim_ttl_ms: int = 10_000,
 ) -> WorkerStats:
     stats = WorkerStats()
     # One thread for the embedder: torch releases the GIL, the event loop keeps
@@ -197,7 +198,9 @@ def attach_agents(
 
     def relay() -> OutboxRelay:
         if "relay" not in holder:
-            holder["relay"] = OutboxRelay(store(), send, owner, failpoint=failpoint)
+            holder["relay"] = OutboxRelay(
+                store(), send, owner, ttl_ms=claim_ttl_ms, failpoint=failpoint
+            )
         return holder["relay"]  # type: ignore[return-value]
 
     async def flush_outbox(route: str) -> None:

@@ -18,7 +18,7 @@ from quantdrift.streams.app import Topics, create_app
 
 def make_embedder(settings: Settings) -> Embedder | None:
     """The configured scorer (``embedding.tier``: tiered, minilm, static, none)."""
-    from quantdrift.detectors.embedders import build_scorer
+    from quantdrift.embedding.factory import build_scorer
 
     return build_scorer(settings.embedding)
 
@@ -45,6 +45,7 @@ def build_worker_app(
         embedder_factory=lambda: make_embedder(settings),
         batch_max=settings.worker.batch_max,
         batch_within_s=settings.worker.batch_within_s,
+        claim_ttl_ms=settings.worker.outbox_claim_ttl_ms,
     )
     return app, topics, stats
 
