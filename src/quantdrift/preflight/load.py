@@ -218,7 +218,7 @@ async def load(ctx: Context) -> Item:
         TITLE,
         not problems,
         {
-            "rate_rps": rate,
+            "rate_rps": round(rate, 6),
             "requests": len(samples),
             "error_rate": round(err_rate, 4),
             "p50_s": percentile(lat, 50),
