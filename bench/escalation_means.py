@@ -83,7 +83,7 @@ def main(argv: list[str] | None = None) -> int:
     import torch
     from sentence_transformers import SentenceTransformer
 
-    from quantdrift.detectors.semantic import resolve_model_path
+    from quantdrift.embedding.minilm import resolve_model_path
 
     torch.set_num_threads(1)
     st = SentenceTransformer(str(resolve_model_path("packaged:all-MiniLM-L6-v2")), device="cpu")

@@ -8,7 +8,7 @@
 (b) ``minilm``: the full suite (:func:`quantdrift.detectors.score_pairs`) with
     MiniLM on every pair, batches of ``--batch`` (the worker's ``batch_max``);
 (c) ``tiered``: the full suite with the static tier on every pair and MiniLM
-    only on escalated pairs (:class:`quantdrift.detectors.tiered.TieredScorer`).
+    only on escalated pairs (:class:`quantdrift.embedding.tiered.TieredScorer`).
 
 Single process, torch with 1 thread: per-worker numbers (run one worker
 process per core). Per-pair latency of a batched scorer is the batch's wall
@@ -67,8 +67,8 @@ def naive_scorer() -> Callable[[PairEvent], None]:
     from quantdrift.detectors import entropy as ent
     from quantdrift.detectors import repetition as rep
     from quantdrift.detectors.json_contract import check_json_contract
-    from quantdrift.detectors.semantic import _load_sentence_transformer, resolve_model_path
     from quantdrift.detectors.tokenize import tokenize
+    from quantdrift.embedding.minilm import _load_sentence_transformer, resolve_model_path
 
     model = _load_sentence_transformer(resolve_model_path("packaged:all-MiniLM-L6-v2"), 1)
     rouge = rouge_scorer.RougeScorer(["rouge1", "rougeL"], use_stemmer=False)
@@ -214,10 +214,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     import torch
 
     torch.set_num_threads(1)
-    from quantdrift.detectors.semantic import SentenceTransformerEmbedder
-    from quantdrift.detectors.static_tier import StaticEmbedder, load_calibration
     from quantdrift.detectors.suite import score_pairs
-    from quantdrift.detectors.tiered import Escalation, TieredScorer
+    from quantdrift.embedding.minilm import SentenceTransformerEmbedder
+    from quantdrift.embedding.static import StaticEmbedder, load_calibration
+    from quantdrift.embedding.tiered import Escalation, TieredScorer
 
     started = time.perf_counter()
     total = args.pairs + 8

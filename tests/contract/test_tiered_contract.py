@@ -10,9 +10,10 @@ from dataclasses import asdict
 import numpy as np
 import pytest
 
-from quantdrift.detectors import static_tier, tiered
-from quantdrift.detectors.static_tier import Calibration, StaticEmbedder, load_calibration
-from quantdrift.detectors.tiered import Escalation, TieredScorer
+from quantdrift.embedding import static as static_tier
+from quantdrift.embedding import tiered
+from quantdrift.embedding.static import Calibration, StaticEmbedder, load_calibration
+from quantdrift.embedding.tiered import Escalation, TieredScorer
 from quantdrift.schemas import ModelOutput, PairEvent
 
 TEXTS = [
@@ -77,7 +78,8 @@ def test_static_only_is_deterministic_and_leaves_input_alone(static: StaticEmbed
 
 @pytest.mark.slow
 def test_escalated_cosines_equal_minilm(static: StaticEmbedder) -> None:
-    from quantdrift.detectors.semantic import SentenceTransformerEmbedder, cosine_pairs
+    from quantdrift.detectors.semantic import cosine_pairs
+    from quantdrift.embedding.minilm import SentenceTransformerEmbedder
 
     full = SentenceTransformerEmbedder(threads=1)
     scorer = TieredScorer(static, full, load_calibration(static.path), Escalation(sample_rate=1.0))

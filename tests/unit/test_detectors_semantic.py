@@ -10,12 +10,9 @@ from typing import Any
 import numpy as np
 import pytest
 
-from quantdrift.detectors.semantic import (
-    SentenceTransformerEmbedder,
-    cosine_pairs,
-    resolve_model_path,
-)
+from quantdrift.detectors.semantic import cosine_pairs
 from quantdrift.detectors.suite import score_pairs
+from quantdrift.embedding.minilm import SentenceTransformerEmbedder, resolve_model_path
 from quantdrift.errors import ConfigError
 from quantdrift.schemas import ModelOutput, PairEvent
 

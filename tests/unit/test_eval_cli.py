@@ -136,7 +136,7 @@ def test_eval_streams_one_json_line_per_policy_and_seeded(tmp_path: Path, capsys
 
 
 def test_eval_embedder_builds_exactly_what_it_names(tmp_path: Path, capsys, monkeypatch) -> None:  # type: ignore[no-untyped-def]
-    import quantdrift.detectors.embedders as embedders
+    import quantdrift.embedding.factory as embedders
 
     monkeypatch.delenv("QUANTDRIFT_EMBEDDING__TIER", raising=False)
     built: list[str] = []

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from quantdrift.detectors.semantic import cosine_pairs
-from quantdrift.detectors.static_tier import (
+from quantdrift.embedding.static import (
     Calibration,
     StaticEmbedder,
     fit_calibration,

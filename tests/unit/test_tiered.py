@@ -8,9 +8,9 @@ from collections.abc import Sequence
 import numpy as np
 import pytest
 
-from quantdrift.detectors.embedders import score_with
-from quantdrift.detectors.static_tier import Calibration
-from quantdrift.detectors.tiered import (
+from quantdrift.embedding.factory import score_with
+from quantdrift.embedding.static import Calibration
+from quantdrift.embedding.tiered import (
     Escalation,
     RouteWatch,
     TieredScorer,

@@ -208,5 +208,5 @@ def test_budget_split_is_normalised_over_the_tests_a_policy_runs() -> None:
     with pytest.raises(ValueError, match="needs a weight"):
         RoutePolicy(rules=("sequential",), budget_split={"hard": 1.0})
     for policy in (RoutePolicy(), RoutePolicy(rules=("tolerance", "sequential", "window"))):
-        rates = [1 / a for s in SIGNALS + ("sequential",) if (a := signal_arl(policy, s))]
+        rates = [1 / a for s in (*SIGNALS, "sequential") if (a := signal_arl(policy, s))]
         assert sum(rates) == pytest.approx(1 / policy.false_alarm_budget_pairs)

@@ -32,8 +32,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from quantdrift.detectors.semantic import SentenceTransformerEmbedder
-    from quantdrift.detectors.static_tier import (
+    from quantdrift.embedding.minilm import SentenceTransformerEmbedder
+    from quantdrift.embedding.static import (
         CALIBRATION_FILE,
         StaticEmbedder,
         calibrate,

@@ -127,7 +127,7 @@ def select(pairs: list, labels: tuple[str, ...] | None) -> list:  # type: ignore
 def build_embedder(name: str | None):  # type: ignore[no-untyped-def]
     """Exactly the scorer ``name`` names (None: the worker's), from the same factory."""
     from quantdrift.cli.common import load_settings
-    from quantdrift.detectors.embedders import build_scorer
+    from quantdrift.embedding.factory import build_scorer
 
     e = load_settings().embedding
     if name is not None:

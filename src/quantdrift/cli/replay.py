@@ -156,7 +156,7 @@ def run(args: argparse.Namespace) -> int:
         records = src.split_records(lines, since, until)
         embedder = None
         if args.embedder == "minilm" and records.pairs:
-            from quantdrift.detectors import SentenceTransformerEmbedder
+            from quantdrift.embedding import SentenceTransformerEmbedder
 
             e = settings.embedding
             embedder = SentenceTransformerEmbedder(

@@ -64,7 +64,7 @@ def run(args: argparse.Namespace) -> int:
     except ValueError as exc:
         return _fail(str(exc))
     from quantdrift.cli.evaluate import build_embedder
-    from quantdrift.detectors.embedders import score_with
+    from quantdrift.embedding.factory import score_with
     from quantdrift.schemas import ModelOutput, PairEvent
 
     embedder, _tier = build_embedder(args.embedder)

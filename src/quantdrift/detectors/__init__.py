@@ -3,8 +3,10 @@
 One module per concern: ``tokenize`` (CJK-aware tokens), ``lexical`` (ROUGE,
 BLEU, Jaccard, length, divergence), ``entropy`` (entropy, KL, flips,
 teacher-forced gap), ``repetition`` (loops, diversity, whitespace),
-``json_contract``, ``semantic`` (embeddings, cosine) and ``suite`` (all of it
-for a batch of pairs, and the per-pair verdict).
+``json_contract``, ``semantic`` (the embedder protocol, cosine) and ``suite``
+(all of it for a batch of pairs, and the per-pair verdict), ``sequential``,
+``tolerance`` and ``noise_floor`` (the decision's tests and floors). Models are
+loaded in :mod:`quantdrift.embedding`.
 """
 
 from quantdrift.detectors.entropy import (
@@ -32,13 +34,7 @@ from quantdrift.detectors.repetition import (
     token_ids,
     whitespace_run,
 )
-from quantdrift.detectors.semantic import (
-    PACKAGED_MINILM,
-    Embedder,
-    SentenceTransformerEmbedder,
-    cosine_pairs,
-    resolve_model_path,
-)
+from quantdrift.detectors.semantic import Embedder, cosine_pairs
 from quantdrift.detectors.suite import (
     DEFAULT_THRESHOLDS,
     FailureThresholds,
@@ -50,10 +46,8 @@ from quantdrift.detectors.tokenize import has_cjk, tokenize
 
 __all__ = [
     "DEFAULT_THRESHOLDS",
-    "PACKAGED_MINILM",
     "Embedder",
     "FailureThresholds",
-    "SentenceTransformerEmbedder",
     "check_json_contract",
     "cosine_pairs",
     "distinct_2",
@@ -69,7 +63,6 @@ __all__ = [
     "length_ratio",
     "looping",
     "repetition_run",
-    "resolve_model_path",
     "rouge1_f",
     "rougeL_f",
     "score_pairs",

@@ -1,10 +1,11 @@
-"""Build the configured semantic scorer, and score a batch with whichever was built.
+"""One ``Scorer`` protocol and one factory: the worker, replay, eval, score and
+calibrate all build their scorer here, so replay reproduces live decisions.
 
 ``tier`` in :class:`~quantdrift.config.EmbeddingSettings`:
 
 * ``minilm``: the transformer on every pair (:class:`SentenceTransformerEmbedder`);
 * ``tiered``: static cosine on every pair, MiniLM on the pairs that can change
-  a decision (:class:`~quantdrift.detectors.tiered.TieredScorer`);
+  a decision (:class:`~quantdrift.embedding.tiered.TieredScorer`);
 * ``static``: the static tier alone, calibrated onto MiniLM's scale;
 * ``none``: no cosine (the verdict falls back to ROUGE-L).
 """
@@ -12,11 +13,11 @@
 from __future__ import annotations
 
 from collections.abc import Collection, Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 from quantdrift.detectors.semantic import Embedder
 from quantdrift.detectors.suite import score_pairs
-from quantdrift.detectors.tiered import Escalation, TieredScorer
+from quantdrift.embedding.tiered import Escalation, TieredScorer
 from quantdrift.schemas.pair import PairEvent
 from quantdrift.schemas.score import Metrics
 
@@ -24,12 +25,21 @@ if TYPE_CHECKING:
     from quantdrift.config import EmbeddingSettings
 
 
+@runtime_checkable
+class Scorer(Protocol):
+    """What the factory builds: texts in, L2-normalized rows out (``embed``). The
+    tiered scorer adds ``score_pairs`` (its own escalation); :func:`score_with`
+    calls whichever a scorer has, so callers never branch on the type."""
+
+    def embed(self, texts: Sequence[str]) -> object: ...
+
+
 def build_scorer(settings: EmbeddingSettings) -> Embedder | None:
     """The scorer ``settings`` ask for; None when semantic scoring is off."""
     tier = getattr(settings, "tier", "minilm")
     if tier == "none" or settings.model == "none":
         return None
-    from quantdrift.detectors.semantic import SentenceTransformerEmbedder
+    from quantdrift.embedding.minilm import SentenceTransformerEmbedder
 
     if tier == "minilm":
         return SentenceTransformerEmbedder(
@@ -38,7 +48,7 @@ def build_scorer(settings: EmbeddingSettings) -> Embedder | None:
             threads=settings.threads,
             cache_size=settings.cache_size,
         )
-    from quantdrift.detectors.static_tier import StaticEmbedder, load_calibration
+    from quantdrift.embedding.static import StaticEmbedder, load_calibration
 
     static = StaticEmbedder(settings.static_model)
     calibration = load_calibration(static.path, settings.calibration)

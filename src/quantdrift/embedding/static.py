@@ -297,7 +297,7 @@ def distill_static(out_dir: Path, *, pca_dims: int = 256, threads: int = 1) -> P
     os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
     import torch
 
-    from quantdrift.detectors.semantic import PACKAGED_MINILM, resolve_model_path
+    from quantdrift.embedding.minilm import PACKAGED_MINILM, resolve_model_path
 
     try:
         from model2vec.distill import distill

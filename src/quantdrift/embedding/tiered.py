@@ -2,7 +2,7 @@
 
 A pair's cosine only changes a decision when it can land on the other side of
 a threshold. So every pair gets the static tier's cosine, mapped onto MiniLM's
-scale by the :class:`~quantdrift.detectors.static_tier.Calibration`, and a
+scale by the :class:`~quantdrift.embedding.static.Calibration`, and a
 pair *escalates* to the full transformer when
 
 1. ``band``: its mapped static cosine lies within the calibration's band of a
@@ -38,8 +38,8 @@ from typing import Literal
 import numpy as np
 
 from quantdrift.detectors.semantic import Embedder, FloatArray, cosine_pairs
-from quantdrift.detectors.static_tier import Calibration
 from quantdrift.detectors.suite import FailureThresholds, score_pairs, verdict
+from quantdrift.embedding.static import Calibration
 from quantdrift.schemas.pair import PairEvent
 from quantdrift.schemas.score import Metrics
 

@@ -17,8 +17,8 @@ import orjson
 
 from quantdrift.breaker.policy import RoutePolicy, failure_thresholds
 from quantdrift.detectors import Embedder, FailureThresholds
-from quantdrift.detectors.embedders import score_with
 from quantdrift.detectors.suite import score_event
+from quantdrift.embedding.factory import score_with
 from quantdrift.schemas import Metrics, PairEvent, ScoreEvent
 
 

@@ -126,8 +126,8 @@ def p99(values: list[float]) -> float:
 
 def time_scoring(pairs: list[PairEvent], scorer: Any) -> list[float]:
     """Milliseconds to score each pair alone, after a warm-up pass (model load excluded)."""
-    from quantdrift.detectors.embedders import score_with
     from quantdrift.detectors.suite import score_event
+    from quantdrift.embedding.factory import score_with
 
     for p in pairs[:3]:
         score_with(scorer, [p])
@@ -199,7 +199,7 @@ async def shadow_link(ctx: Context) -> Item:
 
     pairs, source = read_pairs(c.recorded_pairs, route, c.max_pairs)
     ctx.progress(f"{SHADOW}: timing the scorer on {source}")
-    from quantdrift.detectors.embedders import build_scorer
+    from quantdrift.embedding.factory import build_scorer
 
     assert ctx.settings is not None
     scorer = await asyncio.to_thread(build_scorer, ctx.settings.embedding)
