@@ -49,3 +49,24 @@ def test_admin_token(token: str | None, ok: bool) -> None:
     auth = Authenticator(AuthConfig(admin_token_sha256=hashlib.sha256(b"adm").hexdigest()))
     assert auth.admin_ok(f"Bearer {token}" if token else None) is ok
     assert Authenticator(AuthConfig()).admin_ok(None)  # no admin token: open
+
+
+def test_keys_from_the_environment_join_the_configs() -> None:
+    import json
+
+    from quantdrift.cli.gateway import ENV_KEYS, with_env_keys
+    from quantdrift.errors import ConfigError
+    from quantdrift.gateway.gateway_config import parse_config
+
+    config = parse_config(
+        {"precisions": {"a": ["http://a"]}, "routes": {"r": {"candidate": "a", "reference": "a"}}}
+    )
+    assert with_env_keys(config, {}) is config
+    h = hashlib.sha256(b"sk-env").hexdigest()
+    env = {ENV_KEYS: json.dumps([{"name": "env", "sha256": h, "routes": ["r"]}])}
+    auth = Authenticator(with_env_keys(config, env).auth)
+    assert auth.enabled and auth.principal("Bearer sk-env") is not None
+    with pytest.raises(ConfigError):
+        with_env_keys(config, {ENV_KEYS: "not json"})
+    with pytest.raises(ConfigError):  # an unknown route is a config error, not an open door
+        with_env_keys(config, {ENV_KEYS: json.dumps([{"name": "x", "sha256": h, "routes": ["s"]}])})
