@@ -28,11 +28,28 @@ def fold(
     now: float,
     noise_floor: NoiseFloor,
 ) -> Folded:
-    """Noise pairs feed the floor of their decoding mode; shadow pairs feed the judge."""
+    """Noise pairs feed the floor of their decoding mode; shadow pairs feed the judge.
+
+    A noise pair whose two runs came out token for token the same (two greedy runs
+    of a deterministic server) says nothing about how much disagreement is normal:
+    it is left out, as ``quantdrift calibrate`` leaves it out, so that live echoes do
+    not drag a floor towards zero.
+    """
     if score.kind == "noise":
+        if _echo(score):
+            return Folded(floor=floor)
         return Folded(floor=noise_floor.update(floor, metric_values(score.metrics)))
     decision: Decision = judge(policy, route_state, score, now, floor, noise_floor)
     return Folded(route_state=decision.state, transition=decision.transition)
+
+
+def _echo(score: ScoreEvent) -> bool:
+    m = score.metrics
+    return (
+        m.first_divergence is None
+        and m.candidate_tokens is not None
+        and m.candidate_tokens == m.reference_tokens
+    )
 
 
 def floor_key_suffix(score: ScoreEvent) -> str:
