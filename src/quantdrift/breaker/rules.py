@@ -82,7 +82,6 @@ def null_mean(
     if floor is None:
         return None
     metric = floor_metric(score.metrics, signal)
-    assert metric is not None
     clip, delta = _scale(policy, signal)
     found = floor_mean(floor.values, metric, clip, policy.min_floor_pairs)
     if found is None:
@@ -109,8 +108,7 @@ def observe(policy: RoutePolicy, signal: str, score: ScoreEvent) -> float | None
         return 1.0 if hard_failures(m, failure_thresholds(policy)) else 0.0
     if signal == "tf_kl" and not policy.teacher_forced:
         return None
-    clip, _ = _scale(policy, signal)
-    return divergence_x(m, signal, policy.tf_kl_clip, policy.entropy_clip) if clip else None
+    return divergence_x(m, signal, policy.tf_kl_clip, policy.entropy_clip)
 
 
 def step(

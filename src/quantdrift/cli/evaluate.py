@@ -117,13 +117,6 @@ def _fail(message: str) -> int:
     return 2
 
 
-def select(pairs: list, labels: tuple[str, ...] | None) -> list:  # type: ignore[type-arg]
-    """Pairs whose label or candidate precision is one of ``labels`` (None keeps all)."""
-    if labels is None:
-        return pairs
-    return [p for p in pairs if p.label in labels or p.candidate.precision in labels]
-
-
 def build_embedder(name: str | None):  # type: ignore[no-untyped-def]
     """Exactly the scorer ``name`` names (None: the worker's), from the same factory."""
     from quantdrift.cli.common import load_settings

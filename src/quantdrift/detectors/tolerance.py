@@ -187,7 +187,7 @@ def divergence_x(m: Metrics, signal: str, tf_kl_clip: float, entropy_clip: float
     raise ValueError(f"not a divergence signal: {signal!r}")
 
 
-def floor_metric(m: Metrics, signal: str) -> str | None:
+def floor_metric(m: Metrics, signal: str) -> str:
     """Which floor metric a divergence signal compares with for this pair."""
     if signal == "tf_kl":
         return "tf_kl"
