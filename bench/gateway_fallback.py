@@ -226,12 +226,13 @@ def live(max_tokens: int, prompts_per_task: int) -> dict[str, object]:
 
 
 def live_markdown(result: dict[str, object]) -> str:
+    asked = ", ".join(f"{n} {task}" for task, n in result["requests"].items())  # type: ignore[attr-defined]
     lines = [
         LIVE_SECTION,
         "",
         "`python bench/gateway_fallback.py --live`: three `quantdrift lab serve` processes "
         "(SmolLM2-135M int4-g64 -> int8 -> ref-f32) behind the gateway; the lab's JSON, Q&A "
-        f"and support prompts ({result['requests']}), greedy, max_tokens "
+        f"and support prompts ({asked}), greedy, max_tokens "
         f"{result['max_tokens']}. A fallback is any attempt the gateway passed on "
         "(guards and upstream failures); the last precision is served as it is.",
         "",
