@@ -783,3 +783,17 @@ async def test_a_failing_server_is_ejected_from_its_pool(scripted: Scripted) -> 
         metrics = (await client.get("/metrics")).text
     assert gw.upstreams["int4"].outliers.ejected_total == 1  # once, then skipped
     assert 'quantdrift_gateway_upstream_ejections_total{precision="int4"} 1.0' in metrics
+
+
+async def test_with_the_budget_spent_a_guarded_answer_is_served_whole(scripted: Scripted) -> None:
+    budget = {"ratio": 0.0, "min_per_window": 1, "window_s": 60}
+    gw = Gateway(make_config(scripted, {**GOOD, "int4": "badjson"}, retry_budget=budget))
+    body = chat_body("json please", expected_keys=["answer"])
+    async with serving(gw) as client:
+        first = await client.post("/v1/chat/completions", json=body)
+        second = await client.post("/v1/chat/completions", json=body)
+    assert first.headers["x-quantdrift-precision"] == "int8"  # the one fallback in the budget
+    assert second.headers["x-quantdrift-precision"] == "int4"  # then int4's answer, whole
+    assert second.headers["x-quantdrift-fallbacks"] == "int4:json_invalid_char:served"
+    assert content(second).endswith('"}')  # not cut where the guard tripped
+    assert gw.metrics.value("quantdrift_gateway_fallbacks_refused_total", reason="budget") == 1

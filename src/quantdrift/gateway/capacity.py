@@ -56,6 +56,11 @@ class RetryBudget:
         self._trim(now)
         self._requests.append(now)
 
+    def available(self, now: float) -> bool:
+        """Whether one more fallback would fit now (a peek: nothing is taken)."""
+        self._trim(now)
+        return len(self._fallbacks) + 1 <= self.min_per_window + self.ratio * len(self._requests)
+
     def try_fallback(self, now: float) -> bool:
         """Take one fallback from the budget; False (and counted) when it is spent."""
         self._trim(now)

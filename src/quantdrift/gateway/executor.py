@@ -190,9 +190,17 @@ class FallbackExecutor:
             raise ChainDeadline("the request's deadline passed")
         return min(self.config.timeouts.total_s, left)
 
-    def _enforce(self, plan: Plan, i: int) -> bool:
-        """Whether attempt ``i`` is guarded: every precision but the chain's last."""
-        return i < len(plan.decision.chain) - 1
+    def _enforce(self, plan: Plan, trace: Trace, i: int) -> bool:
+        """Whether attempt ``i`` is guarded: not the chain's last, and a fallback would fit.
+
+        With the retry budget spent (or the chain's deadline past) this attempt is
+        the last one: its answer is served whole, as the chain's last would be,
+        rather than cut by a guard with nowhere to go.
+        """
+        if i >= len(plan.decision.chain) - 1:
+            return False
+        now = self.clock()
+        return now < trace.deadline and self.budget.available(now)
 
     def _take_fallback(self, plan: Plan, trace: Trace, why: str) -> bool:
         if trace.deadline - self.clock() <= 0:
@@ -253,8 +261,10 @@ class FallbackExecutor:
             texts[index] = value
         return texts
 
-    def _final(self, plan: Plan, acc: Accumulator, guards: _Guards, trace: Trace) -> dict[int, str]:
-        """The last precision's answer, unguarded; its failures are counted, not acted on."""
+    def _final(
+        self, plan: Plan, acc: Accumulator, guards: _Guards, trace: Trace, last: bool = True
+    ) -> dict[int, str]:
+        """An unguarded answer (the chain's last, or the budget spent): counted, not acted on."""
         for index in list(guards.by_index):
             guard, _ = guards.of(index)
             if guard is not None and acc.text(index):
@@ -263,7 +273,10 @@ class FallbackExecutor:
             return self._close(plan, acc, guards, trace, json=True)
         except GuardTrip as trip:
             precision = acc.completion.precision
-            self.metrics.final_guard_failures.labels(plan.route, precision, trip.reason).inc()
+            if last:
+                self.metrics.final_guard_failures.labels(plan.route, precision, trip.reason).inc()
+            else:
+                self.metrics.fallbacks_refused.labels(plan.route, "budget").inc()
             trace.fallbacks.append(f"{precision}:{trip.reason}:served")
             return {i: acc.text(i) for i in {*guards.by_index, 0}}
 
@@ -274,7 +287,7 @@ class FallbackExecutor:
         chain = plan.decision.chain
         last: UpstreamError | None = None
         for i, precision in enumerate(chain):
-            enforce = self._enforce(plan, i)
+            enforce = self._enforce(plan, trace, i)
             guards = _Guards(plan, self.config)
             acc = Accumulator(precision)
             trace.attempt_t0 = self.clock()
@@ -289,7 +302,8 @@ class FallbackExecutor:
                                 guards.of(d.index)
                 acc.finish()
                 if not enforce:
-                    return acc.completion, self._final(plan, acc, guards, trace)
+                    is_last = i == len(chain) - 1
+                    return acc.completion, self._final(plan, acc, guards, trace, is_last)
                 return acc.completion, self._close(plan, acc, guards, trace, json=True)
             except GuardTrip as trip:
                 if not self._take_fallback(plan, trace, trip.reason):
@@ -316,7 +330,7 @@ class FallbackExecutor:
         holdback = self.config.stream_holdback_tokens
         last: UpstreamError | None = None
         for i, precision in enumerate(chain):
-            enforce = self._enforce(plan, i)
+            enforce = self._enforce(plan, trace, i)
             guards = _Guards(plan, self.config)
             acc = Accumulator(precision)
             trace.attempt_t0 = self.clock()
