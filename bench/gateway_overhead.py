@@ -95,6 +95,11 @@ async def upstream(port: int, delay_s: float, tokens: int, token_s: float) -> as
     return await asyncio.start_server(handle, "127.0.0.1", port)
 
 
+def _has_content(data: str) -> bool:
+    choices = json.loads(data).get("choices") or []
+    return any((c.get("delta") or {}).get("content") for c in choices)
+
+
 async def measure(url: str, path: str, n: int, warmup: int = 5) -> list[tuple[float, float]]:
     """(ttft, total) seconds of ``n`` sequential streamed requests."""
     body = {"model": "bench", "messages": [{"role": "user", "content": "hi"}], "stream": True}
@@ -107,7 +112,7 @@ async def measure(url: str, path: str, n: int, warmup: int = 5) -> list[tuple[fl
                 if r.status_code != 200:
                     raise SystemExit(f"request failed: {r.status_code}")
                 async for line in r.aiter_lines():
-                    if ttft is None and '"content":" w' in line:
+                    if ttft is None and line.startswith("data: {") and _has_content(line[6:]):
                         ttft = time.perf_counter() - t0
             if i >= warmup:
                 out.append((ttft or 0.0, time.perf_counter() - t0))
@@ -230,6 +235,7 @@ if __name__ == "__main__":
 
     logging.basicConfig(level=logging.ERROR)  # the dead broker's reconnect warnings
     logging.getLogger("quantdrift").setLevel(logging.ERROR)
+    logging.getLogger("aiokafka").setLevel(logging.CRITICAL)
     result = asyncio.run(main(args))
     text = markdown(result, args.requests)
     if args.write:

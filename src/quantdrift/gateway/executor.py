@@ -417,6 +417,7 @@ class FallbackExecutor:
         except UpstreamError as exc:
             left = False
             self.metrics.stream_errors.labels(plan.route, precision, error_reason(exc)).inc()
+            self.metrics.requests.labels(plan.route, precision, "stream_error").inc()
             yield sse(
                 error_body(
                     "The model stopped answering mid-stream",
