@@ -204,7 +204,7 @@ def loop_runs(tokens: list[str]) -> list[tuple[int, int]]:
     the repeating unit itself.
 
     >>> loop_runs(tokenize("Answer: 42. " + "I am sorry. " * 6))
-    [(3, 18)]
+    [(3, 18), (6, 18)]
     """
     ids = token_ids(tokens)
     n = len(ids)
