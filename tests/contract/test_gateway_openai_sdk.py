@@ -429,3 +429,19 @@ async def test_prompts_leave_as_a_salted_hash_unless_the_route_opts_in(
     assert [p.request.prompt for p in clear.pairs if not p.request.private] == ["user: same"] * 2
     secret = [p for p in clear.pairs if p.request.private]
     assert len(secret) == 1 and secret[0].request.prompt is None  # private wins over opt-in
+
+
+async def test_a_buffered_json_stream_keeps_choices_and_usage(scripted: Scripted) -> None:  # noqa: F811
+    async with sdk(Gateway(make_config(scripted, GOOD))) as client:
+        stream = await client.chat.completions.create(
+            model=ROUTE,
+            messages=user("json"),
+            n=2,
+            response_format={"type": "json_object"},
+            stream=True,
+            stream_options={"include_usage": True},
+        )
+        texts, chunks = await collect(stream)
+    assert sorted(texts) == [0, 1]
+    assert all(json.loads(t)["precision"] == "int4" for t in texts.values())
+    assert chunks[-1].choices == [] and chunks[-1].usage.prompt_tokens == 7
