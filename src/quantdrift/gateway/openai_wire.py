@@ -50,6 +50,7 @@ EXTENSION_FIELDS = frozenset({"precision_preference", "expected_keys", "route"})
 GATEWAY_OWNED = frozenset({"stream", "stream_options", "logprobs", "top_logprobs"})
 
 _URL = re.compile(r"\b(?:https?|wss?)://[^\s'\"<>)]+", re.I)
+_IPV4 = re.compile(r"\b(?:\d{1,3}\.){3}\d{1,3}(?::\d{1,5})?\b")
 
 
 # -- errors ------------------------------------------------------------------------
@@ -63,12 +64,14 @@ def error_body(
 
 
 def scrub(message: str, hosts: Iterable[str] = ()) -> str:
-    """An upstream's message with URLs and the pools' host names taken out.
+    """An upstream's message with URLs, IP addresses and the pools' host names taken out.
 
     >>> scrub("connect to http://10.0.0.3:8000/v1 failed on gpu-7:8000", ["gpu-7:8000"])
     'connect to <upstream> failed on <upstream>'
+    >>> scrub("peer 10.1.2.3 reset")
+    'peer <upstream> reset'
     """
-    out = _URL.sub("<upstream>", message)
+    out = _IPV4.sub("<upstream>", _URL.sub("<upstream>", message))
     for host in sorted(set(hosts), key=len, reverse=True):
         if host:
             out = out.replace(host, "<upstream>")
