@@ -19,6 +19,28 @@ import numpy as np
 
 from quantdrift.schemas.score import Metrics
 
+# Below these spreads a floor says nothing about normal disagreement (float noise,
+# identical greedy runs): the metric is dropped, not trusted. Shared with the
+# tolerance rule (detectors/tolerance.py).
+RESOLUTION = {
+    "tf_kl": 1e-3,
+    "tf_gap": 1e-3,
+    "kl": 1e-3,
+    "cosine": 1e-3,
+    "rougeL": 1e-2,
+    "rouge1": 1e-2,
+    "jaccard": 1e-2,
+    "bleu": 1e-2,
+    "flip_rate": 1e-2,
+    "abs_entropy_shift": 1e-3,
+}
+
+
+def resolution(metric: str) -> float:
+    """The smallest spread of a floor that says something; any spread for others."""
+    return RESOLUTION.get(metric, 1e-12)
+
+
 # Direction of each metric that says "worse than the reference": lower or higher.
 LOWER_IS_WORSE = ("cosine", "rougeL", "rouge1", "bleu", "jaccard")
 HIGHER_IS_WORSE = ("kl", "flip_rate", "tf_gap", "tf_kl", "abs_entropy_shift")
@@ -114,10 +136,11 @@ class NoiseFloor:
         on the lab's 80 noise pairs and 8 metrics no shadow pair could go below
         0.1, so the e-CUSUM needed > 20 pairs for even the most broken variant.
 
-        Only metrics with ``min_count`` noise values and a non-zero spread take
-        part: a floor that never varies (two *greedy* reference runs are
-        identical) cannot say how much disagreement is normal, and ranking
-        against it would call every different text a drift. None when no metric
+        Only metrics with ``min_count`` noise values and a spread of at least the
+        metric's resolution take part: a floor that never varies (two *greedy*
+        reference runs are identical; the teacher-forced KL of a model against
+        itself moves by 1e-5 nats) cannot say how much disagreement is normal, and
+        ranking against it would call every different text a drift. None when no metric
         qualifies: no sequential evidence against an uncalibrated route. The
         metrics' rings are aligned on their common tail (noise pairs carry the
         same metrics, so the tails are the same pairs).
@@ -125,7 +148,8 @@ class NoiseFloor:
         names = []
         for name, x in values.items():
             sample = state.values.get(name, ())
-            if len(sample) >= min_count and min(sample) < max(sample) and math.isfinite(x):
+            spread = max(sample) - min(sample) if sample else 0.0
+            if len(sample) >= min_count and spread >= resolution(name) and math.isfinite(x):
                 names.append(name)
         if not names:
             return None

@@ -34,21 +34,13 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 
+from quantdrift.detectors.noise_floor import resolution
 from quantdrift.detectors.sequential import Signal
 from quantdrift.schemas.score import Metrics
 
 SIGNALS = ("hard", "outcomes", "tf_kl", "dissimilarity", "entropy")
 DIVERGENCES = ("tf_kl", "dissimilarity", "entropy")
 
-# Below these spreads a floor says nothing (two greedy reference runs agree to the
-# last digit; two f32 runs of one model put tf_kl within +-1e-5 nats), so the floor
-# is not trusted and the blessed baseline, if any, stands in.
-RESOLUTION = {
-    "tf_kl": 1e-3,
-    "cosine": 1e-3,
-    "rougeL": 1e-2,
-    "abs_entropy_shift": 1e-3,
-}
 BLESSED = "blessed:"
 
 
@@ -207,7 +199,9 @@ def clip_metric(metric: str, value: float, clip: float = 1.0) -> float:
 
 def informative(values: Sequence[float], metric: str, min_count: int) -> bool:
     """Enough values, and a spread above the metric's resolution."""
-    return len(values) >= min_count and max(values) - min(values) >= RESOLUTION.get(metric, 0.0)
+    # Below the metric's resolution a floor says nothing (two greedy reference runs
+    # agree to the last digit; two f32 runs of one model put tf_kl within 1e-5 nats).
+    return len(values) >= min_count and max(values) - min(values) >= resolution(metric)
 
 
 def floor_mean(
