@@ -445,3 +445,21 @@ async def test_a_buffered_json_stream_keeps_choices_and_usage(scripted: Scripted
     assert sorted(texts) == [0, 1]
     assert all(json.loads(t)["precision"] == "int4" for t in texts.values())
     assert chunks[-1].choices == [] and chunks[-1].usage.prompt_tokens == 7
+
+
+async def test_text_completions_with_fallback_and_usage(scripted: Scripted) -> None:  # noqa: F811
+    async with sdk(Gateway(make_config(scripted, {**GOOD, "int4": "e500"}))) as client:
+        raw = await client.completions.with_raw_response.create(
+            model=ROUTE, prompt="Say hi", max_tokens=5
+        )
+        reply = raw.parse()
+        assert reply.choices[0].text == "int8 says hi" and reply.usage.total_tokens == 5
+        assert raw.headers["x-quantdrift-fallbacks"] == "int4:upstream_http_500"
+        stream = await client.completions.create(
+            model=ROUTE, prompt="Say hi", stream=True, stream_options={"include_usage": True}
+        )
+        chunks = [c async for c in stream]
+        assert "".join(c.choices[0].text for c in chunks if c.choices) == "int8 says hi"
+        assert chunks[-1].usage is not None and chunks[-1].usage.completion_tokens == 3
+        with pytest.raises(openai.BadRequestError):
+            await client.completions.create(model=ROUTE, prompt="x", extra_body={"nope": 1})

@@ -127,6 +127,28 @@ class Scripted:
             self.calls.append((mode, f"{tag}/score", body))
             return {"continuation_logprobs": [-0.25] * len(body["continuation"].split())}
 
+        @app.post("/{mode}/{tag}/v1/completions", response_model=None)
+        async def text(mode: str, tag: str, request: Request) -> Any:
+            body = await request.json()
+            self.calls.append((mode, f"{tag}/text", body))
+            if mode == "e500":
+                return JSONResponse({"error": {"message": "boom"}}, status_code=500)
+            words = [f"{tag} ", "says ", "hi"]
+            usage = bool((body.get("stream_options") or {}).get("include_usage"))
+
+            async def events() -> AsyncIterator[str]:
+                head = {"id": f"up-{tag}", "object": "text_completion", "model": f"m-{tag}"}
+                for i, w in enumerate(words):
+                    finish = "stop" if i == len(words) - 1 else None
+                    choice = {"index": 0, "text": w, "logprobs": None, "finish_reason": finish}
+                    yield "data: " + json.dumps(head | {"choices": [choice]}) + "\n\n"
+                if usage:
+                    counts = {"prompt_tokens": 2, "completion_tokens": 3, "total_tokens": 5}
+                    yield "data: " + json.dumps(head | {"choices": [], "usage": counts}) + "\n\n"
+                yield "data: [DONE]\n\n"
+
+            return StreamingResponse(events(), media_type="text/event-stream")
+
         @app.post("/{mode}/{tag}/v1/chat/completions", response_model=None)
         async def chat(mode: str, tag: str, request: Request) -> Any:
             body = await request.json()

@@ -10,6 +10,7 @@ import pytest
 MODULES = [
     "quantdrift.gateway.auth",
     "quantdrift.gateway.capacity",
+    "quantdrift.gateway.completions",
     "quantdrift.gateway.degeneration",
     "quantdrift.gateway.openai_wire",
     "quantdrift.gateway.planning",

@@ -34,6 +34,7 @@ from quantdrift.config import KafkaSettings
 from quantdrift.errors import SchemaError, UpstreamError
 from quantdrift.gateway.auth import Authenticator, Principal
 from quantdrift.gateway.capacity import RetryBudget
+from quantdrift.gateway.completions import CompletionPlan, fold, open_chain, plan_completion
 from quantdrift.gateway.controller import RouteController
 from quantdrift.gateway.executor import (
     ChainDeadline,
@@ -44,11 +45,13 @@ from quantdrift.gateway.executor import (
 )
 from quantdrift.gateway.gateway_config import GatewayConfig
 from quantdrift.gateway.openai_wire import (
+    DONE,
     Completion,
     completion_body,
     error_body,
     replay_chunks,
     scrub,
+    sse,
 )
 from quantdrift.gateway.planning import Plan, Refusal, plan_request
 from quantdrift.gateway.publisher import ShadowPublisher
@@ -268,6 +271,137 @@ class Gateway:
             headers=headers,
         )
 
+    async def text_completions(self, request: Request) -> Response:
+        """``POST /v1/completions``: the chain and its upstream fallbacks, no guards (see
+        ``completions.py``)."""
+        t0 = time.monotonic()
+        principal = self.principal(request)
+        if principal is None:
+            return self._refuse_auth()
+        try:
+            body = await request.json()
+        except ValueError:
+            body = None
+        if not isinstance(body, dict):
+            return error_response(
+                400, "The body must be a JSON object", "invalid_request_error", "invalid_json"
+            )
+        plan = plan_completion(
+            self.config,
+            body,
+            {k.lower(): v for k, v in request.headers.items()},
+            principal=principal,
+            state_of=self.route_state,
+            request_id=f"cmpl-{uuid.uuid4().hex}",
+        )
+        if isinstance(plan, Refusal):
+            return error_response(plan.status, plan.message, plan.type, plan.code, plan.param)
+        self.budget.record_request(time.monotonic())
+        fallbacks: list[str] = []
+
+        def may_fall_back(precision: str, exc: UpstreamError) -> bool:
+            reason = f"upstream_{getattr(exc, 'reason', 'error')}"
+            fallbacks.append(f"{precision}:{reason}")
+            self.metrics.fallbacks.labels(plan.route, precision, reason).inc()
+            if self.budget.try_fallback(time.monotonic()):
+                return True
+            self.metrics.fallbacks_refused.labels(plan.route, "budget").inc()
+            return False
+
+        headers = {"x-request-id": plan.request_id, "x-quantdrift-route": plan.route}
+        try:
+            precision, first, stream = await self._until_gone(
+                request,
+                open_chain(
+                    self.upstreams,
+                    plan,
+                    deadline=t0 + self.config.timeouts.chain_s,
+                    total_s=self.config.timeouts.total_s,
+                    may_fall_back=may_fall_back,
+                ),
+            )
+        except ClientGone:
+            self.metrics.client_disconnects.labels(plan.route).inc()
+            return Response(status_code=499)
+        except UpstreamClientError as exc:
+            return self._client_error_body(exc, headers)
+        except UpstreamError:
+            self.metrics.requests.labels(plan.route, "-", "upstream_error").inc()
+            chain = " -> ".join(plan.decision.chain)
+            return error_response(
+                502,
+                f"Every upstream failed ({chain})",
+                "upstream_error",
+                "upstream_unavailable",
+                None,
+                headers,
+            )
+        headers["x-quantdrift-precision"] = precision
+        if fallbacks:
+            headers["x-quantdrift-fallbacks"] = ",".join(fallbacks)
+        self.metrics.requests.labels(plan.route, precision, "ok").inc()
+        if plan.stream:
+            return StreamingResponse(
+                self._text_stream(plan, first, stream),
+                media_type="text/event-stream",
+                headers=headers,
+            )
+
+        async def rest() -> list[dict[str, Any]]:
+            async with contextlib.aclosing(stream):
+                return first + [chunk async for chunk in stream]
+
+        try:
+            chunks = await self._until_gone(request, rest())
+        except ClientGone:
+            self.metrics.client_disconnects.labels(plan.route).inc()
+            return Response(status_code=499)
+        except UpstreamError:
+            return error_response(
+                502,
+                "The model stopped answering",
+                "upstream_error",
+                "upstream_disconnected",
+                None,
+                headers,
+            )
+        self.metrics.latency.labels(plan.route, precision, "false").observe(time.monotonic() - t0)
+        return JSONResponse(fold(chunks, plan.request_id), headers=headers)
+
+    async def _text_stream(
+        self, plan: CompletionPlan, first: list[dict[str, Any]], stream: Any
+    ) -> AsyncIterator[bytes]:
+        usage = None
+        try:
+            for chunk in first:
+                if chunk.get("choices"):
+                    yield sse({k: v for k, v in chunk.items() if k != "usage"})
+                usage = chunk.get("usage") or usage
+            async for chunk in stream:
+                if chunk.get("choices"):
+                    yield sse({k: v for k, v in chunk.items() if k != "usage"})
+                usage = chunk.get("usage") or usage
+        except UpstreamError:
+            yield sse(
+                error_body(
+                    "The model stopped answering mid-stream",
+                    "upstream_error",
+                    "upstream_disconnected",
+                )
+            )
+        finally:
+            await stream.aclose()
+        if plan.include_usage:
+            yield sse(
+                {
+                    "id": f"cmpl-{plan.request_id}",
+                    "object": "text_completion",
+                    "choices": [],
+                    "usage": usage,
+                }
+            )
+        yield DONE
+
     async def _until_gone(self, request: Request, work: Awaitable[T]) -> T:
         """Run ``work``; cancel it (and its upstream call) if the client disconnects."""
         task = asyncio.ensure_future(work)
@@ -335,6 +469,9 @@ class Gateway:
         return headers
 
     def _client_error(self, plan: Plan, trace: Trace, exc: UpstreamClientError) -> JSONResponse:
+        return self._client_error_body(exc, self._headers(plan, trace))
+
+    def _client_error_body(self, exc: UpstreamClientError, headers: dict[str, str]) -> JSONResponse:
         """The upstream's 4xx, in OpenAI's shape, with its URLs and hosts taken out."""
         err = exc.body.get("error") if isinstance(exc.body, dict) else None
         if isinstance(err, dict):
@@ -350,7 +487,7 @@ class Gateway:
             type_,
             str(code) if code is not None else None,
             str(param) if param is not None else None,
-            self._headers(plan, trace),
+            headers,
         )
 
     def _all_failed(self, plan: Plan, trace: Trace, exc: UpstreamError) -> JSONResponse:
@@ -540,6 +677,10 @@ def create_app(gateway: Gateway) -> FastAPI:
     @app.post("/v1/chat/completions", response_model=None)
     async def chat(request: Request) -> Response:
         return await gateway.chat(request)
+
+    @app.post("/v1/completions", response_model=None)
+    async def completions(request: Request) -> Response:
+        return await gateway.text_completions(request)
 
     @app.get("/v1/models", response_model=None)
     async def models(request: Request) -> Any:

@@ -113,6 +113,34 @@ def _truthy(value: str | None) -> bool:
     return (value or "").strip().lower() in ("1", "true", "yes", "on")
 
 
+def route_and_preference(
+    config: GatewayConfig, body: Mapping[str, Any], headers: Mapping[str, str], principal: Principal
+) -> tuple[str, str] | Refusal:
+    """The request's route and precision preference, or why the caller may not have them."""
+    cfg = config
+    route = headers.get(ROUTE_HEADER) or body.get("route")
+    model = body.get("model")
+    if route is None and isinstance(model, str) and model in cfg.routes:
+        route = model
+    route = route or cfg.route_default
+    if not isinstance(route, str) or route not in cfg.routes:
+        return Refusal(404, f"The model or route {route!r} does not exist", "model",
+                       "model_not_found")  # fmt: skip
+    if not principal.may_use(route):
+        return Refusal(403, f"This key may not use route {route!r}", "model",
+                       "route_not_allowed", "permission_error")  # fmt: skip
+    preference = (
+        body.get("precision_preference") or headers.get(PREFERENCE_HEADER) or cfg.default_preference
+    )
+    if preference not in PREFERENCES:
+        return Refusal(400, f"precision_preference must be one of {', '.join(PREFERENCES)}",
+                       "precision_preference")  # fmt: skip
+    if preference == "high_precision" and not principal.high_precision:
+        return Refusal(403, "This key may not ask for high_precision", "precision_preference",
+                       "preference_not_allowed", "permission_error")  # fmt: skip
+    return route, str(preference)
+
+
 def plan_request(
     config: GatewayConfig,
     body: Mapping[str, Any],
@@ -125,40 +153,10 @@ def plan_request(
 ) -> Plan | Refusal:
     """Decide one request (pure; see the module docstring). ``headers`` keys are lowercase."""
     cfg = config
-    route = headers.get(ROUTE_HEADER) or body.get("route")
-    model = body.get("model")
-    if route is None and isinstance(model, str) and model in cfg.routes:
-        route = model
-    route = route or cfg.route_default
-    if not isinstance(route, str) or route not in cfg.routes:
-        return Refusal(
-            404, f"The model or route {route!r} does not exist", "model", "model_not_found"
-        )
-    if not principal.may_use(route):
-        return Refusal(
-            403,
-            f"This key may not use route {route!r}",
-            "model",
-            "route_not_allowed",
-            "permission_error",
-        )
-    preference = (
-        body.get("precision_preference") or headers.get(PREFERENCE_HEADER) or cfg.default_preference
-    )
-    if preference not in PREFERENCES:
-        return Refusal(
-            400,
-            f"precision_preference must be one of {', '.join(PREFERENCES)}",
-            "precision_preference",
-        )
-    if preference == "high_precision" and not principal.high_precision:
-        return Refusal(
-            403,
-            "This key may not ask for high_precision",
-            "precision_preference",
-            "preference_not_allowed",
-            "permission_error",
-        )
+    chosen = route_and_preference(cfg, body, headers, principal)
+    if isinstance(chosen, Refusal):
+        return chosen
+    route, preference = chosen
     messages = body.get("messages")
     if not isinstance(messages, list) or not messages:
         return Refusal(400, "messages must be a non-empty list", "messages")

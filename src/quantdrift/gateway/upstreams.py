@@ -125,7 +125,11 @@ class UpstreamPool:
         self.outliers.failure(url, self._clock())
 
     async def stream(
-        self, body: Mapping[str, Any], *, total_s: float | None = None
+        self,
+        body: Mapping[str, Any],
+        *,
+        total_s: float | None = None,
+        path: str = "/v1/chat/completions",
     ) -> AsyncGenerator[dict[str, Any], None]:
         """Yield the chunks of one streamed completion (see the module docstring for errors)."""
         payload = self.shape(body)
@@ -135,9 +139,7 @@ class UpstreamPool:
             try:
                 async with asyncio.timeout_at(_loop_time(deadline)):
                     response = await self._client.send(
-                        self._client.build_request(
-                            "POST", f"{url}/v1/chat/completions", json=payload
-                        ),
+                        self._client.build_request("POST", f"{url}{path}", json=payload),
                         stream=True,
                     )
             except httpx.PoolTimeout as exc:

@@ -1,0 +1,214 @@
+"""``POST /v1/completions``, the legacy text API, kept cheap.
+
+Same auth, routes, preferences and privileges as chat, the same chain and its
+upstream-failure fallbacks (before the first chunk only), the same retry budget
+and deadline. What it does not do: the JSON and degeneration guards, and
+shadowing (pairs are chat-shaped; a text completion has no messages to mirror).
+The body passes through an allowlist of the completions parameters.
+
+``plan_completion`` is pure; ``fold`` builds the non-streamed answer from chunks.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncGenerator, Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from quantdrift.errors import UpstreamError
+from quantdrift.gateway.auth import Principal
+from quantdrift.gateway.gateway_config import GatewayConfig
+from quantdrift.gateway.planning import CLIENT_ID_HEADER, MAX_N, Refusal, route_and_preference
+from quantdrift.gateway.routing import Decision, RouteState, decide
+from quantdrift.gateway.upstreams import Upstreams
+
+COMPLETION_FIELDS = frozenset(
+    {
+        "prompt",
+        "model",
+        "best_of",
+        "echo",
+        "frequency_penalty",
+        "logit_bias",
+        "logprobs",
+        "max_tokens",
+        "n",
+        "presence_penalty",
+        "seed",
+        "stop",
+        "stream",
+        "stream_options",
+        "suffix",
+        "temperature",
+        "top_p",
+        "user",
+    }
+)
+EXTENSIONS = frozenset({"route", "precision_preference"})
+
+
+@dataclass(frozen=True, slots=True)
+class CompletionPlan:
+    request_id: str
+    client_request_id: str | None
+    route: str
+    decision: Decision
+    body: dict[str, Any]
+    stream: bool
+    include_usage: bool
+
+
+def plan_completion(
+    config: GatewayConfig,
+    body: Mapping[str, Any],
+    headers: Mapping[str, str],
+    *,
+    principal: Principal,
+    state_of: Callable[[str], RouteState | None],
+    request_id: str,
+) -> CompletionPlan | Refusal:
+    """Decide one text completion (pure).
+
+    >>> from quantdrift.gateway.auth import OPEN
+    >>> from quantdrift.gateway.gateway_config import parse_config
+    >>> cfg = parse_config({"precisions": {"a": ["http://a"], "b": ["http://b"]},
+    ...                     "routes": {"r": {"candidate": "a", "reference": "b"}}})
+    >>> p = plan_completion(cfg, {"prompt": "hi", "max_tokens": 3}, {}, principal=OPEN,
+    ...                     state_of=lambda r: None, request_id="cmpl-1")
+    >>> p.decision.chain, p.body
+    (('a', 'b'), {'prompt': 'hi', 'max_tokens': 3})
+    """
+    chosen = route_and_preference(config, body, headers, principal)
+    if isinstance(chosen, Refusal):
+        return chosen
+    route, preference = chosen
+    if not isinstance(body.get("prompt"), str | list) or not body.get("prompt"):
+        return Refusal(400, "prompt must be a non-empty string or list", "prompt")
+    extra = set(config.extra_body_fields)
+    unknown = sorted(k for k in body if k not in COMPLETION_FIELDS | EXTENSIONS | extra)
+    if unknown and config.unknown_fields == "reject":
+        return Refusal(
+            400,
+            f"Unrecognized request argument supplied: {', '.join(unknown)}",
+            unknown[0],
+            "unknown_parameter",
+        )
+    n = body.get("n", 1) or 1
+    if not isinstance(n, int) or isinstance(n, bool) or not 1 <= n <= MAX_N:
+        return Refusal(400, f"n must be an integer in 1..{MAX_N}", "n")
+    rc = config.routes[route]
+    decision = decide(
+        order=config.order,
+        candidate=rc.candidate,
+        reference=rc.reference,
+        preference=preference,  # type: ignore[arg-type]  # checked in route_and_preference
+        state=state_of(route),
+        request_id=request_id,
+    )
+    stream = bool(body.get("stream"))
+    opts = body.get("stream_options")
+    upstream = {
+        k: v
+        for k, v in body.items()
+        if k not in EXTENSIONS and k not in unknown and k not in ("stream", "stream_options")
+    }
+    return CompletionPlan(
+        request_id=request_id,
+        client_request_id=headers.get(CLIENT_ID_HEADER),
+        route=route,
+        decision=decision,
+        body=upstream,
+        stream=stream,
+        include_usage=stream and isinstance(opts, dict) and bool(opts.get("include_usage")),
+    )
+
+
+def fold(chunks: list[dict[str, Any]], request_id: str) -> dict[str, Any]:
+    """A ``text_completion`` body from streamed chunks: text per choice index, usage.
+
+    >>> fold([{"id": "c", "model": "m", "choices": [{"index": 0, "text": "a"}]},
+    ...       {"choices": [{"index": 0, "text": "b", "finish_reason": "stop"}]},
+    ...       {"choices": [], "usage": {"total_tokens": 3}}], "r")["choices"][0]["text"]
+    'ab'
+    """
+    texts: dict[int, list[str]] = {}
+    finish: dict[int, str | None] = {}
+    logprobs: dict[int, dict[str, list[Any]]] = {}
+    head: dict[str, Any] = {}
+    usage = None
+    for chunk in chunks:
+        for key in ("id", "model", "created", "system_fingerprint"):
+            if chunk.get(key) and key not in head:
+                head[key] = chunk[key]
+        if isinstance(chunk.get("usage"), dict):
+            usage = chunk["usage"]
+        for c in chunk.get("choices") or ():
+            if not isinstance(c, dict):
+                continue
+            i = c.get("index", 0) if isinstance(c.get("index"), int) else 0
+            texts.setdefault(i, []).append(str(c.get("text") or ""))
+            if c.get("finish_reason"):
+                finish[i] = c["finish_reason"]
+            lp = c.get("logprobs")
+            if isinstance(lp, dict):  # streamed logprobs come in pieces: lists to extend
+                merged = logprobs.setdefault(i, {})
+                for key, value in lp.items():
+                    if isinstance(value, list):
+                        merged.setdefault(key, []).extend(value)
+    body: dict[str, Any] = {
+        "id": head.get("id") or f"cmpl-{request_id}",
+        "object": "text_completion",
+        "created": head.get("created", 0),
+        "model": head.get("model", ""),
+        "choices": [
+            {
+                "index": i,
+                "text": "".join(texts[i]),
+                "logprobs": logprobs.get(i),
+                "finish_reason": finish.get(i) or "stop",
+            }
+            for i in sorted(texts)
+        ],
+    }
+    if usage is not None:
+        body["usage"] = usage
+    return body
+
+
+PATH = "/v1/completions"
+
+
+async def open_chain(
+    upstreams: Upstreams,
+    plan: CompletionPlan,
+    *,
+    deadline: float,
+    total_s: float,
+    may_fall_back: Callable[[str, UpstreamError], bool],
+) -> tuple[str, list[dict[str, Any]], AsyncGenerator[dict[str, Any], None]]:
+    """The first precision of the chain whose stream started: (precision, first chunks, rest).
+
+    ``may_fall_back(precision, error)`` records a failure and says whether the chain
+    may go on (retry budget); the last failure is raised when it may not.
+    """
+    chain = plan.decision.chain
+    for i, precision in enumerate(chain):
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise UpstreamError("the request's deadline passed")
+        stream = upstreams[precision].stream(plan.body, total_s=min(total_s, left), path=PATH)
+        try:
+            first = [await anext(stream)]
+        except StopAsyncIteration:
+            first = []
+        except UpstreamError as exc:
+            await stream.aclose()
+            if i == len(chain) - 1 or not may_fall_back(precision, exc):
+                raise
+            continue
+        except BaseException:
+            await stream.aclose()
+            raise
+        return precision, first, stream
+    raise UpstreamError("empty chain")
