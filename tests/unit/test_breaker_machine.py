@@ -71,7 +71,8 @@ def test_half_open_probe(failing: bool) -> None:
     state = initial_state(POLICY)
     for i in range(8):
         state = judge(POLICY, state, score(i, 0.5, "drift"), now=float(i)).state
-    assert state.state == "open" and state.target == "bf16" and state.epoch == 1
+    assert state.state == "open" and state.target == "reference"
+    first_epoch = state.epoch
     assert tick(POLICY, state, now=state.opened_at + 5).transition is None
     d = tick(POLICY, state, now=state.opened_at + 10)
     assert d.transition and d.transition.action == "canary" and d.state.state == "half_open"
@@ -84,18 +85,19 @@ def test_half_open_probe(failing: bool) -> None:
             d = judge(POLICY, state, score(100 + i, 0.97), now=200.0 + i)
             state = d.state
         assert d.transition and d.transition.action == "restore"
-        assert state.state == "closed" and state.target == "int4" and state.epoch == 3
+        assert state.state == "closed" and state.target == "candidate"
+        assert state.epoch > first_epoch + 1  # trip, half-open, restore: each one newer
 
 
 def test_manual_rollback_locks_route() -> None:
     d = manual(POLICY, RouteState(), "rollback", now=1.0)
-    assert d.state.locked and d.state.target == "bf16" and d.state.epoch == 1
+    assert d.state.locked and d.state.target == "reference" and d.state.epoch == 1000
     state = d.state
     for i in range(20):
         state = judge(POLICY, state, score(i, 0.99), now=2.0 + i).state
     assert state.state == "open" and state.locked
     released = manual(POLICY, state, "release", now=30.0)
-    assert not released.state.locked and released.state.epoch == 2
+    assert not released.state.locked and released.state.epoch == 30_000
 
 
 def test_state_json_round_trip() -> None:
@@ -175,3 +177,26 @@ def test_window_follows_teacher_forced_divergence_not_text_similarity() -> None:
     # A sustained shift of 0.3 nats: (13 x 0.004 + 7 x 0.3) / 20 = 0.108 > 0.1 at pair 26.
     stream = [tf_score(i, 0.004) for i in range(20)] + [tf_score(20 + i, 0.3) for i in range(20)]
     assert run(policy, stream) == [(26, "open")]
+
+
+def test_epoch_grows_across_redis_loss() -> None:
+    """A route whose state was lost (RouteState()) still issues a newer epoch than
+    every command before the loss: the epoch follows the clock in milliseconds."""
+    before = manual(POLICY, RouteState(), "rollback", now=1_000.0).state
+    before = manual(POLICY, before, "restore", now=1_000.5).state
+    assert before.epoch == 1_000_500
+    after_loss = manual(POLICY, RouteState(), "rollback", now=1_001.0).state
+    assert after_loss.epoch > before.epoch
+    # Two transitions within one millisecond still get distinct, growing epochs.
+    again = manual(POLICY, after_loss, "restore", now=1_001.0).state
+    assert again.epoch == after_loss.epoch + 1
+
+
+def test_transitions_name_roles_and_the_policy_hint() -> None:
+    d = manual(POLICY, RouteState(), "rollback", now=1.0)
+    assert d.transition is not None
+    assert (d.transition.target, d.transition.target_precision) == ("reference", "bf16")
+    bare = POLICY.model_copy(update={"candidate_precision": None, "reference_precision": None})
+    d = manual(bare, RouteState(), "restore", now=1.0)
+    assert d.transition is not None
+    assert (d.transition.target, d.transition.target_precision) == ("candidate", None)

@@ -15,6 +15,7 @@ from quantdrift.breaker.rules import signal_arl
 from quantdrift.breaker.state import BreakerState, RouteState, Transition, WorstPair
 from quantdrift.detectors.noise_floor import NoiseFloor, NoiseFloorState, metric_values
 from quantdrift.detectors.sequential import ECusum, ECusumState
+from quantdrift.schemas.command import Target
 from quantdrift.schemas.score import ScoreEvent
 
 
@@ -48,7 +49,27 @@ def is_failure(score: ScoreEvent, policy: RoutePolicy | None = None) -> bool:
 
 
 def initial_state(policy: RoutePolicy) -> RouteState:
-    return RouteState(target=policy.candidate_precision, cooldown_s=policy.cooldown_s)
+    return RouteState(target="candidate", cooldown_s=policy.cooldown_s)
+
+
+def next_epoch(last: int, now: float) -> int:
+    """A hybrid logical clock: one more than the last epoch, and never below ``now`` in ms.
+
+    Gateways apply only commands newer than the last they applied. A counter kept in
+    Redis restarts at 1 when Redis loses the route's state, and every gateway would
+    then refuse the next rollback as stale; the wall clock in milliseconds keeps the
+    epoch growing across that loss (as long as workers' clocks agree to within the
+    time between two transitions of a route).
+
+    >>> next_epoch(0, 1.5), next_epoch(1500, 1.5), next_epoch(7, 0.0)
+    (1500, 1501, 8)
+    """
+    return max(last + 1, int(now * 1000))
+
+
+def target_hint(policy: RoutePolicy, target: str) -> str | None:
+    """The concrete precision the policy names for a role, if it names one."""
+    return policy.reference_precision if target == "reference" else policy.candidate_precision
 
 
 def judge(
@@ -61,7 +82,7 @@ def judge(
 ) -> Decision:
     """Fold one shadow score into the route's state; noise scores never reach here."""
     if not state.target:
-        state = state.evolve(target=policy.candidate_precision, cooldown_s=policy.cooldown_s)
+        state = state.evolve(target="candidate", cooldown_s=policy.cooldown_s)
     failing = is_failure(score, policy)
     similarity = similarity_of(score)
     state = state.evolve(
@@ -208,8 +229,8 @@ def _trip(
     }
     new = _reset_counters(state).evolve(
         state="open",
-        epoch=state.epoch + 1,
-        target=policy.reference_precision,
+        epoch=next_epoch(state.epoch, now),
+        target="reference",
         opened_at=now,
         cooldown_s=cooldown,
         trips=state.trips + 1,
@@ -218,7 +239,14 @@ def _trip(
     return Decision(
         new,
         Transition(
-            from_state, "open", "rollback", policy.reference_precision, rule, reason, evidence
+            from_state,
+            "open",
+            "rollback",
+            "reference",
+            rule,
+            reason,
+            evidence,
+            target_hint(policy, "reference"),
         ),
     )
 
@@ -240,8 +268,8 @@ def _probe(policy: RoutePolicy, state: RouteState, failing: bool, score: ScoreEv
         return Decision(state.evolve(half_open_passes=passes, last_decision="probe_pass"))
     new = _reset_counters(state).evolve(
         state="closed",
-        epoch=state.epoch + 1,
-        target=policy.candidate_precision,
+        epoch=next_epoch(state.epoch, state.updated_at),
+        target="candidate",
         opened_at=None,
         cooldown_s=policy.cooldown_s,
         last_decision="restored",
@@ -253,10 +281,11 @@ def _probe(policy: RoutePolicy, state: RouteState, failing: bool, score: ScoreEv
             "half_open",
             "closed",
             "restore",
-            policy.candidate_precision,
+            "candidate",
             "half_open_probe",
             reason,
             {"passes": passes},
+            target_hint(policy, "candidate"),
         ),
     )
 
@@ -268,7 +297,10 @@ def tick(policy: RoutePolicy, state: RouteState, now: float) -> Decision:
     if now - state.opened_at < state.cooldown_s:
         return Decision(state)
     new = _reset_counters(state).evolve(
-        state="half_open", epoch=state.epoch + 1, last_decision="half_open", updated_at=now
+        state="half_open",
+        epoch=next_epoch(state.epoch, now),
+        last_decision="half_open",
+        updated_at=now,
     )
     reason = f"cool-down of {state.cooldown_s:g} s over: candidate runs in shadow"
     return Decision(
@@ -277,10 +309,11 @@ def tick(policy: RoutePolicy, state: RouteState, now: float) -> Decision:
             "open",
             "half_open",
             "canary",
-            policy.reference_precision,
+            "reference",
             "cooldown",
             reason,
             {"cooldown_s": state.cooldown_s, "percent": 0.0},
+            target_hint(policy, "reference"),
         ),
     )
 
@@ -293,23 +326,28 @@ def manual(
         state = initial_state(policy)
     if action == "release":
         new = state.evolve(
-            locked=False, epoch=state.epoch + 1, last_decision="released", updated_at=now
+            locked=False,
+            epoch=next_epoch(state.epoch, now),
+            last_decision="released",
+            updated_at=now,
         )
+        side: Target = "candidate" if new.state == "closed" else "reference"
         transition = Transition(
             state.state,
             new.state,
             "restore" if new.state == "closed" else "rollback",
-            new.target,
+            side,
             "manual",
             f"lock released by {who}",
             {"who": who},
+            target_hint(policy, side),
         )
         return Decision(new, transition)
     to_state: BreakerState = "open" if action == "rollback" else "closed"
-    target = policy.reference_precision if action == "rollback" else policy.candidate_precision
+    target: Target = "reference" if action == "rollback" else "candidate"
     new = _reset_counters(state).evolve(
         state=to_state,
-        epoch=state.epoch + 1,
+        epoch=next_epoch(state.epoch, now),
         target=target,
         locked=True,
         opened_at=now if to_state == "open" else None,
@@ -324,6 +362,7 @@ def manual(
         "manual",
         f"manual {action} by {who}; route locked",
         {"who": who},
+        target_hint(policy, target),
     )
     return Decision(new, transition)
 

@@ -103,9 +103,11 @@ class RoutePolicy(BaseModel):
     cooldown_backoff: float = Field(default=2.0, ge=1)
     max_cooldown_s: float = Field(default=3600.0, gt=0)
     half_open_pairs: int = Field(default=20, ge=1)
-    # What the gateway switches between.
-    candidate_precision: str = "candidate"
-    reference_precision: str = "reference"
+    # Commands name the side by role (candidate / reference), which each gateway maps
+    # onto its own pools. Optionally the concrete precision too, as a hint a gateway
+    # checks against its mapping (a contradiction is refused, never served).
+    candidate_precision: str | None = None
+    reference_precision: str | None = None
     worst_pairs_kept: int = Field(default=3, ge=0, le=20)
 
     @model_validator(mode="after")

@@ -19,7 +19,8 @@ class WorstPair:
 class RouteState:
     """Everything the judge needs between two scores of a route.
 
-    ``epoch`` is bumped by every transition and fences commands at the gateway;
+    ``epoch`` is bumped by every transition (``machine.next_epoch``) and fences
+    commands at the gateway; ``target`` is a role, ``candidate`` or ``reference``;
     ``window`` holds (similarity, anomaly, teacher-forced KL) of the last shadow pairs.
     """
 
@@ -64,6 +65,9 @@ class RouteState:
         data["tests"] = {
             str(k): tuple(float(x) for x in v) for k, v in (data.get("tests") or {}).items()
         }
+        if data.get("target") not in (None, "", "candidate", "reference"):
+            # Written before targets were roles: the state says which side it is.
+            data["target"] = "candidate" if data.get("state") == "closed" else "reference"
         known = {f for f in cls.__dataclass_fields__}
         return cls(**{k: v for k, v in data.items() if k in known})
 
@@ -78,7 +82,9 @@ class Transition:
     from_state: BreakerState
     to_state: BreakerState
     action: Literal["rollback", "restore", "canary"]
-    target: str
+    target: Literal["candidate", "reference"]
     rule: str
     reason: str
     evidence: dict[str, Any] = field(default_factory=dict)
+    # The concrete precision the policy names for the target role, if any.
+    target_precision: str | None = None
