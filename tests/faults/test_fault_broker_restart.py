@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 from types import SimpleNamespace
 
 import pytest
@@ -77,7 +78,11 @@ async def test_broker_restart_worker_and_publisher_carry_on(fault_stack) -> None
         assert worker.alive(), worker.log_tail()
 
         broker = TansuBroker(port=port).start()
-        await make_topics(settings)  # an existing (auto-created) topic is left as it is
+        # The topics are back before the publisher (on this loop) can produce to them:
+        # Tansu refuses a produce that races CreateTopics (UnknownError), which would
+        # drop pairs the publisher still held. So create them without yielding the loop.
+        with ThreadPoolExecutor(1) as pool:
+            pool.submit(asyncio.run, make_topics(settings)).result()
         for p in after:
             assert publisher.offer(p)
         await publisher.stop(timeout=30.0)

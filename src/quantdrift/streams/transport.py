@@ -5,10 +5,14 @@ and Tansu holds a fetch for that long when no record is waiting, so every hop
 of the guard loop could spend 1.5 s idle: more than the whole 1 s budget. This
 transport sets the consumer's wait from ``KafkaSettings.fetch_max_wait_ms``.
 Registered as the ``qdkafka://`` broker scheme.
+
+It also rewinds partitions that have no committed offset when Faust seeks
+back to committed offsets (see ``_ConsumerThread.seek_to_committed``).
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from faust.transport.drivers import TRANSPORTS
@@ -23,6 +27,27 @@ class _ConsumerThread(faust_aiokafka.AIOKafkaConsumerThread):
         # aiokafka reads this when it builds its Fetcher at start().
         consumer._fetch_max_wait_ms = FETCH_MAX_WAIT_MS["value"]
         return consumer
+
+    async def seek_to_committed(self) -> Mapping[Any, int]:
+        return await self.call_thread(self._seek_to_committed)
+
+    async def _seek_to_committed(self) -> Mapping[Any, int]:
+        """Faust's "seek back to committed", also for partitions with nothing committed.
+
+        Records fetched while Faust's flow is paused (a rebalance in progress) are
+        thrown away, and Faust then seeks back to the committed offsets to read them
+        again. aiokafka only seeks where the committed offset is > 0, so a partition
+        with no commit (a new group, expired offsets, a broker that lost its state)
+        kept its advanced position: the discarded records were never read. Rewind
+        those to the beginning, which is what ``consumer_auto_offset_reset="earliest"``
+        means for them; the judge drops any pair it already counted.
+        """
+        consumer = self._ensure_consumer()
+        committed = await consumer.seek_to_committed()
+        uncommitted = [tp for tp, offset in committed.items() if not offset or offset < 0]
+        if uncommitted:
+            await consumer.seek_to_beginning(*uncommitted)
+        return committed
 
 
 class _Consumer(faust_aiokafka.Consumer):
