@@ -39,7 +39,10 @@ from quantdrift.gateway.app import Gateway
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
 
 USERS = 8
-SECONDS = 6.0
+SECONDS = 4.0
+# off, on, on, off (ABBA): whatever drifts over the run (background load, the slot after a
+# gateway shut down) hits both modes alike; a plain off-then-on order measured the slot.
+ROUNDS = 2
 
 
 class Sink:
@@ -103,18 +106,28 @@ async def scenario(scripted: Scripted, shadow: bool) -> tuple[list[float], Gatew
 
 
 async def test_users_p99_with_shadowing_on_vs_off(scripted: Scripted) -> None:
-    off, _, _ = await scenario(scripted, shadow=False)
-    on, gw, _ = await scenario(scripted, shadow=True)
+    off: list[float] = []
+    on: list[float] = []
+    dropped = 0
+    for r in range(ROUNDS):
+        for shadow in (False, True) if r % 2 == 0 else (True, False):
+            got, gw, _ = await scenario(scripted, shadow=shadow)
+            if shadow:
+                on += got
+                dropped += gw.shadow.dropped.get("queue_full", 0)
+                metrics = gw.last_metrics  # type: ignore[attr-defined]
+            else:
+                off += got
     ratio = p99(on) / p99(off)
-    dropped = gw.shadow.dropped.get("queue_full", 0)
     print(
-        f"\nload: {USERS} users x {SECONDS:g} s; shadow off p99 {p99(off) * 1000:.1f} ms "
-        f"({len(off)} req), shadow 100 % to a slow reference p99 {p99(on) * 1000:.1f} ms "
-        f"({len(on)} req); ratio {ratio:.2f}; shadow jobs dropped (oldest) {dropped}"
+        f"\nload: {USERS} users, {ROUNDS} x {SECONDS:g} s per mode; shadow off p99 "
+        f"{p99(off) * 1000:.1f} ms ({len(off)} req), shadow 100 % to a slow reference p99 "
+        f"{p99(on) * 1000:.1f} ms ({len(on)} req); ratio {ratio:.2f}; shadow jobs dropped "
+        f"(oldest) {dropped}"
     )
     assert dropped > 0  # the shadow side was saturated ...
-    assert 'quantdrift_gateway_shadow_dropped_total{reason="queue_full",stage="queue"}' in (
-        gw.last_metrics  # type: ignore[attr-defined]
-    )
-    assert len(on) > 0.6 * len(off)  # ... and users kept their throughput
-    assert ratio < 2.0  # and their tail (2 shared cores: the margin is for the machine)
+    assert 'quantdrift_gateway_shadow_dropped_total{reason="queue_full",stage="queue"}' in metrics
+    assert len(on) > 0.5 * len(off)  # ... and users kept their throughput
+    # A reference that made users wait would show its 0.5 s per token; the margin is for
+    # 2 cores shared with other work (runs here: 0.60, 0.76, 0.82, 0.95; 3 s slots up to 1.89).
+    assert ratio < 2.5
