@@ -46,7 +46,6 @@ from quantdrift.schemas.pair import PairEvent, RequestInfo
 
 log = logging.getLogger(__name__)
 
-NOISE_TEMPERATURE = 0.7
 # Drop reasons (quantdrift_gateway_shadow_dropped_total{stage="queue",reason}).
 QUEUE_FULL = "queue_full"
 ROLLED_BACK = "route_rolled_back"
@@ -296,11 +295,11 @@ class ShadowRunner:
         body = self._body(plan)
         if ref not in cache:
             cache[ref] = await self._collect(ref, body)
-        second_body = dict(body)
-        t = body.get("temperature")
-        if isinstance(t, int | float) and t == 0:
-            second_body["temperature"] = NOISE_TEMPERATURE
-        second = await self._collect(ref, second_body)
+        # The second run uses the same decoding as the first: a greedy request's noise
+        # pair must measure greedy-vs-greedy disagreement (batching nondeterminism on
+        # GPU servers), never a sampled run labelled greedy. Where two greedy runs are
+        # identical the floor drops the pair and the blessed baseline stands in.
+        second = await self._collect(ref, dict(body))
         return self._build(
             plan, "noise", cache[ref], second, None, self.config.noise_rate(plan.route)
         )
