@@ -608,7 +608,10 @@ async def test_noise_pairs_run_the_reference_twice(scripted: Scripted, stack: Em
     assert pair.kind == "noise"
     assert pair.candidate.precision == pair.reference.precision == "bf16"
     temps = [b.get("temperature") for b in scripted.calls_to("bf16") if marker in json.dumps(b)]
-    assert temps == [0, 0.7]  # the second reference call samples: the request was greedy
+    # Both reference calls keep the request's decoding: a greedy request's noise pair is
+    # greedy-vs-greedy and labelled greedy, never a sampled run in the greedy floor.
+    assert temps == [0, 0]
+    assert pair.request.temperature == 0 and pair.request.decoding == "greedy"
 
 
 async def test_a_dead_broker_never_fails_or_delays_users(scripted: Scripted) -> None:
