@@ -197,6 +197,44 @@ def stages(pairs: Sequence[PairEvent], static: Any, full: Any) -> dict[str, floa
     return out
 
 
+def verdict_agreement(
+    pairs: Sequence[PairEvent],
+    static: Any,
+    full: Any,
+    calibration: Any,
+    max_rate: float | None,
+    batch: int,
+) -> dict[str, Any]:
+    """Pair verdicts of the tiered scorer (a fresh one, its own budget) against MiniLM on
+    every pair: the share that agree, and how many qualified but kept the static cosine."""
+    from quantdrift.detectors.suite import score_pairs, verdict
+    from quantdrift.embedding.tiered import Escalation, TieredScorer
+
+    escalation = Escalation() if max_rate is None else Escalation(max_rate=max_rate)
+    tiered = TieredScorer(static, full, calibration, escalation)
+    mine: list[str] = []
+    reference: list[str] = []
+    for i in range(0, len(pairs), batch):
+        chunk = pairs[i : i + batch]
+        mine += [verdict(m)[0] for m in tiered.score_pairs(chunk)]
+        reference += [verdict(m)[0] for m in score_pairs(chunk, full)]
+    agree = sum(a == b for a, b in zip(mine, reference, strict=True))
+    return {
+        "pairs": len(pairs),
+        "agreement": round(agree / len(pairs), 4) if pairs else None,
+        "disagreements": len(pairs) - agree,
+        "over_budget": tiered.agreement.summary()["over_budget"],
+    }
+
+
+def lab_evaluation_pairs() -> list[PairEvent]:
+    """The shipped lab pairs' evaluation part (shadow and noise), as ``quantdrift eval``."""
+    from quantdrift.demo.sources import read_pairs
+    from quantdrift.evaluation.modes import select
+
+    return select(read_pairs(), part="evaluation")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--pairs", type=int, default=1024, help="pairs for the tiered scorer")
@@ -249,6 +287,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     rows.append(
         run_batched("tiered at 200 pairs/s (batches of 4)", at_load.score_pairs, load_pairs, 4)
     )
+    agreement_rows = {
+        "bench": verdict_agreement(
+            minilm_pairs[8:], static, full, calibration, args.max_rate, args.batch
+        ),
+        "lab_evaluation": verdict_agreement(
+            lab_evaluation_pairs(), static, full, calibration, args.max_rate, args.batch
+        ),
+    }
     naive_rate = rows[0]["pairs_per_s"]
     for r in rows:
         r["vs_naive"] = r["pairs_per_s"] / naive_rate
@@ -266,6 +312,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         "minilm_p99_ms": rows[1]["p99_ms"],
         "naive_pairs_per_s": naive_rate,
         "naive_p99_ms": rows[0]["p99_ms"],
+        # Pairs that qualified for MiniLM and kept the static cosine (budget spent).
+        "over_budget": agreement["over_budget"],
+        # Pair verdicts (ok / drift / anomaly), tiered vs MiniLM on every pair, same pairs.
+        "verdict_agreement": agreement_rows["bench"]["agreement"],
+        "verdict_agreement_detail": agreement_rows,
         "escalation": agreement,
         "max_escalation_rate": escalation.max_rate,
         "calibration": {
@@ -341,7 +392,19 @@ def _markdown(rows: list[dict], breakdown: dict[str, float], result: dict) -> st
         f"({100 * (e['escalation_rate'] or 0):.1f} %: band {e['escalated_band']}, suspicious "
         f"{e['escalated_suspicious']}, sample {e['escalated_sample']}); band "
         f"±{result['calibration']['band']:.3f} around 0.88, calibration: "
-        f"{result['calibration']['fitted_on']}.",
+        f"{result['calibration']['fitted_on']}. **{result['over_budget']} pairs qualified "
+        "for MiniLM and kept the static cosine** (the escalation budget was spent).",
+        "",
+        "Pair-verdict agreement, tiered against MiniLM on every pair (same pairs, a fresh "
+        "tiered scorer with its own budget):",
+        "",
+        "| pairs | n | agreement | disagreements | qualified, not escalated |",
+        "|---|---:|---:|---:|---:|",
+        *(
+            f"| {name} | {a['pairs']} | {a['agreement']} | {a['disagreements']} "
+            f"| {a['over_budget']} |"
+            for name, a in result["verdict_agreement_detail"].items()
+        ),
         "",
     ]
     return "\n".join(out)
