@@ -40,7 +40,7 @@ def run(args: argparse.Namespace) -> int:
 
     if args.rate <= 0:
         raise SystemExit(f"quantdrift: error: --rate must be > 0, got {args.rate}")
-    healthy, drifted, source = demo_streams(args.pairs, synthetic=args.synthetic)
+    healthy, drifted, source, calibration = demo_streams(args.pairs, synthetic=args.synthetic)
     console = Console(stderr=args.json)
     state = {"phase": "starting", "sim": None, "verdict": "", "last": ""}
 
@@ -75,6 +75,7 @@ def run(args: argparse.Namespace) -> int:
                 healthy_pairs=args.healthy_pairs,
                 rate_per_s=args.rate,
                 progress=progress,
+                calibration=calibration,
             )
         )
     summary = result.summary()

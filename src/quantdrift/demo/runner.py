@@ -68,6 +68,7 @@ async def run_demo(
     rate_per_s: float = 20.0,
     progress: Progress | None = None,
     startup_timeout_s: float = 180.0,
+    calibration: list[PairEvent] | None = None,
 ) -> DemoResult:
     run_id = uuid.uuid4().hex[:8]
     with EmbeddedStack() as stack:
@@ -96,6 +97,10 @@ async def run_demo(
             stack.bootstrap, topics.model_dump().values(), settings.kafka.partitions
         )
         worker = WorkerProcess(settings, stack.redis_url).start()
+        if calibration:
+            if progress is not None:
+                progress(DemoResult(), None, "calibrating: noise floor + blessed int8 baseline")
+            await _calibrate(settings, stack.redis_url, calibration)
         try:
             return await _drive(
                 settings,
@@ -111,6 +116,41 @@ async def run_demo(
             )
         finally:
             worker.stop()
+
+
+async def _calibrate(settings: Settings, redis_url: str, pairs: list[PairEvent]) -> None:
+    """What ``quantdrift calibrate --blessed-label int8`` does, for the demo's route.
+
+    The floor is seeded from noise pairs and the blessed int8 run of the calibration
+    prompts, scored by the worker's own scorer, before any shadow pair is sent.
+    """
+    import redis.asyncio as aioredis
+
+    from quantdrift.breaker.policy import load_policy
+    from quantdrift.breaker.store import RedisBreakerStore
+    from quantdrift.embedding import build_scorer
+    from quantdrift.evaluation import ScoreCache, floor_seed, to_score
+    from quantdrift.schemas.signing import signer_from_settings
+
+    policy = load_policy(settings.policy_file).for_route(ROUTE)
+    noise = [p for p in pairs if p.kind == "noise"]
+    blessed = [p for p in pairs if p.kind == "shadow"]
+    cache = ScoreCache(await asyncio.to_thread(build_scorer, settings.embedding))
+    await asyncio.to_thread(cache.fill, [*noise, *blessed])
+    seed, _ = floor_seed(
+        [to_score(p, cache[p], policy, ROUTE) for p in noise],
+        policy.min_noise_pairs,
+        [to_score(p, cache[p], policy, ROUTE) for p in blessed],
+    )
+    signer = signer_from_settings(settings.signing.active_key_id, settings.signing.keys)
+    client = aioredis.Redis.from_url(redis_url, socket_timeout=5)
+    try:
+        store = RedisBreakerStore(client, signer, key_prefix=settings.redis.key_prefix)
+        for mode, values in seed.items():
+            if values:
+                await store.seed_floor(ROUTE, mode, values)
+    finally:
+        await client.aclose()
 
 
 async def _drive(

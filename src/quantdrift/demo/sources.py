@@ -43,8 +43,14 @@ def _cycle_as(pairs: list[PairEvent], label: str) -> Iterator[PairEvent]:
 
 def demo_streams(
     path: Path | None, *, synthetic: bool = False
-) -> tuple[Iterator[PairEvent], Iterator[PairEvent], str]:
-    """(healthy, drifted, description). Lab pairs: healthy = int8 + noise, drifted = int2/int3."""
+) -> tuple[Iterator[PairEvent], Iterator[PairEvent], str, list[PairEvent]]:
+    """(healthy, drifted, description, calibration).
+
+    Lab pairs: the route is calibrated as an operator would (``quantdrift calibrate
+    --blessed-label int8``) on the calibration part of the prompts: noise pairs and
+    the blessed int8 run; the demo then streams the evaluation part, healthy = int8 +
+    noise, drifted = int2/int3. Generated pairs come with no calibration.
+    """
     if not synthetic:
         try:
             pairs = read_pairs(path)
@@ -52,10 +58,19 @@ def demo_streams(
             if path is not None:
                 raise ConfigError(f"pairs file not found: {path}") from None
             pairs = []
-        healthy = [p for p in pairs if p.label in ("int8", "noise")]
-        broken = [p for p in pairs if p.label in ("int2", "int3")]
+        from quantdrift.evaluation.modes import select
+
+        shown = select(pairs, part="evaluation") or pairs
+        calibration = select(pairs, part="calibration", labels=("int8", "noise"))
+        healthy = [p for p in shown if p.label in ("int8", "noise")]
+        broken = [p for p in shown if p.label in ("int2", "int3")]
         if healthy and broken:
-            return _cycle_as(healthy, "healthy"), _cycle_as(broken, "drifted"), "recorded lab pairs"
+            return (
+                _cycle_as(healthy, "healthy"),
+                _cycle_as(broken, "drifted"),
+                "recorded lab pairs",
+                calibration,
+            )
         if path is not None:
             raise ConfigError(f"{path}: needs pairs labelled int8/noise and int2/int3")
-    return generated.healthy(ROUTE), generated.drifted(ROUTE), "generated pairs"
+    return generated.healthy(ROUTE), generated.drifted(ROUTE), "generated pairs", []
