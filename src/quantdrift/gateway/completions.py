@@ -19,7 +19,13 @@ from typing import Any
 from quantdrift.errors import UpstreamError
 from quantdrift.gateway.auth import Principal
 from quantdrift.gateway.gateway_config import GatewayConfig
-from quantdrift.gateway.planning import CLIENT_ID_HEADER, MAX_N, Refusal, route_and_preference
+from quantdrift.gateway.planning import (
+    CLIENT_ID_HEADER,
+    Refusal,
+    choices_asked,
+    route_and_preference,
+    unknown_fields,
+)
 from quantdrift.gateway.routing import Decision, RouteState, decide
 from quantdrift.gateway.upstreams import Upstreams
 
@@ -85,18 +91,12 @@ def plan_completion(
     route, preference = chosen
     if not isinstance(body.get("prompt"), str | list) or not body.get("prompt"):
         return Refusal(400, "prompt must be a non-empty string or list", "prompt")
-    extra = set(config.extra_body_fields)
-    unknown = sorted(k for k in body if k not in COMPLETION_FIELDS | EXTENSIONS | extra)
-    if unknown and config.unknown_fields == "reject":
-        return Refusal(
-            400,
-            f"Unrecognized request argument supplied: {', '.join(unknown)}",
-            unknown[0],
-            "unknown_parameter",
-        )
-    n = body.get("n", 1) or 1
-    if not isinstance(n, int) or isinstance(n, bool) or not 1 <= n <= MAX_N:
-        return Refusal(400, f"n must be an integer in 1..{MAX_N}", "n")
+    unknown, refused = unknown_fields(config, body, COMPLETION_FIELDS | EXTENSIONS)
+    if refused is not None:
+        return refused
+    n = choices_asked(body)
+    if isinstance(n, Refusal):
+        return n
     rc = config.routes[route]
     decision = decide(
         order=config.order,

@@ -113,6 +113,33 @@ def _truthy(value: str | None) -> bool:
     return (value or "").strip().lower() in ("1", "true", "yes", "on")
 
 
+def unknown_fields(
+    config: GatewayConfig, body: Mapping[str, Any], known: frozenset[str] | set[str]
+) -> tuple[list[str], Refusal | None]:
+    """Body fields pass through an allowlist (OpenAI's, ours, the config's extras): the
+    fields outside it, and the refusal when the config rejects rather than drops them."""
+    extra = set(config.extra_body_fields)
+    unknown = sorted(k for k in body if k not in known | extra)
+    if unknown and config.unknown_fields == "reject":
+        return unknown, Refusal(
+            400,
+            f"Unrecognized request argument supplied: {', '.join(unknown)}",
+            unknown[0],
+            "unknown_parameter",
+        )
+    return unknown, None
+
+
+def choices_asked(body: Mapping[str, Any]) -> int | Refusal:
+    """``n`` (default 1), or why it is refused."""
+    n = body.get("n", 1)
+    if n is None:
+        n = 1
+    if not isinstance(n, int) or isinstance(n, bool) or not 1 <= n <= MAX_N:
+        return Refusal(400, f"n must be an integer in 1..{MAX_N}", "n")
+    return n
+
+
 def route_and_preference(
     config: GatewayConfig, body: Mapping[str, Any], headers: Mapping[str, str], principal: Principal
 ) -> tuple[str, str] | Refusal:
@@ -160,20 +187,12 @@ def plan_request(
     messages = body.get("messages")
     if not isinstance(messages, list) or not messages:
         return Refusal(400, "messages must be a non-empty list", "messages")
-    extra = set(cfg.extra_body_fields)
-    unknown = sorted(k for k in body if k not in OPENAI_FIELDS | EXTENSION_FIELDS | extra)
-    if unknown and cfg.unknown_fields == "reject":
-        return Refusal(
-            400,
-            f"Unrecognized request argument supplied: {', '.join(unknown)}",
-            unknown[0],
-            "unknown_parameter",
-        )
-    n = body.get("n", 1)
-    if n is None:
-        n = 1
-    if not isinstance(n, int) or isinstance(n, bool) or not 1 <= n <= MAX_N:
-        return Refusal(400, f"n must be an integer in 1..{MAX_N}", "n")
+    unknown, refused = unknown_fields(cfg, body, OPENAI_FIELDS | EXTENSION_FIELDS)
+    if refused is not None:
+        return refused
+    n = choices_asked(body)
+    if isinstance(n, Refusal):
+        return n
     top = body.get("top_logprobs")
     if top is not None and (
         not isinstance(top, int) or isinstance(top, bool) or not 0 <= top <= 20
