@@ -3,7 +3,8 @@
     python bench/run_all.py [--out BENCHMARKS.md] [--soak-minutes 10]
 
 Order: ``scoring.py``, ``escalation_means.py``, ``redis_bytes.py``,
-``gateway_fallback.py``, ``gateway_overhead.py``, ``e2e.py``, ``soak.py``, each as
+``gateway_fallback.py``, ``gateway_overhead.py``, ``e2e.py``, ``soak.py``,
+``scale_out.py``, ``profile_worker.py``, each as
 a subprocess with ``--json --write OUT`` so a failing one leaves the others'
 sections. The soak runs 10 minutes at the rated load e2e measured; the whole run
 takes about 13 minutes here (``make bench`` must stay under 15). Raw results go to
@@ -172,6 +173,9 @@ def main(argv: list[str] | None = None) -> int:
     if e2e:
         soak_args += ["--rate", str(e2e["rated_pairs_per_s_per_worker_core"])]
     results["soak"] = run_bench("soak.py", soak_args, timeout=args.soak_minutes * 60 + 300)
+    results["scale_out"] = run_bench("scale_out.py", write, timeout=600)
+    rated = ["--rate", str(e2e["rated_pairs_per_s_per_worker_core"])] if e2e else []
+    results["profile_worker"] = run_bench("profile_worker.py", [*write, *rated], timeout=300)
     failed = [name for name, r in results.items() if r is None and (HERE / f"{name}.py").exists()]
     text = out.read_text().rstrip("\n") + "\n"
     if failed:
