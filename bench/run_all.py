@@ -7,7 +7,7 @@ Order: ``scoring.py``, ``escalation_means.py``, ``redis_bytes.py``,
 ``scale_out.py``, ``profile_worker.py``, each as
 a subprocess with ``--json --write OUT`` so a failing one leaves the others'
 sections. The soak runs 10 minutes at the rated load e2e measured; the whole run
-takes about 13 minutes here (``make bench`` must stay under 15). Raw results go to
+takes about 22 minutes here (the soak is 10 of them). Raw results go to
 ``bench/results.json``.
 """
 
