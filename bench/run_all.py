@@ -80,8 +80,18 @@ def commit() -> str:
             check=True,
             cwd=HERE,
         ).stdout.strip()
+        # The run's own outputs do not count as changes to the code measured.
         dirty = subprocess.run(
-            ["git", "status", "--porcelain", "--untracked-files=no"],
+            [
+                "git",
+                "status",
+                "--porcelain",
+                "--untracked-files=no",
+                "--",
+                ".",
+                ":(exclude)BENCHMARKS.md",
+                ":(exclude)bench/results.json",
+            ],
             capture_output=True,
             text=True,
             timeout=10,
