@@ -204,16 +204,9 @@ class Gateway:
         principal = self.principal(request)
         if principal is None:
             return self._refuse_auth()
-        try:
-            body = await request.json()
-        except ValueError:
-            return error_response(
-                400, "The body is not JSON", "invalid_request_error", "invalid_json"
-            )
-        if not isinstance(body, dict):
-            return error_response(
-                400, "The body must be a JSON object", "invalid_request_error", "invalid_json"
-            )
+        body = await json_object(request)
+        if isinstance(body, Response):
+            return body
         plan = plan_request(
             self.config,
             body,
@@ -278,14 +271,9 @@ class Gateway:
         principal = self.principal(request)
         if principal is None:
             return self._refuse_auth()
-        try:
-            body = await request.json()
-        except ValueError:
-            body = None
-        if not isinstance(body, dict):
-            return error_response(
-                400, "The body must be a JSON object", "invalid_request_error", "invalid_json"
-            )
+        body = await json_object(request)
+        if isinstance(body, Response):
+            return body
         plan = plan_completion(
             self.config,
             body,
@@ -716,3 +704,16 @@ def create_admin_app(gateway: Gateway) -> FastAPI:
     _openai_errors(app)
     _admin_routes(app, gateway)
     return app
+
+
+async def json_object(request: Request) -> dict[str, Any] | Response:
+    """The request body as a JSON object, or the 400 that says why it is not one."""
+    try:
+        body = await request.json()
+    except ValueError:
+        return error_response(400, "The body is not JSON", "invalid_request_error", "invalid_json")
+    if not isinstance(body, dict):
+        return error_response(
+            400, "The body must be a JSON object", "invalid_request_error", "invalid_json"
+        )
+    return body
