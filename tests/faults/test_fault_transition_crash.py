@@ -140,8 +140,14 @@ async def test_random_kill_9s_over_a_stream_of_transitions(
     # A second gateway, polling the Redis backstop at `quantdrift gateway`'s default pace.
     other = Follower(settings, fault_stack.redis_url, CHAOS_ROUTES, poll_s=0.5)
     # Two workers in the group: a kill stalls the victim's partitions until the
-    # group rebalances, and its replacement starts at once.
-    workers = [FailpointWorker(settings, fault_stack.redis_url).start() for _ in range(2)]
+    # group rebalances, and its replacement starts at once. The first two are armed at
+    # `after_commit`: whichever commits the first transition dies inside it, so at
+    # least one kill lands in the window that matters, whatever the random kills hit
+    # (random moments alone missed it in some runs: no redelivery at all).
+    armed = ("after_commit",)
+    workers = [
+        FailpointWorker(settings, fault_stack.redis_url, failpoints=armed).start() for _ in range(2)
+    ]
     retired: list[FailpointWorker] = []
     kills: list[tuple[float, int, int]] = []  # (seconds into the run, pid, exit status)
     sent = dict.fromkeys(CHAOS_ROUTES, 0)
@@ -157,9 +163,11 @@ async def test_random_kill_9s_over_a_stream_of_transitions(
             await asyncio.sleep(rng.uniform(1.0, 4.0))
             slot = rng.randrange(len(workers))
             victim = workers[slot]
-            if not victim.alive():
+            if victim.failpoints and victim.alive():
+                continue  # armed: it kills itself at its first transition
+            if not victim.failpoints and not victim.alive():
                 continue
-            status = victim.kill_9()
+            status = victim.kill_9()  # an armed worker that died: its status, reaped
             kills.append((time.monotonic() - started, victim.pid or 0, status))
             retired.append(victim)
             workers[slot] = FailpointWorker(settings, fault_stack.redis_url).start()
@@ -229,6 +237,9 @@ async def test_random_kill_9s_over_a_stream_of_transitions(
             redelivered += sum(n - 1 for n in sent_epochs.values())
         assert len(kills) >= MIN_KILLS
         assert all(status == -signal.SIGKILL for _, _, status in kills), kills
+        assert any(
+            w.failpoints and w.failpoint_line("after_commit") in w.stderr() for w in retired
+        ), "no armed worker died at its failpoint"
         assert transitions >= 10
         assert redelivered > 0, "20 kills and not one redelivery: the kills missed the stream"
         print(
