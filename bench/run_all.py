@@ -3,7 +3,7 @@
     python bench/run_all.py [--out BENCHMARKS.md] [--soak-minutes 10]
 
 Order: ``scoring.py``, ``escalation_means.py``, ``redis_bytes.py``,
-``gateway_fallback.py``, ``gateway_overhead.py``, ``e2e.py``, ``soak.py``,
+``gateway_fallback.py``, ``gateway_overhead.py``, ``shadow_isolation.py``, ``e2e.py``, ``soak.py``,
 ``scale_out.py``, ``profile_worker.py``, each as
 a subprocess with ``--json --write OUT`` so a failing one leaves the others'
 sections. The soak runs 10 minutes at the rated load e2e measured; the whole run
@@ -177,6 +177,7 @@ def main(argv: list[str] | None = None) -> int:
     results["redis_bytes"] = run_bench("redis_bytes.py", write, timeout=300)
     results["gateway_fallback"] = run_bench("gateway_fallback.py", write, timeout=120)
     results["gateway_overhead"] = run_bench("gateway_overhead.py", write, timeout=600)
+    results["shadow_isolation"] = run_bench("shadow_isolation.py", write, timeout=300)
     results["e2e"] = run_bench("e2e.py", [*write, "--phase-s", str(args.e2e_phase_s)], 300)
     soak_args = [*write, "--minutes", str(args.soak_minutes)]
     e2e = results["e2e"]

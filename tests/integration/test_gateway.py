@@ -117,6 +117,9 @@ class Scripted:
 
     def __init__(self) -> None:
         self.calls: list[tuple[str, str, dict[str, Any]]] = []
+        # mode "gate": answers wait for this (set by default; a test clears it to hold them)
+        self.gate = threading.Event()
+        self.gate.set()
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         app = FastAPI()
@@ -205,6 +208,9 @@ class Scripted:
                     for i, (tok, certain) in enumerate(pieces):
                         if mode == "stall" and i == 2:
                             await asyncio.sleep(3.0)
+                        if mode == "gate" and i == 0:  # holds every answer until released
+                            while not self.gate.is_set():
+                                await asyncio.sleep(0.005)
                         if mode == "disconnect" and i == 3:
                             raise RuntimeError("scripted disconnect")
                         for index in range(n):
