@@ -6,8 +6,9 @@ in this process. Steps:
 
 1. capacity: a burst of ~200-token pairs (``bench/common.long_pairs``), as fast
    as the broker takes them; pairs/s from the first send to the last score.
-   The *rated load* is 50 % of that, rounded: what one worker core sustains
-   with headroom.
+   A burst overstates what a worker sustains, so the *rated load* comes from
+   a paced ramp (``ramp``): the highest open-loop step at which every pair is
+   scored and pair -> ScoreEvent p99 stays under 250 ms.
 2. at 1x and 1.5x the rated load, for ``--phase-s`` seconds each: every pair's
    publication -> its ScoreEvent (read by a group-less consumer here), and on
    a few trial routes (20 healthy pairs, then drifted ones) the decisive pair's
@@ -54,10 +55,11 @@ from quantdrift.stack import EmbeddedStack
 from quantdrift.stack.broker import create_topics
 
 SECTION = "## End to end"
-# The rated load keeps 1.5x of it inside the burst capacity (0.75): a short burst
-# overstates what one worker sustains, and 0.7 put the 1.5x phase past saturation.
-RATED_FRACTION = 0.5
 LOAD_ROUTES = 4
+# The issue's targets: pair -> ScoreEvent p99 (sustained), decisive pair -> switch p99.
+SCORE_P99_TARGET_MS = 250.0
+SWITCH_P99_TARGET_MS = {"1x": 250.0, "1.5x": 500.0}
+RAMP_RATES = [20.0, 40.0, 60.0, 80.0, 100.0, 120.0, 160.0, 200.0]
 
 
 def bench_settings(stack: EmbeddedStack, partitions: int = 2) -> Settings:
@@ -137,9 +139,14 @@ class Loop:
             pair_id = json.loads(record.value)["pair_id"]
             self.scored_at.setdefault(pair_id, now)
 
-    async def publish(self, pair: PairEvent) -> None:
+    async def publish(self, pair: PairEvent, at: float | None = None) -> None:
+        """Send one pair; its latency counts from ``at`` (the scheduled send time) if given.
+
+        Paced phases pass their schedule, so a producer that falls behind shows as
+        latency instead of hiding it (no coordinated omission).
+        """
         value = pair.dumps()
-        self.sent_at[pair.pair_id] = time.monotonic()
+        self.sent_at[pair.pair_id] = time.monotonic() if at is None else min(at, time.monotonic())
         await self.producer.send(self.settings.kafka.topics.pairs, value, key=pair.route.encode())
 
     async def wait_judged(self, routes: list[str], n: int, timeout: float) -> bool:
@@ -185,6 +192,74 @@ async def capacity(loop: Loop, n: int, seed: int) -> dict[str, Any]:
         raise RuntimeError(f"capacity burst: only {done}/{n} scored in 240 s")
     elapsed = max(loop.scored_at[i] for i in ids) - t0
     return {"pairs": n, "seconds": round(elapsed, 2), "pairs_per_s": round(n / elapsed, 1)}
+
+
+async def ramp(
+    loop: Loop, rates: list[float], step_s: float, drain_s: float, seed: int
+) -> list[dict[str, Any]]:
+    """Paced steps of long pairs, rising until one falls behind: a sustained rate, not a burst's.
+
+    Each step publishes on an open-loop schedule for ``step_s`` seconds, latency
+    counted from the scheduled send time. A step *keeps up* when every pair is
+    scored within ``drain_s`` after the last send and the median pair waited
+    less than ``SCORE_P99_TARGET_MS`` (no standing queue); the ramp stops at
+    the first step that does not. Each step's p99 is reported against the
+    target separately: the tail has its own cause (a batch that escalates to
+    MiniLM waits for it), which the step rate does not fix.
+    """
+    steps: list[dict[str, Any]] = []
+    for k, rate in enumerate(rates):
+        n = max(1, int(rate * step_s))
+        pairs = relabel(long_pairs(n, seed=seed + k, routes=LOAD_ROUTES), f"ramp{k}")
+        t0 = time.monotonic()
+        for i, p in enumerate(pairs):
+            due = t0 + i / rate
+            delay = due - time.monotonic()
+            if delay > 0:
+                await asyncio.sleep(delay)
+            await loop.publish(p, at=due)
+        await loop.producer.flush()
+        ids = [p.pair_id for p in pairs]
+        await loop.wait_scored(ids, timeout=drain_s)
+        lat = [(loop.scored_at[i] - loop.sent_at[i]) * 1000 for i in ids if i in loop.scored_at]
+        p50, p99 = percentile(lat, 50), percentile(lat, 99)
+        ok = len(lat) == n and p50 is not None and p50 < SCORE_P99_TARGET_MS
+        steps.append(
+            {
+                "rate_pairs_per_s": rate,
+                "pairs": n,
+                "scored": len(lat),
+                "score_p50_ms": None if p50 is None else round(p50, 1),
+                "score_p99_ms": None if p99 is None else round(p99, 1),
+                "p99_under_target": p99 is not None and p99 < SCORE_P99_TARGET_MS,
+                "passed": ok,
+            }
+        )
+        if not ok:
+            break
+        await asyncio.sleep(1.0)
+    return steps
+
+
+def sustained_rate(steps: list[dict[str, Any]]) -> float | None:
+    """The highest ramp step that kept up (None: not even the first)."""
+    kept = [s["rate_pairs_per_s"] for s in steps if s["passed"]]
+    return max(kept) if kept else None
+
+
+def rated_load(steps: list[dict[str, Any]]) -> float:
+    """The highest ramp step whose 1.5x is still a rate the worker kept up with.
+
+    >>> rated_load([{"rate_pairs_per_s": r, "passed": r <= 80} for r in (20, 40, 60, 80, 100)])
+    40
+    """
+    top = sustained_rate(steps)
+    if top is None:
+        return RAMP_RATES[0] / 2
+    fits = [
+        s["rate_pairs_per_s"] for s in steps if s["passed"] and 1.5 * s["rate_pairs_per_s"] <= top
+    ]
+    return max(fits) if fits else top / 1.5
 
 
 def relabel(pairs: list[PairEvent], tag: str) -> list[PairEvent]:
@@ -262,7 +337,7 @@ async def run_phase(loop: Loop, phase: Phase, seed: int) -> None:
                     current = None
         if pair is None:
             pair = next(load)
-        await loop.publish(pair)
+        await loop.publish(pair, at=due)
         phase.sent.append(pair.pair_id)
     await loop.producer.flush()
 
@@ -316,7 +391,8 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     t_start = time.monotonic()
     async with warm_loop(seed=99) as (_, loop):
         cap = await capacity(loop, args.capacity_pairs, seed=args.seed)
-        rated = args.rate or max(1.0, round(cap["pairs_per_s"] * RATED_FRACTION))
+        steps = await ramp(loop, RAMP_RATES, args.step_s, args.drain_s, seed=args.seed + 50)
+        rated = args.rate or rated_load(steps)
         phases = []
         for name, factor in (("1x", 1.0), ("1.5x", 1.5)):
             phase = Phase(name, rated * factor, args.phase_s)
@@ -328,8 +404,11 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     return {
         "bench": "e2e",
         "capacity": cap,
+        "ramp": steps,
+        "ramp_step_s": args.step_s,
+        "sustained_pairs_per_s": sustained_rate(steps),
         "rated_pairs_per_s_per_worker_core": rated,
-        "rated_fraction_of_capacity": RATED_FRACTION if not args.rate else None,
+        "rated_from": "--rate" if args.rate else "ramp",
         "phases": phases,
         "seconds": round(time.monotonic() - t_start, 1),
     }
@@ -338,22 +417,52 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
 def markdown(result: dict[str, Any]) -> str:
     cap = result["capacity"]
     rated = result["rated_pairs_per_s_per_worker_core"]
+    ms = lambda v: "–" if v is None else f"{v:.0f} ms"  # noqa: E731
+    how = (
+        "set with `--rate`"
+        if result["rated_from"] == "--rate"
+        else "the highest ramp step whose 1.5x the worker kept up with"
+    )
     out = [
         SECTION,
         "",
-        f"One worker process (embedder on one thread: one worker core), embedded Tansu and "
-        f"Redis. Burst capacity: **{cap['pairs_per_s']} pairs/s** ({cap['pairs']} pairs of "
-        f"~200 tokens in {cap['seconds']} s). **Rated load: {rated:g} pairs/s per worker core** "
-        f"({RATED_FRACTION:.0%} of capacity, so 1.5x stays within it). "
-        f"In each phase 60 % of the pairs are long ones, 40 % the drifted "
-        f"pairs of trial routes (short, demo-style), one route at a time; each trial route got "
-        f"its 22 healthy pairs before the phase started.",
+        "One worker process (embedder on one thread: one worker core), embedded Tansu and "
+        f"Redis. A burst (as fast as the broker takes them) gives **{cap['pairs_per_s']} "
+        f"pairs/s** ({cap['pairs']} pairs of ~200 tokens in {cap['seconds']} s); a burst "
+        "overstates what a worker sustains, so the rated load comes from a paced ramp: "
+        f"{result['ramp_step_s']:g} s per step, open-loop, long pairs on {LOAD_ROUTES} routes, "
+        "latency from each pair's scheduled send time. A step keeps up when every pair is "
+        f"scored within the drain and the median pair waited < {SCORE_P99_TARGET_MS:g} ms (no "
+        "standing queue); the ramp stops at the first that does not.",
+        "",
+        "| step pairs/s | pairs | scored | pair→score p50 | p99 "
+        f"| p99 < {SCORE_P99_TARGET_MS:g} ms | kept up |",
+        "|---:|---:|---:|---:|---:|---|---|",
+    ]
+    for st in result["ramp"]:
+        out.append(
+            f"| {st['rate_pairs_per_s']:g} | {st['pairs']} | {st['scored']} "
+            f"| {ms(st['score_p50_ms'])} | {ms(st['score_p99_ms'])} "
+            f"| {'yes' if st['p99_under_target'] else '**no**'} "
+            f"| {'yes' if st['passed'] else '**no**'} |"
+        )
+    top = result["sustained_pairs_per_s"]
+    out += [
+        "",
+        f"**Sustained (kept up): {'none' if top is None else f'{top:g} pairs/s'} per worker "
+        "core** (target ≥ 200 pairs/s with p99 < 250 ms).",
+    ]
+    out += [
+        "",
+        f"**Rated load: {rated:g} pairs/s per worker core** ({how}). Then 1x and "
+        "1.5x of it: in each phase 60 % of the pairs are long ones, 40 % the drifted pairs of "
+        "trial routes (short, demo-style), one route at a time; each trial route got its 22 "
+        "healthy pairs before the phase started. Latency counts from the scheduled send time.",
         "",
         "| load | pairs/s | sent | scored | pair→score p50 | p99 | max "
         "| switches | decisive→switch p50 | p99 | max |",
         "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
-    ms = lambda v: "–" if v is None else f"{v:.0f} ms"  # noqa: E731
     for p in result["phases"]:
         out.append(
             f"| {p['phase']} | {p['rate_pairs_per_s']:g} | {p['pairs_sent']} | {p['pairs_scored']} "
@@ -361,17 +470,22 @@ def markdown(result: dict[str, Any]) -> str:
             f"| {p['switches']}/{p['trials']} | {ms(p['switch_p50_ms'])} "
             f"| {ms(p['switch_p99_ms'])} | {ms(p['switch_max_ms'])} |"
         )
-    one = result["phases"][0]
-    target = one["switch_p99_ms"]
-    verdict = (
-        "no switch measured"
-        if target is None
-        else ("met" if target < 1000 else f"missed by {target - 1000:.0f} ms")
-    )
+    verdicts = []
+    for p in result["phases"]:
+        bound = SWITCH_P99_TARGET_MS.get(p["phase"])
+        got = p["switch_p99_ms"]
+        if bound is None:
+            continue
+        if got is None:
+            verdicts.append(f"{p['phase']}: no switch measured")
+        else:
+            word = "met" if got < bound else f"missed by {got - bound:.0f} ms"
+            verdicts.append(f"{p['phase']} < {bound:g} ms: **{word}** ({got:.0f} ms)")
     out += [
         "",
-        f"Target decisive pair → switch p99 < 1 s at the rated load: **{verdict}**. "
-        "p99 over a handful of trials is close to the maximum; the count is in the table. "
+        "Targets, decisive pair → switch p99: "
+        + "; ".join(verdicts)
+        + ". p99 over a handful of trials is close to the maximum; the count is in the table. "
         "Switches are applied from the control topic (the Redis key is the backstop, polled "
         "every 0.25 s here). Trials not switched were still running when the phase ended. "
         "Trial routes that rolled back on their healthy prefix (demo paraphrases, three "
@@ -387,6 +501,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--phase-s", type=float, default=25.0, help="seconds per load level")
     ap.add_argument("--capacity-pairs", type=int, default=150)
+    ap.add_argument("--step-s", type=float, default=15.0, help="seconds per ramp step")
     ap.add_argument("--rate", type=float, default=None, help="rated load (default: measured)")
     ap.add_argument("--drain-s", type=float, default=20.0)
     ap.add_argument("--seed", type=int, default=0)

@@ -156,29 +156,28 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
 
 def markdown(result: dict[str, Any]) -> str:
     off, on = result["off"], result["on"]
-    return (
-        "\n".join(
-            [
-                SECTION,
-                "",
-                f"`python bench/shadow_isolation.py --seconds {result['seconds_per_scenario']:g} "
-                f"--rounds {result['rounds']}`: {result['users']} closed-loop users through the "
-                "gateway, scenarios off/on/on/off; with shadowing on every request is mirrored to a "
-                f"reference taking {result['reference_token_ms']:g} ms per token, so the shadow "
-                "side is saturated (4 connections, queue of 64, oldest dropped). Client, gateway and "
-                "upstreams share one process on this machine's cores.",
-                "",
-                "| shadowing | requests | p50 ms | p99 ms |",
-                "|---|---:|---:|---:|",
-                f"| off | {off['requests']} | {off['p50_ms']} | {off['p99_ms']} |",
-                f"| on (100 %, slow reference) | {on['requests']} | {on['p50_ms']} | {on['p99_ms']} |",
-                "",
-                f"p99 on/off: **{result['p99_ratio_on_off']}**; shadow jobs dropped (oldest first): "
-                f"{result['shadow_dropped_queue_full']}.",
-            ]
-        )
-        + "\n"
+    command = (
+        f"python bench/shadow_isolation.py --seconds {result['seconds_per_scenario']:g} "
+        f"--rounds {result['rounds']}"
     )
+    lines = [
+        SECTION,
+        "",
+        f"`{command}`: {result['users']} closed-loop users through the gateway, scenarios "
+        "off/on/on/off; with shadowing on every request is mirrored to a reference taking "
+        f"{result['reference_token_ms']:g} ms per token, so the shadow side is saturated "
+        "(4 connections, queue of 64, oldest dropped). Client, gateway and upstreams share "
+        "one process on this machine's cores.",
+        "",
+        "| shadowing | requests | p50 ms | p99 ms |",
+        "|---|---:|---:|---:|",
+        f"| off | {off['requests']} | {off['p50_ms']} | {off['p99_ms']} |",
+        f"| on (100 %, slow reference) | {on['requests']} | {on['p50_ms']} | {on['p99_ms']} |",
+        "",
+        f"p99 on/off: **{result['p99_ratio_on_off']}**; shadow jobs dropped (oldest first): "
+        f"{result['shadow_dropped_queue_full']}.",
+    ]
+    return "\n".join(lines) + "\n"
 
 
 if __name__ == "__main__":
