@@ -2,7 +2,7 @@
 
     python bench/run_all.py [--out BENCHMARKS.md] [--soak-minutes 10]
 
-Order: ``scoring.py``, ``escalation_means.py``, ``redis_bytes.py``,
+Order: ``scoring.py``, ``escalation_means.py``, ``static_features.py``, ``redis_bytes.py``,
 ``gateway_fallback.py``, ``gateway_overhead.py``, ``shadow_isolation.py``, ``e2e.py``, ``soak.py``,
 ``scale_out.py``, ``profile_worker.py``, each as
 a subprocess with ``--json --write OUT`` so a failing one leaves the others'
@@ -174,6 +174,7 @@ def main(argv: list[str] | None = None) -> int:
     write = ["--write", str(out)]
     results["scoring"] = run_bench("scoring.py", write, timeout=420)
     results["escalation_means"] = run_bench("escalation_means.py", write, timeout=600)
+    results["static_features"] = run_bench("static_features.py", write, timeout=600)
     results["redis_bytes"] = run_bench("redis_bytes.py", write, timeout=300)
     results["gateway_fallback"] = run_bench("gateway_fallback.py", write, timeout=120)
     results["gateway_overhead"] = run_bench("gateway_overhead.py", write, timeout=600)
