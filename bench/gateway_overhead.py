@@ -29,13 +29,11 @@ import time
 from typing import Any
 
 import httpx
-import uvicorn
 from common import write_section
+from gateway_serving import dead_broker_publisher, serving
 
-from quantdrift.config import KafkaSettings
-from quantdrift.gateway.app import Gateway, create_app
+from quantdrift.gateway.app import Gateway
 from quantdrift.gateway.gateway_config import parse_config
-from quantdrift.gateway.publisher import ShadowPublisher
 from quantdrift.stack import free_port
 
 SECTION = "## Gateway overhead and time to first token"
@@ -130,23 +128,10 @@ async def through_gateway(
             "stream_holdback_tokens": holdback,
         }
     )
-    dead = KafkaSettings(bootstrap_servers=f"127.0.0.1:{free_port()}")
-    publisher = ShadowPublisher(dead, 1.0, queue_size=1000, topic="quantdrift.bench.pairs")
-    gateway = Gateway(config, publisher=publisher)
-    port = free_port()
-    server = uvicorn.Server(
-        uvicorn.Config(create_app(gateway), host="127.0.0.1", port=port, log_level="critical")
-    )
-    server.install_signal_handlers = lambda: None  # type: ignore[method-assign]
-    task = asyncio.create_task(server.serve())
-    while not server.started:
-        await asyncio.sleep(0.01)
-    try:
-        result = await measure(f"http://127.0.0.1:{port}", "/v1/chat/completions", n)
+    gateway = Gateway(config, publisher=dead_broker_publisher())
+    async with serving(gateway) as url:
+        result = await measure(url, "/v1/chat/completions", n)
         await gateway.wait_shadows(30)
-    finally:
-        server.should_exit = True
-        await task
     return result
 
 

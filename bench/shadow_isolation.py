@@ -9,8 +9,10 @@ queue is full and drops the oldest job. Scenarios alternate off, on, on, off
 gateway shut down) hits both modes alike.
 
 Reported: requests answered, p50/p99 per mode, the p99 ratio on/off, and the
-shadow jobs dropped. The functional guarantee (no user request waits on the
-shadow side) is a test, ``tests/integration/test_gateway_load.py``, proven
+shadow jobs dropped. Pairs go to a publisher whose broker is down (the drop
+path), as in ``gateway_overhead.py``: the broker's speed is not part of the
+figure. The functional guarantee (no user request waits on the shadow side) is
+a test, ``tests/integration/test_gateway_load.py``, proven
 without a clock; this is the speed figure that goes with it.
 
     python bench/shadow_isolation.py [--seconds 4] [--rounds 2] [--json] [--write BENCHMARKS.md]
@@ -26,33 +28,16 @@ import time
 from typing import Any
 
 import httpx
-import uvicorn
 from common import write_section
 from gateway_overhead import upstream
+from gateway_serving import dead_broker_publisher, serving
 
-from quantdrift.gateway.app import Gateway, create_app
+from quantdrift.gateway.app import Gateway
 from quantdrift.gateway.gateway_config import parse_config
 from quantdrift.stack import free_port
 
 SECTION = "## Shadowing under load: users' latency, shadow on against off"
 USERS = 8
-
-
-class CountingSink:
-    """The publisher's place: counts pairs (the broker is not what this measures)."""
-
-    def __init__(self) -> None:
-        self.pairs = 0
-        self.connected, self.queue_depth = True, 0
-        self.stats = type("S", (), {"offered": 0, "sent": 0, "dropped": {}})()
-
-    async def start(self) -> None: ...
-
-    async def stop(self, timeout: float = 5.0) -> None: ...
-
-    def offer(self, pair: Any) -> bool:
-        self.pairs += 1
-        return True
 
 
 def pct(values: list[float], q: float) -> float:
@@ -92,23 +77,12 @@ async def scenario(
             "timeouts": {"connect_s": 5, "read_s": 60, "total_s": 60, "shadow_total_s": 10},
         }
     )
-    gateway = Gateway(config, publisher=CountingSink())  # type: ignore[arg-type]
-    port = free_port()
-    server = uvicorn.Server(
-        uvicorn.Config(create_app(gateway), host="127.0.0.1", port=port, log_level="critical")
-    )
-    server.install_signal_handlers = lambda: None  # type: ignore[method-assign]
-    task = asyncio.create_task(server.serve())
-    while not server.started:
-        await asyncio.sleep(0.01)
-    try:
-        async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", timeout=60) as client:
+    gateway = Gateway(config, publisher=dead_broker_publisher())
+    async with serving(gateway) as url:
+        async with httpx.AsyncClient(base_url=url, timeout=60) as client:
             await drive(client, 0.5)  # warm-up
             latencies = await drive(client, seconds)
         dropped = gateway.shadow.dropped.get("queue_full", 0)
-    finally:
-        server.should_exit = True
-        await task
     return latencies, dropped
 
 
