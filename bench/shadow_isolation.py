@@ -1,6 +1,6 @@
 """Users' latency under load with shadowing at 100 % to a slow reference, against shadowing off.
 
-Eight closed-loop users send streamed chat requests through the gateway for a
+Eight closed-loop users send chat requests (not streamed) through the gateway for a
 fixed time per scenario. The candidate upstream answers in a few ms; the
 reference upstream takes ``--reference-token-ms`` per token, so with shadowing
 on, the shadow side is saturated the whole run: its connections are busy, its
