@@ -155,37 +155,9 @@ class RedisBreakerStore:
 
     # -- writes ---------------------------------------------------------------
     async def fold(self, score: ScoreEvent, policy: RoutePolicy, now: float) -> FoldResult:
-        """Fold one score exactly once (by pair_id), retrying on a lost race."""
-        route = score.route
-        await self._register(route)
-        seen = self._k(route, f"seen:{score.kind}:{score.pair_id}")
-        mode = floor_key_suffix(score)
-        for _ in range(MAX_ATTEMPTS):
-            if score.kind == "noise":
-                floor, floor_v = await self.read_floor(route, mode)
-                folded = fold(policy, RouteState(), floor, score, now, self._floor)
-                assert folded.floor is not None
-                status, _ = await self._apply(
-                    self._floor_key(route, mode),
-                    seen,
-                    floor_v,
-                    orjson.dumps(folded.floor.to_json()),
-                    route,
-                    None,
-                    (),
-                )
-                if status == "conflict":
-                    continue
-                return FoldResult(status)
-            (floor, _), (state, version) = await self._read_both(route, mode)
-            folded = fold(policy, state, floor, score, now, self._floor)
-            assert folded.route_state is not None
-            result = await self._commit(
-                route, seen, version, folded.route_state, folded.transition, now, "breaker"
-            )
-            if result is not None:
-                return result
-        raise BreakerStoreError(f"route {route}: gave up after {MAX_ATTEMPTS} write conflicts")
+        """Fold one score exactly once (by pair_id): a batch of one, so one code path
+        (and one Lua script) decides dedupe, compare-and-set and the outbox."""
+        return (await self.fold_batch([score], lambda _route: policy, now))[0]
 
     async def fold_batch(
         self,
@@ -329,7 +301,7 @@ class RedisBreakerStore:
             for row in values:
                 state = self._floor.update(state, row)
             status, _ = await self._apply(
-                key, "", version, orjson.dumps(state.to_json()), route, None, ()
+                key, version, orjson.dumps(state.to_json()), route, None, ()
             )
             if status != "conflict":
                 return state
@@ -358,7 +330,7 @@ class RedisBreakerStore:
             if decision.transition is None and decision.state == state:
                 return FoldResult("ok", state)
             result = await self._commit(
-                route, "", version, decision.state, decision.transition, now, source
+                route, version, decision.state, decision.transition, now, source
             )
             if result is not None:
                 return result
@@ -367,7 +339,6 @@ class RedisBreakerStore:
     async def _commit(
         self,
         route: str,
-        seen: str,
         version: int,
         new_state: RouteState,
         transition: Transition | None,
@@ -380,7 +351,6 @@ class RedisBreakerStore:
             self._failpoint("before_commit")
         status, _ = await self._apply(
             self._k(route, "state"),
-            seen,
             version,
             orjson.dumps(new_state.to_json()),
             route,
@@ -389,8 +359,6 @@ class RedisBreakerStore:
         )
         if status == "conflict":
             return None
-        if status == "dup":
-            return FoldResult("dup")
         if outbox is not None:
             self._failpoint("after_commit")
             await self._register(route, force=True)
@@ -399,21 +367,14 @@ class RedisBreakerStore:
     async def _apply(
         self,
         state_key: str,
-        seen: str,
         version: int,
         body: bytes,
         route: str,
         command: bytes | None,
         items: tuple[bytes, ...],
     ) -> tuple[str, int]:
-        keys = [
-            state_key,
-            seen,
-            self.command_key(route),
-            self._k(route, "outbox"),
-            self._k(route, "stats"),
-        ]
-        args: list[Any] = [version, body, self._ttl, command or b"", *items]
+        keys = [state_key, self.command_key(route), self._k(route, "outbox")]
+        args: list[Any] = [version, body, command or b"", *items]
         try:
             status, v = await self._script(keys=keys, args=args)
         except RedisError as exc:
