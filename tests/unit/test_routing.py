@@ -88,3 +88,49 @@ def test_fallback_chain() -> None:
     assert fallback_chain(ORDER, "int4") == ("int4", "int8", "bf16")
     assert fallback_chain(ORDER, "bf16") == ("bf16",)
     assert fallback_chain(ORDER, "fp8") == ("fp8",)
+
+
+def capped(
+    cap: float | None, state: RouteState | None = None, rid: str = "r", pref: str = "cost_optimized"
+):  # type: ignore[no-untyped-def]
+    return decide(
+        order=ORDER,
+        candidate="int4",
+        reference="bf16",
+        preference=pref,  # type: ignore[arg-type]
+        state=state,
+        request_id=rid,
+        candidate_cap=cap,
+    )
+
+
+def test_a_route_awaiting_preflight_holds_the_candidate_at_its_cap() -> None:
+    ids = [f"req-{i}" for i in range(4000)]
+    # Cap 0: every user on the reference, the candidate still mirrored in shadow.
+    held = [capped(0.0, rid=i) for i in ids]
+    assert {x.serve for x in held} == {"bf16"} and {x.mode for x in held} == {"awaiting_preflight"}
+    assert {x.shadow_precision for x in held} == {"int4"}
+    # Cap 10 %: about a tenth on the candidate, the same requests every time.
+    on = [i for i in ids if capped(10.0, rid=i).serve == "int4"]
+    assert 0.08 < len(on) / len(ids) < 0.12
+    assert on == [i for i in ids if capped(10.0, rid=i).serve == "int4"]
+    # A canary is lowered to the cap, never raised by it.
+    canary = RouteState("canary", "int4", 50.0)
+    share = sum(capped(5.0, canary, rid=i).serve == "int4" for i in ids) / len(ids)
+    assert share < 0.07
+    assert sum(capped(80.0, canary, rid=i).serve == "int4" for i in ids) / len(ids) < 0.55
+    # No gate, or a verified one: the cap is None and nothing changes.
+    assert capped(None).mode == "normal" and capped(None).serve == "int4"
+
+
+@pytest.mark.parametrize(
+    ("state", "pref", "mode"),
+    [
+        (RouteState("rollback", "bf16"), "cost_optimized", "rolled_back"),
+        (RouteState("canary", "bf16", 0.0), "cost_optimized", "half_open"),
+        (None, "high_precision", "high_precision"),
+    ],
+)
+def test_the_gate_leaves_rules_that_never_serve_the_candidate(state, pref, mode) -> None:  # type: ignore[no-untyped-def]
+    assert capped(0.0, state, pref=pref).mode == mode
+    assert capped(0.0, state, pref=pref) == capped(None, state, pref=pref)

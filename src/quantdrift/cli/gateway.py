@@ -64,11 +64,14 @@ def build_gateway(config_path: Path, *, control: bool = True):  # type: ignore[n
             routes=config.routes,
             resolve=resolver_for(config),
         )
+    from quantdrift.preflight.signoff import key_ring
+
     return Gateway(
         config,
         publisher=publisher,
         degradations=DegradationPublisher(settings.kafka),
         controller=controller,
+        preflight_keys=key_ring(settings.signing)[1],
     )
 
 

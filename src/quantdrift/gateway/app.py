@@ -21,7 +21,7 @@ import logging
 import secrets
 import time
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Iterator, Mapping
 from contextlib import asynccontextmanager
 from typing import Any, TypeVar
 
@@ -54,6 +54,7 @@ from quantdrift.gateway.openai_wire import (
     sse,
 )
 from quantdrift.gateway.planning import Plan, Refusal, plan_request
+from quantdrift.gateway.preflight_gate import PreflightGate
 from quantdrift.gateway.publisher import ShadowPublisher
 from quantdrift.gateway.routing import RouteState, decide
 from quantdrift.gateway.shadow import ShadowRunner
@@ -108,6 +109,7 @@ class Gateway:
         controller: RouteController | None = None,
         upstreams: Upstreams | None = None,
         shadow_upstreams: Upstreams | None = None,
+        preflight_keys: Mapping[str, bytes] | None = None,
     ) -> None:
         self.config = config
         self.publisher = publisher
@@ -138,6 +140,8 @@ class Gateway:
             self.route_state,
             prompt_salt=prompt_salt,
         )
+        # Routes with a ``preflight:`` gate verify their report with the signing key ring.
+        self.preflight = PreflightGate(config, dict(preflight_keys or {}))
         self.metrics.live(self._live_metrics)
         self.started_at = time.time()
         self._hosts = self.upstreams.hosts
@@ -155,6 +159,7 @@ class Gateway:
                 "gateway: no sample_salt, a random one per process (sampling differs "
                 "across replicas)"
             )
+        await self.preflight.start()
         await self.shadow.start()
         if self.publisher is not None:
             await self.publisher.start()
@@ -166,6 +171,7 @@ class Gateway:
             await self.controller.start()
 
     async def stop(self, timeout: float = 5.0) -> None:
+        await self.preflight.stop()
         await self.shadow.stop(timeout)
         if self.controller is not None:
             await self.controller.stop()
@@ -214,6 +220,7 @@ class Gateway:
             principal=principal,
             state_of=self.route_state,
             request_id=f"req-{uuid.uuid4().hex}",
+            cap_of=self.preflight.cap,
             sample_salt=self.sample_salt,
         )
         if isinstance(plan, Refusal):
@@ -281,6 +288,7 @@ class Gateway:
             principal=principal,
             state_of=self.route_state,
             request_id=f"cmpl-{uuid.uuid4().hex}",
+            cap_of=self.preflight.cap,
         )
         if isinstance(plan, Refusal):
             return error_response(plan.status, plan.message, plan.type, plan.code, plan.param)
@@ -517,12 +525,16 @@ class Gateway:
                 preference="cost_optimized",
                 state=self.route_state(route),
                 request_id="health",
+                candidate_cap=self.preflight.cap(route),
             )
             routes[route] = {
                 "serving": d.serve,
                 "mode": d.mode,
                 "epoch": self.controller.epoch(route) if self.controller else 0,
             }
+            gate = self.preflight.health().get(route)
+            if gate is not None:
+                routes[route]["preflight"] = gate
         return {
             "status": "ok",
             "routes": routes,
@@ -559,6 +571,13 @@ class Gateway:
                 "degradation events, by outcome",
                 ["outcome"],
                 {("sent",): d.sent, ("dropped",): d.dropped_total},
+            )
+        if self.preflight.status:
+            yield gauge(
+                "preflight_verified",
+                "1 when the route's preflight report verifies (else its candidate is capped)",
+                ["route"],
+                {(r,): float(st.verified) for r, st in self.preflight.status.items()},
             )
         ejected = {
             (p,): float(pool.outliers.ejected_total) for p, pool in self.upstreams.pools.items()

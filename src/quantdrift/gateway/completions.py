@@ -73,6 +73,7 @@ def plan_completion(
     principal: Principal,
     state_of: Callable[[str], RouteState | None],
     request_id: str,
+    cap_of: Callable[[str], float | None] = lambda _route: None,
 ) -> CompletionPlan | Refusal:
     """Decide one text completion (pure).
 
@@ -105,6 +106,7 @@ def plan_completion(
         preference=preference,  # type: ignore[arg-type]  # checked in route_and_preference
         state=state_of(route),
         request_id=request_id,
+        candidate_cap=cap_of(route),
     )
     stream = bool(body.get("stream"))
     opts = body.get("stream_options")

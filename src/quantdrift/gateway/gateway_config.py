@@ -11,6 +11,9 @@ shadow_sample_rate: 0.05
 noise_sample_rate: 0.01
 routes:
   cs-agent/int4: {candidate: int4, reference: bf16, teacher_forced: true}
+  # optional: until preflight.json verifies (go, two signers), at most 5 % on int4
+  # billing/int4: {candidate: int4, reference: bf16,
+  #                preflight: {report: preflight.json, canary_percent: 5}}
 pools:                      # optional, per precision: what its servers can do
   bf16: {logprobs: false, max_connections: 32}
 auth:                       # optional; without it the gateway is open (and says so)
@@ -44,12 +47,31 @@ class _Frozen(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
+class PreflightGateConfig(_Frozen):
+    """Hold a route's candidate to a canary share until its preflight report verifies.
+
+    Off unless a route names it. ``report``: the JSON ``quantdrift preflight``
+    wrote (its approvals beside it in ``REPORT.signoff.json``); relative paths are
+    read from the config file's folder. Verified means what ``quantdrift preflight
+    verify`` means: ``go`` and ``required_signers`` distinct valid approvals under
+    the gateway's signing key ring (distinct *keys* with ``distinct_keys``).
+    Until then at most ``canary_percent`` of the route's requests reach the
+    candidate; the rest get the reference, the candidate mirrored in shadow.
+    """
+
+    report: Path
+    canary_percent: float = Field(default=0.0, ge=0, le=100)
+    required_signers: int = Field(default=2, ge=1)
+    distinct_keys: bool = False
+
+
 class RouteConfig(_Frozen):
     """One route: which precision is the candidate, which the reference.
 
     ``clear_prompts``: pairs of this route carry the prompt itself; by default they
     carry only a salted hash (privacy by default: Kafka is read by more people than
-    the gateway's users trusted with their prompts).
+    the gateway's users trusted with their prompts). ``preflight``: optional, see
+    :class:`PreflightGateConfig`.
     """
 
     candidate: str
@@ -58,6 +80,7 @@ class RouteConfig(_Frozen):
     shadow_sample_rate: float | None = Field(default=None, ge=0, le=1)
     noise_sample_rate: float | None = Field(default=None, ge=0, le=1)
     clear_prompts: bool = False
+    preflight: PreflightGateConfig | None = None
 
 
 _SHA256 = r"^[0-9a-f]{64}$"
@@ -166,6 +189,8 @@ class GatewayConfig(_Frozen):
     # Ask upstreams for logprobs on user calls too, for the entropy probe.
     logprobs_on_user_calls: bool = True
     top_logprobs: int = Field(default=5, ge=0, le=20)
+    # How often gated routes re-read their preflight report and approvals.
+    preflight_refresh_s: float = Field(default=30.0, gt=0)
 
     @model_validator(mode="after")
     def _consistent(self) -> GatewayConfig:
@@ -247,4 +272,16 @@ def load_config(path: Path | str) -> GatewayConfig:
         raise ConfigError(f"gateway config {path}: invalid YAML: {exc}") from exc
     if not isinstance(data, dict):
         raise ConfigError(f"gateway config {path}: expected a mapping at the top")
-    return parse_config(data)
+    return _reports_beside(parse_config(data), Path(path).resolve().parent)
+
+
+def _reports_beside(config: GatewayConfig, folder: Path) -> GatewayConfig:
+    """Relative preflight report paths read from the config file's folder."""
+    routes = {}
+    for name, rc in config.routes.items():
+        gate = rc.preflight
+        if gate is not None and not gate.report.is_absolute():
+            anchored = gate.model_copy(update={"report": folder / gate.report})
+            rc = rc.model_copy(update={"preflight": anchored})
+        routes[name] = rc
+    return config.model_copy(update={"routes": routes})

@@ -176,6 +176,7 @@ def plan_request(
     principal: Principal,
     state_of: Callable[[str], RouteState | None],
     request_id: str,
+    cap_of: Callable[[str], float | None] = lambda _route: None,
     sample_salt: str,
 ) -> Plan | Refusal:
     """Decide one request (pure; see the module docstring). ``headers`` keys are lowercase."""
@@ -215,6 +216,7 @@ def plan_request(
         preference=preference,  # type: ignore[arg-type]  # checked against PREFERENCES
         state=state_of(route),
         request_id=request_id,
+        candidate_cap=cap_of(route),
     )
     shadow = decision.pair_candidate is not None and sampled(
         request_id, cfg.shadow_rate(route), sample_salt

@@ -18,6 +18,12 @@ Rules, first match wins:
    users get the target (the route's candidate by default); the reference is the
    shadow side.
 
+A route held by its launch gate (``candidate_cap``: its preflight report does
+not verify yet, see ``gateway/preflight_gate.py``) sends at most that percent
+of requests to the candidate: rule 5 becomes a canary at the cap (mode
+``awaiting_preflight``), and a canary's percent is lowered to it. Rules 1-3
+never serve the candidate, so the gate does not touch them.
+
 The fallback chain is the configured precision order from the serving
 precision onward (INT4 -> INT8 -> BF16): a JSON or degeneration failure, or
 an upstream failure, moves to the next one.
@@ -33,7 +39,9 @@ from quantdrift.gateway.sampling import sampled
 
 Preference = Literal["cost_optimized", "high_precision"]
 PREFERENCES: tuple[str, ...] = ("cost_optimized", "high_precision")
-Mode = Literal["normal", "high_precision", "rolled_back", "half_open", "canary"]
+Mode = Literal[
+    "normal", "high_precision", "rolled_back", "half_open", "canary", "awaiting_preflight"
+]
 
 CANARY_SALT = "canary:"
 
@@ -90,6 +98,7 @@ def decide(
     preference: Preference,
     state: RouteState | None,
     request_id: str,
+    candidate_cap: float | None = None,
 ) -> Decision:
     """The routing decision for one request (pure; see the module docstring).
 
@@ -123,7 +132,13 @@ def decide(
         return plan(reference, "half_open")
     if state.action == "canary":
         percent = float(state.percent or 0.0)
+        if candidate_cap is not None:
+            percent = min(percent, candidate_cap)
         on_candidate = sampled(request_id, min(1.0, percent / 100.0), CANARY_SALT)
         quantized = target if target and target != reference else candidate
         return plan(quantized if on_candidate else reference, "canary")
-    return plan(target or candidate, "normal")
+    serve = target or candidate
+    if candidate_cap is not None and serve != reference:
+        on_candidate = sampled(request_id, min(1.0, candidate_cap / 100.0), CANARY_SALT)
+        return plan(serve if on_candidate else reference, "awaiting_preflight")
+    return plan(serve, "normal")
