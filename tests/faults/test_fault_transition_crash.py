@@ -158,7 +158,10 @@ async def test_random_kill_9s_over_a_stream_of_transitions(
         return "\n---\n".join(w.log_tail(1500) for w in workers)
 
     async def chaos() -> None:
-        while not done.is_set():
+        # MIN_KILLS kills, then the stream finishes its cycles in peace: kills beyond the
+        # minimum only stretched the run (each one stalls its partitions until the group
+        # rebalances) toward the test's timeout on a loaded machine.
+        while not done.is_set() and len(kills) < MIN_KILLS:
             # The random moment of the next kill (this is the fault, not a wait for order).
             await asyncio.sleep(rng.uniform(1.0, 4.0))
             slot = rng.randrange(len(workers))
