@@ -219,7 +219,7 @@ def test_a_gate_without_its_report_holds_and_says_why(tmp_path: Path) -> None:
     assert str(tmp_path / "missing.json") in status["problems"][0]
 
 
-def test_routes_without_a_gate_are_never_capped(tmp_path: Path) -> None:
+def test_routes_without_a_gate_are_never_capped() -> None:
     from quantdrift.gateway.gateway_config import parse_config
     from quantdrift.gateway.preflight_gate import PreflightGate
 

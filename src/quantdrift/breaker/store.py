@@ -116,22 +116,6 @@ class RedisBreakerStore:
             raise BreakerStoreError(f"redis: {exc}") from exc
         return int(raw or 0)
 
-    async def _read_both(
-        self, route: str, mode: str
-    ) -> tuple[tuple[NoiseFloorState, int], tuple[RouteState, int]]:
-        """Floor and route state in one round trip: the judge's hot path."""
-        try:
-            pipe = self._r.pipeline(transaction=False)
-            pipe.hmget(self._floor_key(route, mode), "v", "s")
-            pipe.hmget(self._k(route, "state"), "v", "s")
-            raw_floor, raw_state = await pipe.execute()
-        except RedisError as exc:
-            raise BreakerStoreError(f"redis: {exc}") from exc
-        return (
-            _decode(raw_floor, NoiseFloorState.from_json),
-            _decode(raw_state, RouteState.from_json),
-        )
-
     async def _read_hash(self, key: str, build: Callable[[Any], Any]) -> tuple[Any, int]:
         try:
             raw = await self._r.hmget(key, "v", "s")

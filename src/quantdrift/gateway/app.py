@@ -517,6 +517,7 @@ class Gateway:
     def health(self) -> dict[str, Any]:
         cfg = self.config
         routes = {}
+        gates = self.preflight.health()
         for route, rc in cfg.routes.items():
             d = decide(
                 order=cfg.order,
@@ -532,7 +533,7 @@ class Gateway:
                 "mode": d.mode,
                 "epoch": self.controller.epoch(route) if self.controller else 0,
             }
-            gate = self.preflight.health().get(route)
+            gate = gates.get(route)
             if gate is not None:
                 routes[route]["preflight"] = gate
         return {

@@ -23,6 +23,7 @@ import logging
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from functools import cached_property
 
 from quantdrift.errors import ConfigError
 from quantdrift.gateway.gateway_config import GatewayConfig, PreflightGateConfig
@@ -51,17 +52,18 @@ class PreflightGate:
     status: dict[str, GateStatus] = field(default_factory=dict)
     _task: asyncio.Task[None] | None = None
 
-    @property
+    @cached_property
     def gates(self) -> dict[str, PreflightGateConfig]:
+        """The gated routes (the config is frozen: computed once)."""
         return {r: rc.preflight for r, rc in self.config.routes.items() if rc.preflight}
 
     def cap(self, route: str) -> float | None:
         """The candidate's largest share (percent) for ``route``; None: not capped."""
-        rc = self.config.routes.get(route)
-        if rc is None or rc.preflight is None:
+        gate = self.gates.get(route)
+        if gate is None:
             return None
         st = self.status.get(route)
-        return None if st is not None and st.verified else rc.preflight.canary_percent
+        return None if st is not None and st.verified else gate.canary_percent
 
     def refresh(self) -> None:
         """Re-read every gated route's report and approvals; log each change of verdict."""
