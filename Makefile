@@ -6,7 +6,7 @@ STAMP_RUN := $(VENV)/.installed-run
 STAMP_DEV := $(VENV)/.installed-dev
 PYTEST_ARGS ?=
 
-.PHONY: help install dev demo browser test test-faults lint typecheck bench bench-long lab-pairs clean
+.PHONY: help install dev demo browser promtool docs test test-faults lint typecheck bench bench-long lab-pairs clean
 MINUTES ?= 30
 
 help:  ## list the targets
@@ -43,7 +43,17 @@ browser:  ## install chromium for the status-page test (needs root and Debian's 
 	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; \
 	  else echo "chromium missing: install it (e.g. apt-get install chromium) for the browser test"; fi; }
 
-test: $(STAMP_DEV) browser  ## the whole suite, on the real embedded broker and Redis
+# The Prometheus alert rules are checked and unit-tested by promtool: Debian's prometheus.
+promtool:  ## install promtool for the alert-rule tests (needs root and Debian's packages)
+	@command -v promtool >/dev/null 2>&1 || { \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus >/dev/null; \
+	  else echo "promtool missing: install it (e.g. apt-get install prometheus) for the alert-rule test"; fi; }
+
+docs: $(STAMP_DEV)  ## the documentation site, built strict into site/
+	$(BIN)/mkdocs build --strict --site-dir site
+
+test: $(STAMP_DEV) browser promtool  ## the whole suite, on the real embedded broker and Redis
 	$(BIN)/pytest -q $(PYTEST_ARGS)
 
 lint: $(STAMP_DEV)  ## ruff and format check
