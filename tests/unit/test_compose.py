@@ -48,9 +48,28 @@ def environment(service: dict[str, Any]) -> dict[str, str]:
     return {k: str(v) for k, v in env.items()}
 
 
+def published(service: dict[str, Any]) -> list[tuple[str, str, str]]:
+    """(host address, host port, container port) of each published port."""
+    rows = []
+    for spec in service.get("ports", []):
+        parts = str(spec).split(":")
+        assert len(parts) == 3, f"{spec}: publish with an explicit host address"
+        rows.append((parts[0], parts[1], parts[2]))
+    return rows
+
+
 def test_services_and_ports(compose: dict[str, Any]) -> None:
     services = compose["services"]
-    assert {"kafka", "redis", "worker", "gateway", "prometheus", "grafana"} <= set(services)
+    assert {
+        "kafka",
+        "redis",
+        "worker",
+        "gateway",
+        "alerts",
+        "alertmanager",
+        "prometheus",
+        "grafana",
+    } <= set(services)
     kafka = services["kafka"]
     assert kafka["image"].startswith("apache/kafka:")
     assert "controller" in kafka["environment"]["KAFKA_PROCESS_ROLES"]  # KRaft, no ZooKeeper
@@ -61,13 +80,45 @@ def test_services_and_ports(compose: dict[str, Any]) -> None:
     assert "worker" in worker["command"]
     gateway = services["gateway"]
     assert gateway["command"][:3] == ["gateway", "--config", "/etc/quantdrift/gateway.yaml"]
-    assert any(str(p).endswith(":8080") for p in gateway["ports"])
-    assert any(str(p).startswith("9090:") for p in services["prometheus"]["ports"])
-    assert any(str(p).startswith("3000:") for p in services["grafana"]["ports"])
-    host_ports = [
-        str(p).split(":")[0] for s in services.values() for p in s.get("ports", []) if ":" in str(p)
-    ]
+    assert ("127.0.0.1", "8080", "8080") in published(gateway)
+    assert ("127.0.0.1", "9090", "9090") in published(services["prometheus"])
+    assert ("127.0.0.1", "3000", "3000") in published(services["grafana"])
+    host_ports = [port for s in services.values() for _, port, _ in published(s)]
     assert len(host_ports) == len(set(host_ports)), "two services publish the same host port"
+
+
+def test_nothing_unauthenticated_is_published_beyond_loopback(compose: dict[str, Any]) -> None:
+    """The broker, Prometheus and Alertmanager have no auth in compose: loopback at most."""
+    for name, service in compose["services"].items():
+        for address, port, _ in published(service):
+            assert address == "127.0.0.1", f"{name} publishes {port} on {address!r}"
+    assert "ports" not in compose["services"]["redis"]
+
+
+def test_alert_forwarder_and_rules_are_wired(compose: dict[str, Any]) -> None:
+    services = compose["services"]
+    alerts = services["alerts"]
+    assert alerts["command"][:2] == ["alerts", "forward"]
+    url = alerts["command"][alerts["command"].index("--alertmanager") + 1]
+    assert url == "http://alertmanager:9093"
+    assert "alertmanager" in alerts["depends_on"]
+    # No port to probe: the image's HEALTHCHECK (the worker's) must not mark it unhealthy.
+    assert alerts["healthcheck"] == {"disable": True}
+    prom_mounts = {str(v).split(":")[1] for v in services["prometheus"]["volumes"]}
+    assert {"/etc/prometheus/prometheus.yml", "/etc/prometheus/alerts.yml"} <= prom_mounts
+    prom = yaml.safe_load((ROOT / "deploy/prometheus/prometheus.yml").read_text())
+    assert prom["rule_files"] == ["alerts.yml"]
+    targets = prom["alerting"]["alertmanagers"][0]["static_configs"][0]["targets"]
+    assert targets == ["alertmanager:9093"]
+    am = yaml.safe_load((ROOT / "deploy/alertmanager/alertmanager.yml").read_text())
+    assert am["route"]["receiver"] in {r["name"] for r in am["receivers"]}
+
+
+def test_long_running_services_get_time_to_stop(compose: dict[str, Any]) -> None:
+    """Docker's default 10 s cuts a worker's commit or a gateway's open streams short."""
+    for name in ("worker", "gateway", "alerts"):
+        grace = str(compose["services"][name]["stop_grace_period"])
+        assert re.fullmatch(r"\d+s", grace) and int(grace[:-1]) >= 20, name
 
 
 def test_every_quantdrift_variable_is_a_setting(compose: dict[str, Any]) -> None:
@@ -89,14 +140,16 @@ def test_settings_parse_from_the_compose_environment(
     """The values too: what the worker gets must validate (defaults for ${VAR:-default};
     the operator's own values for the required ${VAR:?message})."""
     operator = {
-        "QUANTDRIFT_ACTIVE_KEY_ID": "k2026",
-        "QUANTDRIFT_SIGNING_KEYS": '{"k2026": "a-real-secret"}',
+        "QUANTDRIFT_SIGNING__ACTIVE_KEY_ID": "k2026",
+        "QUANTDRIFT_SIGNING__KEYS": '{"k2026": "a-real-secret"}',
     }
     env = environment(compose["services"]["worker"])
     for name, value in env.items():
         if name.startswith("QUANTDRIFT_"):
             default = re.fullmatch(r"\$\{[A-Z_]+:-(.*)\}", value)
             required = re.fullmatch(r"\$\{([A-Z_]+):\?.*\}", value)
+            # The operator sets the very names Settings reads: one name per setting.
+            assert required is None or required.group(1) == name, (name, value)
             if required:
                 value = operator[required.group(1)]
             elif default:
@@ -114,7 +167,7 @@ def test_no_dev_key_fallback_and_durable_state(compose: dict[str, Any]) -> None:
     text = COMPOSE.read_text()
     assert DEV_KEY not in text
     env = compose["x-quantdrift-env"]
-    assert env["QUANTDRIFT_SIGNING__KEYS"].startswith("${QUANTDRIFT_SIGNING_KEYS:?")
+    assert env["QUANTDRIFT_SIGNING__KEYS"].startswith("${QUANTDRIFT_SIGNING__KEYS:?")
     kafka = compose["services"]["kafka"]
     assert kafka["environment"]["KAFKA_LOG_DIRS"] == "/var/lib/kafka/data"
     assert any(str(v).endswith(":/var/lib/kafka/data") for v in kafka["volumes"])
@@ -134,7 +187,7 @@ def test_mounted_files_exist(compose: dict[str, Any]) -> None:
 
 
 def test_prometheus_scrapes_the_worker_port(compose: dict[str, Any]) -> None:
-    prom = yaml.safe_load((ROOT / "deploy/prometheus.yml").read_text())
+    prom = yaml.safe_load((ROOT / "deploy/prometheus/prometheus.yml").read_text())
     job = next(j for j in prom["scrape_configs"] if j["job_name"] == "quantdrift-worker")
     assert job["metrics_path"] == "/metrics"
     sd = job["dns_sd_configs"][0]

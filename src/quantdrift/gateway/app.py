@@ -587,6 +587,14 @@ class Gateway:
             "upstream_ejections", "servers ejected by outlier detection", ["precision"], ejected
         )
         if self.controller is not None:
+            # 0 while commands reach this gateway only through the Redis backstop:
+            # the alert rules page on it (deploy/prometheus/alerts.yml).
+            yield gauge(
+                "control_ready",
+                "1 while the control topic is followed",
+                [],
+                {(): float(self.controller.kafka_ready)},
+            )
             yield gauge(
                 "route_epoch",
                 "epoch of the route's applied command",
