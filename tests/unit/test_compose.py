@@ -249,3 +249,85 @@ def test_docker_compose_config_is_valid() -> None:
         [*cmd, "-f", str(COMPOSE), "config", "-q"], capture_output=True, timeout=60
     )
     assert out.returncode == 0, out.stderr.decode()
+
+
+# -- Kubernetes (deploy/k8s): validated offline against the API schemas ------------------
+
+K8S = ROOT / "deploy" / "k8s"
+# The oldest Kubernetes release still in wide use, and the newest the validator knows.
+K8S_VERSIONS = ("1.30.0", "1.37.0")
+
+
+def k8s_objects() -> list[dict[str, Any]]:
+    return [
+        doc
+        for path in sorted(K8S.glob("*.yaml"))
+        for doc in yaml.safe_load_all(path.read_text())
+        if doc is not None
+    ]
+
+
+def k8s_object(kind: str, name: str) -> dict[str, Any]:
+    return next(o for o in k8s_objects() if o["kind"] == kind and o["metadata"]["name"] == name)
+
+
+def container(deployment: dict[str, Any]) -> dict[str, Any]:
+    (only,) = deployment["spec"]["template"]["spec"]["containers"]
+    return only
+
+
+@pytest.mark.parametrize("version", K8S_VERSIONS)
+def test_k8s_manifests_validate_offline(version: str) -> None:
+    import kubernetes_validate
+
+    objects = k8s_objects()
+    kinds = {(o["kind"], o["metadata"]["name"]) for o in objects}
+    assert {
+        ("Deployment", "quantdrift-gateway"),
+        ("Service", "quantdrift-gateway"),
+        ("Deployment", "quantdrift-worker"),
+        ("Job", "quantdrift-topics"),
+    } <= kinds
+    for obj in objects:
+        # strict: an unknown field (a typo) fails too, not only a wrong type.
+        kubernetes_validate.validate(obj, version, strict=True)
+
+
+def test_k8s_settings_are_settings_the_code_reads() -> None:
+    known = setting_paths(Settings)
+    env = k8s_object("ConfigMap", "quantdrift-env")["data"]
+    names = set(env)
+    for obj in k8s_objects():
+        if obj["kind"] == "Deployment":
+            names |= {e["name"] for e in container(obj).get("env", [])}
+    used = {n for n in names if n.startswith("QUANTDRIFT_")}
+    assert used and not sorted(used - known), sorted(used - known)
+
+
+def test_k8s_matches_the_image_and_the_code() -> None:
+    from quantdrift.config import TopicNames
+
+    worker = k8s_object("Deployment", "quantdrift-worker")
+    gateway = k8s_object("Deployment", "quantdrift-gateway")
+    docker = (ROOT / "Dockerfile").read_text()
+    workdir = re.findall(r"^WORKDIR (\S+)", docker, re.M)[-1]
+    for deployment in (worker, gateway):
+        pod = deployment["spec"]["template"]["spec"]
+        assert pod["securityContext"]["runAsNonRoot"] is True
+        assert f"--uid {pod['securityContext']['runAsUser']}" in docker
+        mounts = {m["mountPath"] for m in container(deployment)["volumeMounts"]}
+        # The root filesystem is read-only: the image's data directory must be a volume.
+        assert container(deployment)["securityContext"]["readOnlyRootFilesystem"] is True
+        assert workdir in mounts and "/tmp" in mounts
+        assert pod["terminationGracePeriodSeconds"] >= 20
+    w = container(worker)
+    assert w["args"] == ["worker", "--web-port", "6066"]
+    assert w["readinessProbe"]["httpGet"]["path"] == "/healthz"
+    g = container(gateway)
+    assert g["args"][:3] == ["gateway", "--config", "/etc/quantdrift/gateway.yaml"]
+    assert g["readinessProbe"]["httpGet"]["path"] == "/health"
+    service = k8s_object("Service", "quantdrift-gateway")
+    assert service["spec"]["selector"] == gateway["spec"]["selector"]["matchLabels"]
+    job = container(k8s_object("Job", "quantdrift-topics"))
+    topics = next(e["value"] for e in job["env"] if e["name"] == "TOPICS").split()
+    assert sorted(topics) == sorted(TopicNames().model_dump().values())
