@@ -10,9 +10,11 @@ install fetches the gateway's dependencies from the package index (or pip's cach
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import sys
+import tomllib
 import zipfile
 from pathlib import Path
 
@@ -92,3 +94,30 @@ def test_gateway_role_runs_without_torch(wheel: Path, tmp_path: Path) -> None:
     # The light base is importable too: what a service embeds to publish pairs.
     embedded = run(py, "-c", "from quantdrift.gateway import ShadowPublisher, RouteController")
     assert embedded.returncode == 0, embedded.stderr[-3000:]
+
+
+def _closure(extras: dict[str, list[str]], names: list[str]) -> set[str]:
+    """Requirement names of ``names``' extras, self-references (quantdrift[x]) expanded."""
+    out: set[str] = set()
+    todo = list(names)
+    while todo:
+        for req in extras[todo.pop()]:
+            name = re.split(r"[<>=\[; ]", req, maxsplit=1)[0].lower()
+            if name == "quantdrift":
+                todo += re.findall(r"[a-z]+", req[req.index("[") : req.index("]")])
+            else:
+                out.add(name)
+    return out
+
+
+def test_make_install_and_dev_still_install_every_role() -> None:
+    """`make install` installs the lab extra, `make dev` adds dev/report/bench: the lab
+    role must pull every other role, or a command of the full install breaks."""
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    extras = project["optional-dependencies"]
+    lab = _closure(extras, ["lab"])
+    for role in ("gateway", "worker", "replay", "embedded"):
+        assert _closure(extras, [role]) <= lab, role
+    dev = _closure(extras, ["lab", "dev", "report", "bench"])
+    # What the test suite imports beyond the roles.
+    assert {"rouge-score", "openai", "psutil", "hypothesis", "mkdocs", "kubernetes-validate"} <= dev
