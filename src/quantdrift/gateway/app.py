@@ -18,13 +18,15 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import re
 import secrets
 import time
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Iterator, Mapping
+from collections.abc import AsyncIterator, Awaitable, Iterable, Iterator, Mapping
 from contextlib import asynccontextmanager
 from typing import Any, TypeVar
 
+import orjson
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response, StreamingResponse
@@ -210,7 +212,7 @@ class Gateway:
         principal = self.principal(request)
         if principal is None:
             return self._refuse_auth()
-        body = await json_object(request)
+        body = await json_object(request, self.config.limits.max_body_bytes)
         if isinstance(body, Response):
             return body
         plan = plan_request(
@@ -278,7 +280,7 @@ class Gateway:
         principal = self.principal(request)
         if principal is None:
             return self._refuse_auth()
-        body = await json_object(request)
+        body = await json_object(request, self.config.limits.max_body_bytes)
         if isinstance(body, Response):
             return body
         plan = plan_completion(
@@ -452,7 +454,7 @@ class Gateway:
 
     def _headers(self, plan: Plan, trace: Trace, precision: str | None = None) -> dict[str, str]:
         headers = {"x-request-id": plan.request_id, "x-quantdrift-route": plan.route}
-        if plan.client_request_id:
+        if plan.client_request_id and _PRINTABLE.match(plan.client_request_id[:200]):
             headers["x-client-request-id"] = plan.client_request_id[:200]
         if precision:
             headers["x-quantdrift-precision"] = precision
@@ -461,7 +463,7 @@ class Gateway:
         if trace.truncated:
             headers["x-quantdrift-truncated"] = "max_tokens"
         if plan.dropped_fields:
-            headers["x-quantdrift-dropped-fields"] = ",".join(plan.dropped_fields)[:500]
+            headers["x-quantdrift-dropped-fields"] = header_list(plan.dropped_fields)
         return headers
 
     def _client_error(self, plan: Plan, trace: Trace, exc: UpstreamClientError) -> JSONResponse:
@@ -726,14 +728,60 @@ def create_admin_app(gateway: Gateway) -> FastAPI:
     return app
 
 
-async def json_object(request: Request) -> dict[str, Any] | Response:
-    """The request body as a JSON object, or the 400 that says why it is not one."""
+async def json_object(request: Request, max_bytes: int) -> dict[str, Any] | Response:
+    """The request body as a JSON object, or the 4xx that says why it is not one.
+
+    The body is read up to ``max_bytes`` (413 past it, before the rest is held in
+    memory) and parsed with orjson, which is strict where ``json`` is lenient: it
+    refuses NaN and Infinity, lone surrogates and nesting deeper than 1024, so none
+    of them reaches planning, an upstream or a pair.
+    """
+    declared = request.headers.get("content-length", "")
+    if declared.isdigit() and int(declared) > max_bytes:
+        return _too_large(max_bytes)
+    chunks, size = [], 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > max_bytes:
+            return _too_large(max_bytes)
+        chunks.append(chunk)
     try:
-        body = await request.json()
-    except ValueError:
-        return error_response(400, "The body is not JSON", "invalid_request_error", "invalid_json")
+        body = orjson.loads(b"".join(chunks))
+    except orjson.JSONDecodeError as exc:
+        return error_response(
+            400, f"The body is not valid JSON ({exc})", "invalid_request_error", "invalid_json"
+        )
     if not isinstance(body, dict):
         return error_response(
             400, "The body must be a JSON object", "invalid_request_error", "invalid_json"
         )
     return body
+
+
+def _too_large(max_bytes: int) -> JSONResponse:
+    return error_response(
+        413,
+        f"The body is larger than {max_bytes} bytes",
+        "invalid_request_error",
+        "request_too_large",
+    )
+
+
+_HEADER_TOKEN = re.compile(r"^[A-Za-z0-9_.:@/-]{1,64}$")
+_PRINTABLE = re.compile(r"^[\x20-\x7e]+$")
+
+
+def header_list(names: Iterable[str], limit: int = 500) -> str:
+    """Names safe for a response header, comma-joined; any other name is counted, not echoed.
+
+    Nothing the caller typed reaches a header unless it is a plain token: a key
+    holding CR/LF (header injection) or a non-latin-1 character (which the server
+    cannot encode) shows up as ``+N-unprintable``.
+
+    >>> header_list(["top_k", "bad\\r\\nx: 1", "ключ"])
+    'top_k,+2-unprintable'
+    """
+    names = list(names)
+    safe = [n for n in names if _HEADER_TOKEN.match(n)]
+    other = len(names) - len(safe)
+    return ",".join(safe + ([f"+{other}-unprintable"] if other else []))[:limit]

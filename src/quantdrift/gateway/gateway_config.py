@@ -150,6 +150,21 @@ class JsonGuardConfig(_Frozen):
     max_depth: int = Field(default=64, ge=1)
 
 
+class RequestLimits(_Frozen):
+    """What one request may make the gateway hold or ask for; beyond it, a 4xx, no upstream call.
+
+    ``max_body_bytes``: a larger body gets 413 before it is read whole. ``max_total_tokens``:
+    ``n`` times ``max_tokens`` (or ``max_completion_tokens``). ``max_logprob_tokens``: per-token
+    log-prob entries kept per choice (choice 0 for the probes always; the others only when
+    the caller asked for logprobs); entries past it are not kept.
+    """
+
+    max_body_bytes: int = Field(default=8 * 1024 * 1024, ge=1024)
+    max_messages: int = Field(default=2048, ge=1)
+    max_total_tokens: int = Field(default=262_144, ge=1)
+    max_logprob_tokens: int = Field(default=32_768, ge=0)
+
+
 class GatewayConfig(_Frozen):
     """Everything ``quantdrift gateway`` needs besides Kafka/Redis settings."""
 
@@ -182,6 +197,7 @@ class GatewayConfig(_Frozen):
     extra_body_fields: list[str] = Field(default_factory=list)
     unknown_fields: Literal["reject", "drop"] = "reject"
     json_guard: JsonGuardConfig = JsonGuardConfig()
+    limits: RequestLimits = RequestLimits()
     degeneration: DegenerationConfig = DegenerationConfig()
     # Streams that do not ask for JSON: chunks held back before the first byte goes
     # out, so a loop or a failure in the first tokens still falls back silently.

@@ -29,6 +29,7 @@ from quantdrift.errors import SchemaError
 from quantdrift.gateway.kafka_config import producer_kwargs
 from quantdrift.gateway.sampling import sampled
 from quantdrift.schemas.pair import PairEvent
+from quantdrift.supervision import Supervisor
 
 log = logging.getLogger(__name__)
 
@@ -38,6 +39,7 @@ STOPPED = "stopped"
 INVALID = "invalid"
 STOP_TIMEOUT = "stop_timeout"
 OFFER_ERROR = "offer_error"
+BUG = "bug"  # the drain loop raised; the supervisor restarted it
 SEND_ERROR = "send_error"  # stored as "send_error:<ExceptionName>"
 
 
@@ -108,6 +110,8 @@ class ShadowPublisher:
         self._closed = False
         self._connected = asyncio.Event()
         self.stats = PublisherStats()
+        # Restarts the drain loop if it ever raises; the gateway shares its own.
+        self.supervisor = Supervisor()
 
     @property
     def topic(self) -> str:
@@ -156,7 +160,7 @@ class ShadowPublisher:
         """Start the drain task; returns at once, Kafka is connected in the background."""
         if self._task is None:
             self._closed = False
-            self._task = asyncio.create_task(self._run(), name="quantdrift-shadow-publisher")
+            self._task = self.supervisor.spawn(f"publisher:{self._topic}", self._run)
 
     async def wait_connected(self, timeout: float) -> bool:
         """True once the producer is up (tests and health checks); False on timeout."""
@@ -207,7 +211,8 @@ class ShadowPublisher:
     # -- background ------------------------------------------------------------
 
     async def _run(self) -> None:
-        producer = await self._connect()
+        # A restart after a crash keeps the producer it already has.
+        producer = self._producer or await self._connect()
         while True:
             item = await self._queue.get()
             try:
@@ -217,15 +222,23 @@ class ShadowPublisher:
                 self.stats.drop(STOP_TIMEOUT)
                 self._queue.task_done()
                 raise
+            except Exception:
+                # _send_one owns the slot until it hands the pair over; a bug before
+                # that must not leave queue.join() waiting forever. The supervisor logs it.
+                self.stats.drop(BUG)
+                self._queue.task_done()
+                raise
 
     async def _send_one(self, producer: AIOKafkaProducer, item: Any) -> None:
         """Own one queue slot: ``task_done`` exactly once, here or on delivery."""
         try:
             key, value = self._encode(item)
-        except SchemaError as exc:
+        except (SchemaError, TypeError, ValueError, OverflowError) as exc:
+            # One poisoned pair (e.g. an integer beyond 64 bits in a user's json_schema,
+            # which orjson refuses to encode) is dropped and counted; the next is sent.
             self.stats.drop(INVALID)
             self._queue.task_done()
-            log.warning("pair dropped, invalid: %s", exc)
+            log.warning("pair dropped, invalid: %s: %s", type(exc).__name__, exc)
             return
         await self._in_flight.acquire()
         try:

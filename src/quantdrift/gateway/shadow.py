@@ -261,7 +261,7 @@ class ShadowRunner:
         return body
 
     async def _collect(self, precision: str, body: Mapping[str, Any]) -> Completion:
-        acc = Accumulator(precision)
+        acc = Accumulator(precision, keep_logprobs=self.config.limits.max_logprob_tokens)
         stream = self.upstreams[precision].stream(body, total_s=self.config.timeouts.shadow_total_s)
         async with contextlib.aclosing(stream):
             async for chunk in stream:
