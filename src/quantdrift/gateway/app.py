@@ -63,6 +63,7 @@ from quantdrift.gateway.shadow import ShadowRunner
 from quantdrift.gateway.telemetry import CONTENT_TYPE, Telemetry, counter, gauge
 from quantdrift.gateway.upstreams import UpstreamClientError, Upstreams
 from quantdrift.schemas.degradation import DegradationEvent
+from quantdrift.supervision import Supervisor
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -144,6 +145,12 @@ class Gateway:
         )
         # Routes with a ``preflight:`` gate verify their report with the signing key ring.
         self.preflight = PreflightGate(config, dict(preflight_keys or {}))
+        # One supervisor for every long-lived task: crashes counted in /metrics, and a
+        # task given up on makes /health answer 503.
+        self.supervisor = Supervisor()
+        for part in (self.shadow, self.preflight, publisher, degradations, controller):
+            if part is not None:
+                part.supervisor = self.supervisor
         self.metrics.live(self._live_metrics)
         self.started_at = time.time()
         self._hosts = self.upstreams.hosts
@@ -516,10 +523,16 @@ class Gateway:
             ],
         }
 
-    def health(self) -> dict[str, Any]:
+    @property
+    def ready(self) -> bool:
+        """False when a background task was given up on (see ``supervision.py``)."""
+        return self.supervisor.ready
+
+    def health(self, private: bool = True) -> dict[str, Any]:
+        """The gateway's view; ``private`` (an authenticated admin) adds who signed what."""
         cfg = self.config
         routes = {}
-        gates = self.preflight.health()
+        gates = self.preflight.health(private)
         for route, rc in cfg.routes.items():
             d = decide(
                 order=cfg.order,
@@ -539,7 +552,8 @@ class Gateway:
             if gate is not None:
                 routes[route]["preflight"] = gate
         return {
-            "status": "ok",
+            "status": "ok" if self.ready else "not_ready",
+            "failed_tasks": sorted(self.supervisor.failed),
             "routes": routes,
             "precisions": {p: len(u) for p, u in cfg.precisions.items()},
             "kafka_connected": bool(self.publisher and self.publisher.connected),
@@ -552,6 +566,13 @@ class Gateway:
     def _live_metrics(self) -> Iterator[Any]:
         """Numbers other components keep, read at scrape time."""
         yield from self.shadow.collect()
+        yield counter(
+            "task_crashes",
+            "background task crashes (each logged with its traceback, then restarted)",
+            ["task"],
+            {(k,): float(v) for k, v in self.supervisor.crashes.items()},
+        )
+        yield gauge("ready", "0 once a task was given up on", [], {(): float(self.ready)})
         dropped = {("queue", r): float(n) for r, n in self.shadow.dropped.items()}
         if self.publisher is not None:
             s = self.publisher.stats
@@ -650,7 +671,8 @@ def _admin_routes(app: FastAPI, gateway: Gateway) -> None:
     async def health(request: Request) -> Any:
         if not gateway.auth.admin_ok(request.headers.get("authorization")):
             return denied()
-        return gateway.health()
+        body = gateway.health(private=gateway.auth.admin_protected)
+        return JSONResponse(body, 200 if gateway.ready else 503)
 
     @app.get("/metrics", response_model=None)
     async def metrics(request: Request) -> Response:

@@ -36,6 +36,7 @@ from quantdrift.schemas.command import Action, RouteCommand
 from quantdrift.schemas.keys import COMMAND_KEY_GLOB, route_of_command_key
 from quantdrift.schemas.keys import command_key as _command_key
 from quantdrift.schemas.signing import CommandVerifier
+from quantdrift.supervision import Supervisor
 
 log = logging.getLogger(__name__)
 
@@ -127,6 +128,8 @@ class RouteController:
         self._redis: aioredis.Redis | None = None
         self._tasks: list[asyncio.Task[None]] = []
         self.stats = ControllerStats()
+        # Restarts a follower loop that raises; the gateway shares its own.
+        self.supervisor = Supervisor()
 
     # -- reading ---------------------------------------------------------------
 
@@ -223,8 +226,8 @@ class RouteController:
             self.stats.redis_errors += 1
             log.warning("route keys not readable at start (%r); following the topic", exc)
         self._tasks = [
-            asyncio.create_task(self._follow_topic(), name="quantdrift-control-topic"),
-            asyncio.create_task(self._follow_redis(), name="quantdrift-control-redis"),
+            self.supervisor.spawn("control-topic", self._follow_topic),
+            self.supervisor.spawn("control-redis", self._follow_redis),
         ]
 
     async def stop(self) -> None:

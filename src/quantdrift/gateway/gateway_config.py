@@ -237,6 +237,12 @@ class GatewayConfig(_Frozen):
             for r in key.routes:
                 if r != "*" and r not in self.routes:
                     raise ValueError(f"auth.keys.{key.name}: unknown route {r!r}")
+        if self.auth and self.auth.keys and not (self.auth.admin_token_sha256 or self.admin_listen):
+            # API keys say callers are not trusted: /health and /metrics must not be open.
+            raise ValueError(
+                "auth.keys is set: set auth.admin_token_sha256 too, or admin_listen "
+                "(/health and /metrics on their own, private port)"
+            )
         if self.admin_listen is not None and not re.match(r"^[^:\s]+:\d{1,5}$", self.admin_listen):
             raise ValueError(f"admin_listen {self.admin_listen!r} is not host:port")
         if self.default_route is not None and self.default_route not in self.routes:

@@ -43,6 +43,7 @@ from quantdrift.gateway.routing import RouteState, decide
 from quantdrift.gateway.telemetry import counter, gauge
 from quantdrift.gateway.upstreams import UpstreamClientError, Upstreams, error_reason
 from quantdrift.schemas.pair import PairEvent, RequestInfo
+from quantdrift.supervision import Supervisor
 
 log = logging.getLogger(__name__)
 
@@ -117,6 +118,8 @@ class ShadowRunner:
         self.errors: dict[tuple[str, str, str], int] = {}
         self.offered = 0
         self._closed = False
+        # Restarts a worker loop that raises; the gateway shares its own.
+        self.supervisor = Supervisor()
 
     # -- the user's side: never blocks, never raises --------------------------------
 
@@ -154,7 +157,7 @@ class ShadowRunner:
         if not self._workers:
             self._closed = False
             self._workers = [
-                asyncio.create_task(self._work(), name=f"quantdrift-shadow-{i}")
+                self.supervisor.spawn(f"shadow-worker-{i}", self._work)
                 for i in range(self.config.shadow_concurrency)
             ]
 
