@@ -195,7 +195,19 @@ class Gateway:
         await self.shadow.wait_idle(timeout)
 
     def route_state(self, route: str) -> RouteState | None:
-        applied = self.controller.state(route) if self.controller is not None else None
+        """The route's state as the controller knows it.
+
+        Fail closed: until the controller has read the route keys or replayed the
+        control topic once (``backstop_known``), a route may be locked in rollback
+        without this process knowing, so every route serves its reference (no
+        candidate call, not even in shadow) -- rather than report not-ready, since the
+        reference can still answer users.
+        """
+        if self.controller is None:
+            return None
+        if not self.controller.backstop_known:
+            return RouteState("rollback", self.config.routes[route].reference)
+        applied = self.controller.state(route)
         if applied is None:
             return None
         return RouteState(applied.action, applied.target_precision, applied.percent)
@@ -558,6 +570,8 @@ class Gateway:
             "precisions": {p: len(u) for p, u in cfg.precisions.items()},
             "kafka_connected": bool(self.publisher and self.publisher.connected),
             "control_ready": bool(self.controller and self.controller.kafka_ready),
+            # False: the routes' latest commands are unknown yet; every route on its reference.
+            "control_known": self.controller is None or self.controller.backstop_known,
             "shadow_queue": self.shadow.depth,
             "shadow_in_flight": self.shadow.in_flight,
             "auth": self.auth.enabled,
