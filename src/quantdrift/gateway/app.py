@@ -63,10 +63,14 @@ from quantdrift.gateway.shadow import ShadowRunner
 from quantdrift.gateway.telemetry import CONTENT_TYPE, Telemetry, counter, gauge
 from quantdrift.gateway.upstreams import UpstreamClientError, Upstreams
 from quantdrift.schemas.degradation import DegradationEvent
+from quantdrift.schemas.privacy import salt_problem
 from quantdrift.supervision import Supervisor
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
+# On shutdown, after the shadow drain: what Kafka gets to take the queued pairs.
+# With uvicorn's 2 s and the default 4 s drain, a stop stays under Docker's 10 s.
+PUBLISH_DRAIN_S = 2.0
 
 
 class DegradationPublisher(ShadowPublisher):
@@ -124,6 +128,9 @@ class Gateway:
         # A secret salt: a caller cannot compute which of its requests get mirrored.
         self.sample_salt = config.sample_salt or secrets.token_hex(16)
         prompt_salt = config.prompt_salt or self.sample_salt
+        if isinstance(publisher, ShadowPublisher) and not publisher.prompt_salt:
+            publisher.prompt_salt = prompt_salt  # one salt for every prompt hash
+        self.prompt_salt_problem = salt_problem(prompt_salt)
         self.budget = RetryBudget(
             config.retry_budget.ratio,
             config.retry_budget.min_per_window,
@@ -168,6 +175,12 @@ class Gateway:
                 "gateway: no sample_salt, a random one per process (sampling differs "
                 "across replicas)"
             )
+        elif self.prompt_salt_problem is not None:
+            log.error(
+                "gateway: the prompt salt %s: prompt hashes in pairs can be reversed by "
+                "anyone who guesses prompts. Set prompt_salt (or sample_salt) to a secret.",
+                self.prompt_salt_problem,
+            )
         await self.preflight.start()
         await self.shadow.start()
         if self.publisher is not None:
@@ -179,15 +192,17 @@ class Gateway:
                 self.controller.watch(route)
             await self.controller.start()
 
-    async def stop(self, timeout: float = 5.0) -> None:
+    async def stop(self, timeout: float | None = None) -> None:
+        """Stop everything; shadow jobs get ``shadow_drain_s`` (or ``timeout``) to finish."""
+        timeout = self.config.shadow_drain_s if timeout is None else timeout
         await self.preflight.stop()
         await self.shadow.stop(timeout)
         if self.controller is not None:
             await self.controller.stop()
         if self.publisher is not None:
-            await self.publisher.stop(timeout)
+            await self.publisher.stop(PUBLISH_DRAIN_S)
         if self.degradations is not None:
-            await self.degradations.stop(timeout)
+            await self.degradations.stop(PUBLISH_DRAIN_S)
         await self.upstreams.aclose()
 
     async def wait_shadows(self, timeout: float) -> None:

@@ -188,6 +188,9 @@ class GatewayConfig(_Frozen):
     shadow_concurrency: int = Field(default=8, ge=1)
     shadow_max_connections: int = Field(default=16, ge=1)
     shadow_queue: int = Field(default=256, ge=1)
+    # On shutdown: how long queued and running shadow jobs may finish before they are
+    # dropped (counted and logged). uvicorn's graceful timeout is this plus a margin.
+    shadow_drain_s: float = Field(default=4.0, ge=0)
     retry_budget: RetryBudgetConfig = RetryBudgetConfig()
     outlier: OutlierConfig = OutlierConfig()
     auth: AuthConfig | None = None

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import hashlib
 import logging
 import random
 from collections.abc import Mapping
@@ -29,6 +28,7 @@ from quantdrift.errors import SchemaError
 from quantdrift.gateway.kafka_config import producer_kwargs
 from quantdrift.gateway.sampling import sampled
 from quantdrift.schemas.pair import PairEvent
+from quantdrift.schemas.privacy import prompt_hash
 from quantdrift.supervision import Supervisor
 
 log = logging.getLogger(__name__)
@@ -64,16 +64,12 @@ class PublisherStats:
             self.dropped_queue_full += n
 
 
-def prompt_sha256(prompt: str) -> str:
-    """Hex sha256 of the prompt's UTF-8 bytes: what ``request.prompt_hash`` carries."""
-    return hashlib.sha256(prompt.encode("utf-8", "surrogatepass")).hexdigest()
-
-
 class ShadowPublisher:
     """Sample requests, queue pairs, send them to the pairs topic (key = route).
 
-    ``hash_prompts`` replaces every prompt by its sha256 before it leaves the
-    process; a pair whose ``request.private`` is set never carries its prompt
+    ``hash_prompts`` replaces every prompt by its salted hash (``prompt_hash`` with
+    ``prompt_salt``, the same as the shadow runner's and the DLQ's) before it leaves
+    the process; a pair whose ``request.private`` is set never carries its prompt
     either way (it is hashed here rather than refused, so a gateway bug cannot
     leak a private prompt or lose the pair).
     """
@@ -87,6 +83,7 @@ class ShadowPublisher:
         *,
         hash_prompts: bool = False,
         salt: str = "",
+        prompt_salt: str = "",
         max_in_flight: int = 1_000,
         log_every: int = 100,
         backoff_s: tuple[float, float] = (0.1, 5.0),
@@ -100,6 +97,8 @@ class ShadowPublisher:
         self._topic = topic or kafka.topics.pairs
         self._hash_prompts = hash_prompts
         self._salt = salt
+        # The Gateway sets it to its own prompt salt when it is left empty here.
+        self.prompt_salt = prompt_salt
         self._log_every = max(1, log_every)
         self._backoff = backoff_s
         self._queue: asyncio.Queue[PairEvent | Mapping[str, Any]] = asyncio.Queue(queue_size)
@@ -320,5 +319,5 @@ class ShadowPublisher:
             return data
         scrubbed = {k: v for k, v in request.items() if k != "prompt"}
         if isinstance(prompt, str):
-            scrubbed["prompt_hash"] = prompt_sha256(prompt)
+            scrubbed["prompt_hash"] = prompt_hash(prompt, self.prompt_salt)
         return {**data, "request": scrubbed}

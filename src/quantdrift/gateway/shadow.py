@@ -17,17 +17,16 @@ Isolation, piece by piece:
 * nothing here runs on a user's request path: ``submit`` only appends to a
   deque, and every failure stays in this module (counted, logged).
 
-Prompts leave as a salted hash (HMAC-SHA256 with ``prompt_salt``) unless the
-route opts in with ``clear_prompts``; a request marked private never carries
-its prompt.
+Prompts leave as the salted hash of ``schemas/privacy.py`` (HMAC-SHA256 with
+``prompt_salt``) unless the route opts in with ``clear_prompts``; a request
+marked private never carries its prompt. What else a pair carries, private or
+not, is in docs/privacy.md.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import hashlib
-import hmac
 import logging
 import time
 from collections import deque
@@ -43,6 +42,7 @@ from quantdrift.gateway.routing import RouteState, decide
 from quantdrift.gateway.telemetry import counter, gauge
 from quantdrift.gateway.upstreams import UpstreamClientError, Upstreams, error_reason
 from quantdrift.schemas.pair import PairEvent, RequestInfo
+from quantdrift.schemas.privacy import prompt_hash
 from quantdrift.supervision import Supervisor
 
 log = logging.getLogger(__name__)
@@ -52,6 +52,7 @@ QUEUE_FULL = "queue_full"
 ROLLED_BACK = "route_rolled_back"
 DEADLINE = "deadline"
 STOPPED = "stopped"
+STOPPED_IN_FLIGHT = "stopped_in_flight"
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,17 +77,6 @@ def prompt_text(messages: Any) -> str | None:
             )
         lines.append(f"{m.get('role', 'user')}: {content or ''}")
     return "\n".join(lines)[:200_000]
-
-
-def salted_hash(prompt: str, salt: str) -> str:
-    """HMAC-SHA256 of the prompt: joinable within one salt, useless for a dictionary attack.
-
-    >>> salted_hash("hi", "s") == salted_hash("hi", "s") != salted_hash("hi", "t")
-    True
-    """
-    return hmac.new(
-        salt.encode(), prompt.encode("utf-8", "surrogatepass"), hashlib.sha256
-    ).hexdigest()
 
 
 class ShadowRunner:
@@ -173,18 +163,31 @@ class ShadowRunner:
         return True
 
     async def stop(self, timeout: float = 5.0) -> None:
+        """Refuse new jobs, let queued and running ones finish for ``timeout`` s, then
+        cancel the rest: each counted (``stopped`` queued, ``stopped_in_flight``
+        running) and reported in one log line."""
         self._closed = True
-        await self.wait_idle(timeout)
+        drained = await self.wait_idle(timeout)
+        running, queued = self.in_flight, len(self._queue)
         for task in self._workers:
             task.cancel()
         for task in self._workers:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
         self._workers = []
-        left = len(self._queue)
-        if left:
-            self.dropped[STOPPED] = self.dropped.get(STOPPED, 0) + left
+        if queued:
+            self.dropped[STOPPED] = self.dropped.get(STOPPED, 0) + queued
             self._queue.clear()
+        if running:
+            self.dropped[STOPPED_IN_FLIGHT] = self.dropped.get(STOPPED_IN_FLIGHT, 0) + running
+        if not drained:
+            log.warning(
+                "shadow runner stopped after %.1f s of draining: %d queued and %d running "
+                "jobs dropped (quantdrift_gateway_shadow_dropped_total)",
+                timeout,
+                queued,
+                running,
+            )
         await self.upstreams.aclose()
 
     async def _work(self) -> None:
@@ -322,7 +325,7 @@ class ShadowRunner:
         request = RequestInfo.model_validate(
             {
                 "prompt": prompt if clear else None,
-                "prompt_hash": None if clear or prompt is None else salted_hash(prompt, self._salt),
+                "prompt_hash": None if clear or prompt is None else prompt_hash(prompt, self._salt),
                 "private": plan.private,
                 "precision_preference": plan.preference,
                 "expects_json": spec is not None,
