@@ -216,6 +216,17 @@ def gateway(
         gw.stop()
 
 
+def shadows_idle(gw: GatewayProcess, timeout: float = 20.0) -> dict[str, Any]:
+    """Wait until the gateway's shadow queue is empty and no shadow job runs."""
+    deadline = time.monotonic() + timeout
+    while True:
+        health = httpx.get(f"{gw.url}/health", timeout=5).json()
+        if not health["shadow_queue"] and not health["shadow_in_flight"]:
+            return health
+        assert time.monotonic() < deadline, health
+        time.sleep(0.05)
+
+
 def chat(**extra: Any) -> dict[str, Any]:
     return {"model": ROUTE, "messages": [{"role": "user", "content": "hi"}], **extra}
 
@@ -521,10 +532,23 @@ def test_restart_with_redis_down_and_a_locked_rollback_never_serves_the_candidat
             assert health["routes"][ROUTE]["epoch"] == 7
         else:
             assert health["control_known"] is False
-        deadline = time.monotonic() + 10
-        while health["shadow_queue"] or health["shadow_in_flight"]:
-            assert time.monotonic() < deadline, health
-            health = httpx.get(f"{gw.url}/health", timeout=5).json()
+        shadows_idle(gw)
         assert sum(1 for tag, _ in upstream.calls if tag == "int4") == before
     finally:
         gw.stop()
+
+
+def test_a_body_too_large_to_queue_is_served_but_not_mirrored(
+    gateway: GatewayProcess, upstream: Upstream
+) -> None:
+    """Shadow jobs keep the request to re-ask the reference: past max_shadow_body_bytes
+    (256 KiB by default) the user is served and the mirror is skipped, counted."""
+    shadows_idle(gateway)  # earlier tests' shadow calls must not land in this window
+    before = sum(1 for tag, _ in upstream.calls if tag == "bf16")
+    big = chat(messages=[{"role": "user", "content": "z" * (300 << 10)}])
+    resp = httpx.post(f"{gateway.url}/v1/chat/completions", json=big, timeout=10)
+    assert resp.status_code == 200
+    metrics = httpx.get(f"{gateway.url}/metrics", timeout=5).text
+    assert 'shadow_dropped_total{reason="too_large",stage="queue"} 1.0' in metrics
+    shadows_idle(gateway)
+    assert sum(1 for tag, _ in upstream.calls if tag == "bf16") == before

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import re
 import secrets
@@ -59,7 +60,7 @@ from quantdrift.gateway.planning import Plan, Refusal, plan_request
 from quantdrift.gateway.preflight_gate import PreflightGate
 from quantdrift.gateway.publisher import ShadowPublisher
 from quantdrift.gateway.routing import RouteState, decide
-from quantdrift.gateway.shadow import ShadowRunner
+from quantdrift.gateway.shadow import TOO_LARGE, ShadowRunner
 from quantdrift.gateway.telemetry import CONTENT_TYPE, Telemetry, counter, gauge
 from quantdrift.gateway.upstreams import UpstreamClientError, Upstreams
 from quantdrift.schemas.degradation import DegradationEvent
@@ -265,6 +266,14 @@ class Gateway:
                 self.metrics.auth_refusals.labels(plan.code).inc()
             self.metrics.requests.labels("-", "-", outcome).inc()
             return error_response(plan.status, plan.message, plan.type, plan.code, plan.param)
+        if (plan.shadow or plan.noise) and (
+            getattr(request.state, "body_bytes", 0) > self.config.limits.max_shadow_body_bytes
+        ):
+            # A queued shadow job holds the request to re-ask the reference: past this size
+            # it is not mirrored (counted), so the queue's memory stays within
+            # shadow_queue x max_shadow_body_bytes.
+            self.shadow.dropped[TOO_LARGE] = self.shadow.dropped.get(TOO_LARGE, 0) + 1
+            plan = dataclasses.replace(plan, shadow=False, noise=False)
         self.budget.record_request(time.monotonic())
         trace = Trace(t0, t0 + self.config.timeouts.chain_s)
         try:
@@ -796,6 +805,7 @@ async def json_object(request: Request, max_bytes: int) -> dict[str, Any] | Resp
         if size > max_bytes:
             return _too_large(max_bytes)
         chunks.append(chunk)
+    request.state.body_bytes = size
     try:
         body = orjson.loads(b"".join(chunks))
     except orjson.JSONDecodeError as exc:

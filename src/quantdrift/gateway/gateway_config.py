@@ -163,6 +163,8 @@ class RequestLimits(_Frozen):
     max_messages: int = Field(default=2048, ge=1)
     max_total_tokens: int = Field(default=262_144, ge=1)
     max_logprob_tokens: int = Field(default=32_768, ge=0)
+    # A shadow job keeps the request to re-ask the reference; larger bodies are not mirrored.
+    max_shadow_body_bytes: int = Field(default=256 * 1024, ge=1024)
 
 
 class GatewayConfig(_Frozen):

@@ -9,7 +9,9 @@ Isolation, piece by piece:
   job when full: the newest requests are the ones worth mirroring, and memory
   stays flat whatever the reference does; every drop is counted by reason;
 * queued jobs hold the user's answer **stripped** (choice 0, top-k log-probs
-  the pair needs), not the full upstream payload;
+  the pair needs), not the full upstream payload, and the request body only when
+  it is at most ``limits.max_shadow_body_bytes`` (larger ones are not mirrored,
+  counted ``too_large``): the queue holds at most ``shadow_queue`` such bodies;
 * ``shadow_concurrency`` workers, each job under one deadline
   (``timeouts.shadow_total_s``, 30 s by default);
 * the route's state is **re-checked before each call**: a candidate rolled back
@@ -53,6 +55,7 @@ ROLLED_BACK = "route_rolled_back"
 DEADLINE = "deadline"
 STOPPED = "stopped"
 STOPPED_IN_FLIGHT = "stopped_in_flight"
+TOO_LARGE = "too_large"  # request body past limits.max_shadow_body_bytes: not mirrored
 
 
 @dataclass(frozen=True, slots=True)
