@@ -423,7 +423,7 @@ _body = st.dictionaries(
 
 
 @settings(
-    max_examples=60,
+    max_examples=40,
     deadline=None,
     derandomize=True,
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
