@@ -368,7 +368,7 @@ class RouteController:
                     else:
                         await consumer.seek_to_beginning(tp)
                 if first_time:
-                    await self._replay(consumer, positions)
+                    await self._replay(consumer)
                 for tp in tps:
                     positions[tp] = await consumer.position(tp)
                 self._kafka_ready.set()
@@ -399,11 +399,12 @@ class RouteController:
                 with contextlib.suppress(Exception):
                     await consumer.stop()
 
-    async def _replay(
-        self, consumer: AIOKafkaConsumer, positions: dict[TopicPartition, int]
-    ) -> None:
+    async def _replay(self, consumer: AIOKafkaConsumer) -> None:
         """Read the topic from its start until a poll comes back empty; apply each route's
         newest verified command only.
+
+        Positions are recorded by the caller only after this returns: a failure half-way
+        replays again from the start rather than skip what was read but not applied.
 
         Only the newest: the Redis key holds the same, and applying history in order
         would move a route through every old state (and an old restore, refused as
@@ -414,9 +415,8 @@ class RouteController:
             batches = await consumer.getmany(timeout_ms=500)
             if not any(batches.values()):
                 break
-            for tp, messages in batches.items():
+            for messages in batches.values():
                 for message in messages:
-                    positions[tp] = message.offset + 1
                     if message.value is None:
                         continue
                     try:
