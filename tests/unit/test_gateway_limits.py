@@ -106,3 +106,30 @@ def test_patterns_re2_cannot_run_are_the_requests_fault(pattern: str) -> None:
         '{"a": "a"}', RequestInfo(json_schema={"properties": {"a": {"pattern": pattern}}})
     )
     assert ok is None and error is not None and "not supported" in error
+
+
+async def test_a_public_placeholder_salt_is_an_error_at_start(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    import logging
+
+    from quantdrift.gateway.app import Gateway
+    from quantdrift.gateway.gateway_config import parse_config
+
+    base = {
+        "precisions": {"a": ["http://127.0.0.1:1"], "b": ["http://127.0.0.1:2"]},
+        "routes": {"r": {"candidate": "a", "reference": "b"}},
+    }
+    for salts, loud in (
+        ({"sample_salt": "replace-me-with-a-secret"}, True),
+        ({"prompt_salt": "short"}, True),
+        ({"sample_salt": "a-real-secret-of-some-length"}, False),
+        ({}, False),  # a random salt per process
+    ):
+        caplog.clear()
+        gw = Gateway(parse_config({**base, **salts}))
+        with caplog.at_level(logging.ERROR, "quantdrift.gateway.app"):
+            await gw.start()
+            await gw.stop(0.1)
+        said = any("prompt salt" in r.getMessage() for r in caplog.records)
+        assert said is loud, salts

@@ -176,7 +176,7 @@ class Gateway:
                 "gateway: no sample_salt, a random one per process (sampling differs "
                 "across replicas)"
             )
-        elif self.prompt_salt_problem is not None:
+        if self.prompt_salt_problem is not None:
             log.error(
                 "gateway: the prompt salt %s: prompt hashes in pairs can be reversed by "
                 "anyone who guesses prompts. Set prompt_salt (or sample_salt) to a secret.",
