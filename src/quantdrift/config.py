@@ -141,6 +141,9 @@ class Settings(BaseSettings):
     worker: WorkerSettings = WorkerSettings()
     policy_file: Path | None = None
     hash_prompts: bool = False
+    # The salt of the one prompt hash (schemas/privacy.py): the worker's DLQ, and the
+    # gateway's when its config sets no prompt_salt. The same secret on both sides.
+    prompt_salt: SecretStr = SecretStr("")
 
 
 def _is_loopback(host: str) -> bool:

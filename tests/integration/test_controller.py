@@ -327,3 +327,47 @@ async def test_wait_for_times_out(stack: EmbeddedStack, redis_prefix: str) -> No
         assert time.monotonic() - t0 < 1.0
     finally:
         await ctl.stop()
+
+
+@pytest.mark.parametrize(
+    ("history", "epoch", "target"),
+    [
+        # The console's locked rollback is the newest: known from the topic alone.
+        ([(1, "rollback", 0.0), (2, "restore", 0.0), (3, "rollback", 0.0)], 3, "bf16"),
+        # The newest is a restore too old to obey: refused, and the older rollback is
+        # not left standing (only each route's newest command is applied).
+        ([(1, "rollback", 0.0), (2, "restore", -3600.0)], 0, None),
+    ],
+)
+async def test_a_start_with_redis_down_replays_the_topic_for_each_routes_newest_command(
+    stack: EmbeddedStack,
+    control_topic: str,
+    history: list[tuple[int, str, float]],
+    epoch: int,
+    target: str | None,
+) -> None:
+    route = new_route()
+    await produce(
+        stack.bootstrap,
+        control_topic,
+        [
+            (route.encode(), command(route, e, action, issued_at=time.time() + age))
+            for e, action, age in history
+        ],
+    )
+    ctl = RouteController(
+        KafkaSettings(bootstrap_servers=stack.bootstrap),
+        f"redis://127.0.0.1:{free_port()}",  # Redis down for the whole test
+        CommandVerifier({"k1": KEY}),
+        control_topic=control_topic,
+        resolve=resolve,
+    )
+    await ctl.start()
+    try:
+        assert not ctl.backstop_known  # Redis unreadable: nothing known yet
+        assert await ctl.wait_kafka_ready(15.0)
+        assert ctl.backstop_known
+        assert ctl.epoch(route) == epoch and ctl.target(route) == target
+        assert ctl.stats.received["kafka"] == 1  # the newest alone was handled
+    finally:
+        await ctl.stop()

@@ -13,6 +13,7 @@ what the gateway does.
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
 import os
 import subprocess
@@ -55,6 +56,10 @@ def cli(*args: str, env: dict[str, str], cwd: Path) -> subprocess.CompletedProce
     )
 
 
+ADMIN = "preflight-admin-token"
+AS_ADMIN = {"authorization": f"Bearer {ADMIN}"}
+
+
 async def until(check: Callable[[], Any], what: str, timeout: float = 15.0) -> None:
     """Poll an async health condition until it holds (the gate re-reads every 0.2 s)."""
     deadline = time.monotonic() + timeout
@@ -93,6 +98,8 @@ async def test_candidate_waits_for_a_verified_preflight(
                 "shadow_sample_rate": 0.0,
                 "sample_salt": "s",
                 "preflight_refresh_s": 0.2,
+                # Signers' names are shown to an authenticated admin only.
+                "auth": {"admin_token_sha256": hashlib.sha256(ADMIN.encode()).hexdigest()},
             },
             sort_keys=False,  # the precisions' order is the fallback order
         )
@@ -138,7 +145,7 @@ async def test_candidate_waits_for_a_verified_preflight(
             return seen
 
         async def gate() -> dict[str, Any]:
-            health = (await client.get("/health")).json()["routes"][ROUTE]
+            health = (await client.get("/health", headers=AS_ADMIN)).json()["routes"][ROUTE]
             return {"mode": health["mode"], **health["preflight"]}
 
         # Not signed: every user on the reference.
@@ -172,8 +179,22 @@ async def test_candidate_waits_for_a_verified_preflight(
         assert (await gate())["mode"] == "normal"
         assert await served() == {"int4"}
         assert verified_by_cli()
-        metrics = (await client.get("/metrics")).text
+        metrics = (await client.get("/metrics", headers=AS_ADMIN)).text
         assert f'quantdrift_gateway_preflight_verified{{route="{ROUTE}"}} 1.0' in metrics
+        assert (await client.get("/health")).status_code == 401
+        # A gateway without an admin token shows no names (its /health is anonymous).
+        assert "signers" not in gw.health(private=False)["routes"][ROUTE]["preflight"]
+
+        # A verified report replaced by `null`: closed at the very next refresh.
+        good = report.read_bytes()
+        report.write_bytes(b"null")
+        gw.preflight.refresh()  # one refresh, the same the gate's loop runs
+        assert gw.preflight.cap(ROUTE) == 0
+        assert (await gate())["verified"] is False
+        assert any("unverifiable" in p for p in (await gate())["problems"])
+        assert await served() == {"bf16"}
+        report.write_bytes(good)
+        await until(is_open, "the gate to reopen on the verified report")
 
         # The report edited after it was signed: the approvals no longer fit, it closes.
         edited = json.loads(report.read_bytes())

@@ -10,8 +10,9 @@ import orjson
 import pytest
 
 from quantdrift.config import KafkaSettings
-from quantdrift.gateway.publisher import ShadowPublisher, prompt_sha256
+from quantdrift.gateway.publisher import ShadowPublisher
 from quantdrift.schemas import ModelOutput, PairEvent, RequestInfo
+from quantdrift.schemas.privacy import prompt_hash
 from quantdrift.stack import EmbeddedStack, create_topics, free_port
 
 try:
@@ -66,8 +67,9 @@ async def test_prompts_are_hashed_where_they_must_not_travel(stack: EmbeddedStac
     topic = unique_topic("pairs-private")
     await create_topics(stack.bootstrap, [topic], partitions=1)
     kafka = KafkaSettings(bootstrap_servers=stack.bootstrap)
-    plain = ShadowPublisher(kafka, 1.0, topic=topic)
-    hashing = ShadowPublisher(kafka, 1.0, topic=topic, hash_prompts=True)
+    salt = "publisher-test-salt-5f0c"
+    plain = ShadowPublisher(kafka, 1.0, topic=topic, prompt_salt=salt)
+    hashing = ShadowPublisher(kafka, 1.0, topic=topic, hash_prompts=True, prompt_salt=salt)
     private_dict = pair(1).model_dump(mode="json")
     private_dict["request"] = {"prompt": "my card is 4111", "private": True}
     # The schema refuses a private pair with a prompt; a copy that skipped validation
@@ -90,12 +92,12 @@ async def test_prompts_are_hashed_where_they_must_not_travel(stack: EmbeddedStac
     bodies = [orjson.loads(r.value) for r in records]
     requests = {body["pair_id"]: body["request"] for body in bodies}
     assert "prompt" not in requests["p-1"] and requests["p-1"]["private"] is True
-    assert requests["p-1"]["prompt_hash"] == prompt_sha256("my card is 4111")
+    assert requests["p-1"]["prompt_hash"] == prompt_hash("my card is 4111", salt)
     assert "prompt" not in requests["p-2"]
-    assert requests["p-2"]["prompt_hash"] == prompt_sha256("ssn 078-05-1120")
+    assert requests["p-2"]["prompt_hash"] == prompt_hash("ssn 078-05-1120", salt)
     assert requests["p-3"]["prompt"] == "public question"
     assert "prompt" not in requests["p-4"]
-    assert requests["p-4"]["prompt_hash"] == prompt_sha256("hash me")
+    assert requests["p-4"]["prompt_hash"] == prompt_hash("hash me", salt)
 
 
 async def test_offer_never_blocks_when_the_broker_is_down() -> None:
@@ -131,3 +133,28 @@ async def test_sampling_is_deterministic_per_request_id() -> None:
     decisions = [publisher.should_mirror(f"req-{i}") for i in range(4_000)]
     assert decisions == [publisher.should_mirror(f"req-{i}") for i in range(4_000)]
     assert 0.2 < sum(decisions) / len(decisions) < 0.3
+
+
+async def test_a_pair_orjson_cannot_encode_is_dropped_and_the_next_one_is_sent(
+    stack: EmbeddedStack,
+) -> None:
+    """An integer past 64 bits in a user's json_schema made orjson raise TypeError inside
+    the drain loop, which died silently; now that pair alone is dropped (invalid)."""
+    topic = unique_topic("pairs-poison")
+    await create_topics(stack.bootstrap, [topic], partitions=1)
+    publisher = ShadowPublisher(KafkaSettings(bootstrap_servers=stack.bootstrap), 1.0, topic=topic)
+    poisoned = pair(1).model_copy(
+        update={"request": RequestInfo(expects_json=True, json_schema={"maximum": 2**64})}
+    )
+    with pytest.raises(TypeError):
+        poisoned.dumps()  # the poison is real
+    await publisher.start()
+    assert publisher.offer(poisoned)
+    for i in range(2, 6):
+        assert publisher.offer(pair(i))
+    await publisher.stop(timeout=10.0)
+    assert publisher.stats.dropped == {"invalid": 1}
+    assert publisher.stats.sent == 4
+    assert publisher.supervisor.crashes == {}
+    records = await consume_n(stack.bootstrap, topic, 4, timeout=10.0)
+    assert [orjson.loads(r.value)["pair_id"] for r in records] == [f"p-{i}" for i in range(2, 6)]

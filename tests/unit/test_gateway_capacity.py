@@ -58,12 +58,16 @@ def test_keys_from_the_environment_join_the_configs() -> None:
     from quantdrift.errors import ConfigError
     from quantdrift.gateway.gateway_config import parse_config
 
-    config = parse_config(
-        {"precisions": {"a": ["http://a"]}, "routes": {"r": {"candidate": "a", "reference": "a"}}}
-    )
-    assert with_env_keys(config, {}) is config
+    base = {
+        "precisions": {"a": ["http://a"]},
+        "routes": {"r": {"candidate": "a", "reference": "a"}},
+    }
     h = hashlib.sha256(b"sk-env").hexdigest()
     env = {ENV_KEYS: json.dumps([{"name": "env", "sha256": h, "routes": ["r"]}])}
+    with pytest.raises(ConfigError, match="admin_token_sha256"):  # keys, yet /health open
+        with_env_keys(parse_config(base), env)
+    config = parse_config({**base, "admin_listen": "127.0.0.1:9464"})
+    assert with_env_keys(config, {}) is config
     auth = Authenticator(with_env_keys(config, env).auth)
     assert auth.enabled and auth.principal("Bearer sk-env") is not None
     with pytest.raises(ConfigError):

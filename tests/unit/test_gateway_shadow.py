@@ -9,8 +9,9 @@ from quantdrift.gateway.gateway_config import parse_config
 from quantdrift.gateway.openai_wire import Accumulator
 from quantdrift.gateway.planning import Plan, plan_request
 from quantdrift.gateway.routing import RouteState
-from quantdrift.gateway.shadow import QUEUE_FULL, ShadowRunner, salted_hash
+from quantdrift.gateway.shadow import QUEUE_FULL, ShadowRunner
 from quantdrift.gateway.upstreams import Upstreams
+from quantdrift.schemas.privacy import prompt_hash
 
 CONFIG = parse_config(
     {
@@ -82,4 +83,4 @@ def test_a_rolled_back_route_suspends_its_candidate_before_the_call() -> None:
 
 
 def test_prompt_hash_is_salted() -> None:
-    assert salted_hash("user: hi", "a") != salted_hash("user: hi", "b")
+    assert prompt_hash("user: hi", "a") != prompt_hash("user: hi", "b")

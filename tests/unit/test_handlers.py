@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 from quantdrift.schemas import DeadLetter
+from quantdrift.schemas.privacy import prompt_hash
 from quantdrift.streams.handlers import RawRecord, parse_batch, redact_private_prompt
 
 PAIR = {
@@ -33,10 +34,12 @@ def test_batch_splits_valid_pairs_from_dead_letters_losing_nothing() -> None:
 
 def test_private_prompt_never_reaches_the_dlq_in_clear() -> None:
     leaked = json.dumps({**PAIR, "request": {"private": True, "prompt": "my card 4111"}}).encode()
-    _, dead = parse_batch([rec(leaked)], now=1.0)
+    _, dead = parse_batch([rec(leaked)], now=1.0, prompt_salt="dlq-salt-0123456789")
     assert b"4111" not in dead[0].original()
-    assert json.loads(dead[0].original())["request"]["prompt_hash"].startswith("sha256:")
-    assert "private" in dead[0].error and "sha256" in dead[0].error
+    hashed = json.loads(dead[0].original())["request"]["prompt_hash"]
+    # The gateway's hash: a dead letter joins its pairs under the shared salt.
+    assert hashed == prompt_hash("my card 4111", "dlq-salt-0123456789")
+    assert "private" in dead[0].error and "salted hash" in dead[0].error
 
 
 def test_redaction_leaves_other_messages_alone() -> None:

@@ -44,6 +44,8 @@ def build_gateway(config_path: Path, *, control: bool = True):  # type: ignore[n
 
     config = with_env_keys(load_config(config_path), os.environ)
     settings = signing_settings(with_stack(load_settings()))
+    if not config.prompt_salt and settings.prompt_salt.get_secret_value():
+        config = config.model_copy(update={"prompt_salt": settings.prompt_salt.get_secret_value()})
     publisher = ShadowPublisher(
         settings.kafka,
         config.shadow_sample_rate,
@@ -76,6 +78,8 @@ def build_gateway(config_path: Path, *, control: bool = True):  # type: ignore[n
 
 
 ENV_KEYS = "QUANTDRIFT_GATEWAY_API_KEYS"
+# Seconds open HTTP requests get after SIGTERM before uvicorn closes them.
+GRACEFUL_S = 2
 
 
 def with_env_keys(config: Any, environ: Any) -> Any:
@@ -109,9 +113,16 @@ def run(args: argparse.Namespace) -> int:
     from quantdrift.gateway.app import create_admin_app, create_app
 
     gateway = build_gateway(args.config, control=not args.no_control)
+    # Open requests get this long after SIGTERM; then the lifespan drains shadow jobs
+    # (shadow_drain_s) and the publisher. Keep stop_grace_period above the sum.
+    grace = GRACEFUL_S
     api = uvicorn.Server(
         uvicorn.Config(
-            create_app(gateway), host=args.host, port=args.port, log_level=args.log_level
+            create_app(gateway),
+            host=args.host,
+            port=args.port,
+            log_level=args.log_level,
+            timeout_graceful_shutdown=grace,
         )
     )
     servers = [api]
@@ -125,6 +136,7 @@ def run(args: argparse.Namespace) -> int:
                     port=int(port),
                     log_level=args.log_level,
                     lifespan="off",
+                    timeout_graceful_shutdown=grace,
                 )
             )
         )

@@ -18,6 +18,7 @@ import jsonschema
 from jsonschema.exceptions import SchemaError as JsonSchemaError
 from jsonschema.exceptions import best_match
 
+from quantdrift.detectors.bounded_regex import check_patterns, validator_class
 from quantdrift.schemas.pair import RequestInfo
 
 _FENCE = re.compile(r"^\s*```[A-Za-z0-9_-]*[ \t]*\n?(.*?)\n?[ \t]*```\s*$", re.DOTALL)
@@ -58,10 +59,13 @@ def strip_fences(text: str) -> str:
 @lru_cache(maxsize=256)
 def _validator(schema_json: str) -> Any:
     # A route sends the same schema with every request: build its validator once.
+    # Its regexes run on RE2 (bounded_regex): the schema is user input, and a
+    # backtracking pattern would otherwise stall the gateway's loop or the scorer.
     schema = json.loads(schema_json)
     cls = jsonschema.validators.validator_for(schema)
     cls.check_schema(schema)
-    return cls(schema)
+    check_patterns(schema)
+    return validator_class(cls)(schema)
 
 
 def _short(message: str) -> str:
@@ -111,9 +115,11 @@ def check_json_contract(text: str, request: RequestInfo) -> tuple[bool | None, s
     if request.json_schema is not None:
         try:
             validator = _validator(json.dumps(request.json_schema, sort_keys=True))
+            error = best_match(validator.iter_errors(value))
         except JsonSchemaError as exc:
             return None, _short(f"json: invalid schema ({exc.message})")
-        error = best_match(validator.iter_errors(value))
+        except (RecursionError, ValueError, TypeError) as exc:  # unserialisable or too deep
+            return None, _short(f"json: schema not checkable ({type(exc).__name__})")
         if error is not None:
             where = error.json_path
             return False, _short(f"json: schema: {error.message} at {where}")

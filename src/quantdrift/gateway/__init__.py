@@ -12,7 +12,7 @@ from quantdrift.gateway.controller import (
     command_key,
 )
 from quantdrift.gateway.kafka_config import consumer_kwargs, producer_kwargs
-from quantdrift.gateway.publisher import PublisherStats, ShadowPublisher, prompt_sha256
+from quantdrift.gateway.publisher import PublisherStats, ShadowPublisher
 from quantdrift.gateway.sampling import bucket, sampled
 
 __all__ = [
@@ -25,6 +25,5 @@ __all__ = [
     "command_key",
     "consumer_kwargs",
     "producer_kwargs",
-    "prompt_sha256",
     "sampled",
 ]

@@ -17,14 +17,17 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
+import re
 import secrets
 import time
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Iterator, Mapping
+from collections.abc import AsyncIterator, Awaitable, Iterable, Iterator, Mapping
 from contextlib import asynccontextmanager
 from typing import Any, TypeVar
 
+import orjson
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response, StreamingResponse
@@ -57,13 +60,18 @@ from quantdrift.gateway.planning import Plan, Refusal, plan_request
 from quantdrift.gateway.preflight_gate import PreflightGate
 from quantdrift.gateway.publisher import ShadowPublisher
 from quantdrift.gateway.routing import RouteState, decide
-from quantdrift.gateway.shadow import ShadowRunner
+from quantdrift.gateway.shadow import TOO_LARGE, ShadowRunner
 from quantdrift.gateway.telemetry import CONTENT_TYPE, Telemetry, counter, gauge
 from quantdrift.gateway.upstreams import UpstreamClientError, Upstreams
 from quantdrift.schemas.degradation import DegradationEvent
+from quantdrift.schemas.privacy import salt_problem
+from quantdrift.supervision import Supervisor
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
+# On shutdown, after the shadow drain: what Kafka gets to take the queued pairs.
+# With uvicorn's 2 s and the default 4 s drain, a stop stays under Docker's 10 s.
+PUBLISH_DRAIN_S = 2.0
 
 
 class DegradationPublisher(ShadowPublisher):
@@ -121,6 +129,9 @@ class Gateway:
         # A secret salt: a caller cannot compute which of its requests get mirrored.
         self.sample_salt = config.sample_salt or secrets.token_hex(16)
         prompt_salt = config.prompt_salt or self.sample_salt
+        if isinstance(publisher, ShadowPublisher) and not publisher.prompt_salt:
+            publisher.prompt_salt = prompt_salt  # one salt for every prompt hash
+        self.prompt_salt_problem = salt_problem(prompt_salt)
         self.budget = RetryBudget(
             config.retry_budget.ratio,
             config.retry_budget.min_per_window,
@@ -142,6 +153,12 @@ class Gateway:
         )
         # Routes with a ``preflight:`` gate verify their report with the signing key ring.
         self.preflight = PreflightGate(config, dict(preflight_keys or {}))
+        # One supervisor for every long-lived task: crashes counted in /metrics, and a
+        # task given up on makes /health answer 503.
+        self.supervisor = Supervisor()
+        for part in (self.shadow, self.preflight, publisher, degradations, controller):
+            if part is not None:
+                part.supervisor = self.supervisor
         self.metrics.live(self._live_metrics)
         self.started_at = time.time()
         self._hosts = self.upstreams.hosts
@@ -159,6 +176,12 @@ class Gateway:
                 "gateway: no sample_salt, a random one per process (sampling differs "
                 "across replicas)"
             )
+        if self.prompt_salt_problem is not None:
+            log.error(
+                "gateway: the prompt salt %s: prompt hashes in pairs can be reversed by "
+                "anyone who guesses prompts. Set prompt_salt (or sample_salt) to a secret.",
+                self.prompt_salt_problem,
+            )
         await self.preflight.start()
         await self.shadow.start()
         if self.publisher is not None:
@@ -170,15 +193,17 @@ class Gateway:
                 self.controller.watch(route)
             await self.controller.start()
 
-    async def stop(self, timeout: float = 5.0) -> None:
+    async def stop(self, timeout: float | None = None) -> None:
+        """Stop everything; shadow jobs get ``shadow_drain_s`` (or ``timeout``) to finish."""
+        timeout = self.config.shadow_drain_s if timeout is None else timeout
         await self.preflight.stop()
         await self.shadow.stop(timeout)
         if self.controller is not None:
             await self.controller.stop()
         if self.publisher is not None:
-            await self.publisher.stop(timeout)
+            await self.publisher.stop(PUBLISH_DRAIN_S)
         if self.degradations is not None:
-            await self.degradations.stop(timeout)
+            await self.degradations.stop(PUBLISH_DRAIN_S)
         await self.upstreams.aclose()
 
     async def wait_shadows(self, timeout: float) -> None:
@@ -186,7 +211,19 @@ class Gateway:
         await self.shadow.wait_idle(timeout)
 
     def route_state(self, route: str) -> RouteState | None:
-        applied = self.controller.state(route) if self.controller is not None else None
+        """The route's state as the controller knows it.
+
+        Fail closed: until the controller has read the route keys or replayed the
+        control topic once (``backstop_known``), a route may be locked in rollback
+        without this process knowing, so every route serves its reference (no
+        candidate call, not even in shadow) -- rather than report not-ready, since the
+        reference can still answer users.
+        """
+        if self.controller is None:
+            return None
+        if not self.controller.backstop_known:
+            return RouteState("rollback", self.config.routes[route].reference)
+        applied = self.controller.state(route)
         if applied is None:
             return None
         return RouteState(applied.action, applied.target_precision, applied.percent)
@@ -210,7 +247,7 @@ class Gateway:
         principal = self.principal(request)
         if principal is None:
             return self._refuse_auth()
-        body = await json_object(request)
+        body = await json_object(request, self.config.limits.max_body_bytes)
         if isinstance(body, Response):
             return body
         plan = plan_request(
@@ -229,6 +266,14 @@ class Gateway:
                 self.metrics.auth_refusals.labels(plan.code).inc()
             self.metrics.requests.labels("-", "-", outcome).inc()
             return error_response(plan.status, plan.message, plan.type, plan.code, plan.param)
+        if (plan.shadow or plan.noise) and (
+            getattr(request.state, "body_bytes", 0) > self.config.limits.max_shadow_body_bytes
+        ):
+            # A queued shadow job holds the request to re-ask the reference: past this size
+            # it is not mirrored (counted), so the queue's memory stays within
+            # shadow_queue x max_shadow_body_bytes.
+            self.shadow.dropped[TOO_LARGE] = self.shadow.dropped.get(TOO_LARGE, 0) + 1
+            plan = dataclasses.replace(plan, shadow=False, noise=False)
         self.budget.record_request(time.monotonic())
         trace = Trace(t0, t0 + self.config.timeouts.chain_s)
         try:
@@ -278,7 +323,7 @@ class Gateway:
         principal = self.principal(request)
         if principal is None:
             return self._refuse_auth()
-        body = await json_object(request)
+        body = await json_object(request, self.config.limits.max_body_bytes)
         if isinstance(body, Response):
             return body
         plan = plan_completion(
@@ -452,7 +497,7 @@ class Gateway:
 
     def _headers(self, plan: Plan, trace: Trace, precision: str | None = None) -> dict[str, str]:
         headers = {"x-request-id": plan.request_id, "x-quantdrift-route": plan.route}
-        if plan.client_request_id:
+        if plan.client_request_id and _PRINTABLE.match(plan.client_request_id[:200]):
             headers["x-client-request-id"] = plan.client_request_id[:200]
         if precision:
             headers["x-quantdrift-precision"] = precision
@@ -461,7 +506,7 @@ class Gateway:
         if trace.truncated:
             headers["x-quantdrift-truncated"] = "max_tokens"
         if plan.dropped_fields:
-            headers["x-quantdrift-dropped-fields"] = ",".join(plan.dropped_fields)[:500]
+            headers["x-quantdrift-dropped-fields"] = header_list(plan.dropped_fields)
         return headers
 
     def _client_error(self, plan: Plan, trace: Trace, exc: UpstreamClientError) -> JSONResponse:
@@ -514,10 +559,16 @@ class Gateway:
             ],
         }
 
-    def health(self) -> dict[str, Any]:
+    @property
+    def ready(self) -> bool:
+        """False when a background task was given up on (see ``supervision.py``)."""
+        return self.supervisor.ready
+
+    def health(self, private: bool = True) -> dict[str, Any]:
+        """The gateway's view; ``private`` (an authenticated admin) adds who signed what."""
         cfg = self.config
         routes = {}
-        gates = self.preflight.health()
+        gates = self.preflight.health(private)
         for route, rc in cfg.routes.items():
             d = decide(
                 order=cfg.order,
@@ -537,11 +588,14 @@ class Gateway:
             if gate is not None:
                 routes[route]["preflight"] = gate
         return {
-            "status": "ok",
+            "status": "ok" if self.ready else "not_ready",
+            "failed_tasks": sorted(self.supervisor.failed),
             "routes": routes,
             "precisions": {p: len(u) for p, u in cfg.precisions.items()},
             "kafka_connected": bool(self.publisher and self.publisher.connected),
             "control_ready": bool(self.controller and self.controller.kafka_ready),
+            # False: the routes' latest commands are unknown yet; every route on its reference.
+            "control_known": self.controller is None or self.controller.backstop_known,
             "shadow_queue": self.shadow.depth,
             "shadow_in_flight": self.shadow.in_flight,
             "auth": self.auth.enabled,
@@ -550,6 +604,13 @@ class Gateway:
     def _live_metrics(self) -> Iterator[Any]:
         """Numbers other components keep, read at scrape time."""
         yield from self.shadow.collect()
+        yield counter(
+            "task_crashes",
+            "background task crashes (each logged with its traceback, then restarted)",
+            ["task"],
+            {(k,): float(v) for k, v in self.supervisor.crashes.items()},
+        )
+        yield gauge("ready", "0 once a task was given up on", [], {(): float(self.ready)})
         dropped = {("queue", r): float(n) for r, n in self.shadow.dropped.items()}
         if self.publisher is not None:
             s = self.publisher.stats
@@ -656,7 +717,8 @@ def _admin_routes(app: FastAPI, gateway: Gateway) -> None:
     async def health(request: Request) -> Any:
         if not gateway.auth.admin_ok(request.headers.get("authorization")):
             return denied()
-        return gateway.health()
+        body = gateway.health(private=gateway.auth.admin_protected)
+        return JSONResponse(body, 200 if gateway.ready else 503)
 
     @app.get("/metrics", response_model=None)
     async def metrics(request: Request) -> Response:
@@ -734,14 +796,61 @@ def create_admin_app(gateway: Gateway) -> FastAPI:
     return app
 
 
-async def json_object(request: Request) -> dict[str, Any] | Response:
-    """The request body as a JSON object, or the 400 that says why it is not one."""
+async def json_object(request: Request, max_bytes: int) -> dict[str, Any] | Response:
+    """The request body as a JSON object, or the 4xx that says why it is not one.
+
+    The body is read up to ``max_bytes`` (413 past it, before the rest is held in
+    memory) and parsed with orjson, which is strict where ``json`` is lenient: it
+    refuses NaN and Infinity, lone surrogates and nesting deeper than 1024, so none
+    of them reaches planning, an upstream or a pair.
+    """
+    declared = request.headers.get("content-length", "")
+    if declared.isdigit() and int(declared) > max_bytes:
+        return _too_large(max_bytes)
+    chunks, size = [], 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > max_bytes:
+            return _too_large(max_bytes)
+        chunks.append(chunk)
+    request.state.body_bytes = size
     try:
-        body = await request.json()
-    except ValueError:
-        return error_response(400, "The body is not JSON", "invalid_request_error", "invalid_json")
+        body = orjson.loads(b"".join(chunks))
+    except orjson.JSONDecodeError as exc:
+        return error_response(
+            400, f"The body is not valid JSON ({exc})", "invalid_request_error", "invalid_json"
+        )
     if not isinstance(body, dict):
         return error_response(
             400, "The body must be a JSON object", "invalid_request_error", "invalid_json"
         )
     return body
+
+
+def _too_large(max_bytes: int) -> JSONResponse:
+    return error_response(
+        413,
+        f"The body is larger than {max_bytes} bytes",
+        "invalid_request_error",
+        "request_too_large",
+    )
+
+
+_HEADER_TOKEN = re.compile(r"^[A-Za-z0-9_.:@/-]{1,64}$")
+_PRINTABLE = re.compile(r"^[\x20-\x7e]+$")
+
+
+def header_list(names: Iterable[str], limit: int = 500) -> str:
+    """Names safe for a response header, comma-joined; any other name is counted, not echoed.
+
+    Nothing the caller typed reaches a header unless it is a plain token: a key
+    holding CR/LF (header injection) or a non-latin-1 character (which the server
+    cannot encode) shows up as ``+N-unprintable``.
+
+    >>> header_list(["top_k", "bad\\r\\nx: 1", "ключ"])
+    'top_k,+2-unprintable'
+    """
+    names = list(names)
+    safe = [n for n in names if _HEADER_TOKEN.match(n)]
+    other = len(names) - len(safe)
+    return ",".join(safe + ([f"+{other}-unprintable"] if other else []))[:limit]

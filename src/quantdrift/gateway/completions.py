@@ -23,6 +23,7 @@ from quantdrift.gateway.planning import (
     CLIENT_ID_HEADER,
     Refusal,
     choices_asked,
+    decoding_refusal,
     route_and_preference,
     unknown_fields,
 )
@@ -98,6 +99,9 @@ def plan_completion(
     n = choices_asked(body)
     if isinstance(n, Refusal):
         return n
+    refused = decoding_refusal(body, n, config.limits.max_total_tokens)
+    if refused is not None:
+        return refused
     rc = config.routes[route]
     decision = decide(
         order=config.order,

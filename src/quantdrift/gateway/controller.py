@@ -36,6 +36,7 @@ from quantdrift.schemas.command import Action, RouteCommand
 from quantdrift.schemas.keys import COMMAND_KEY_GLOB, route_of_command_key
 from quantdrift.schemas.keys import command_key as _command_key
 from quantdrift.schemas.signing import CommandVerifier
+from quantdrift.supervision import Supervisor
 
 log = logging.getLogger(__name__)
 
@@ -82,7 +83,7 @@ class ControllerStats:
 
 
 class RouteController:
-    """Follows the control topic from its latest offset, with the Redis key as backstop."""
+    """Follows the control topic (replayed from its start), with the Redis key as backstop."""
 
     def __init__(
         self,
@@ -124,9 +125,14 @@ class RouteController:
         self._changed = asyncio.Condition()
         self._apply_lock = asyncio.Lock()
         self._kafka_ready = asyncio.Event()
+        # Set once every route's latest command is known: the Redis keys were read, or
+        # the control topic was replayed to its end. Until then the gateway fails closed.
+        self._backstop = asyncio.Event()
         self._redis: aioredis.Redis | None = None
         self._tasks: list[asyncio.Task[None]] = []
         self.stats = ControllerStats()
+        # Restarts a follower loop that raises; the gateway shares its own.
+        self.supervisor = Supervisor()
 
     # -- reading ---------------------------------------------------------------
 
@@ -164,6 +170,15 @@ class RouteController:
         this flag, is what keeps the gateway following commands then.
         """
         return self._kafka_ready.is_set()
+
+    @property
+    def backstop_known(self) -> bool:
+        """True once the Redis keys were read or the control topic was replayed, once.
+
+        Before that a route's latest command (a locked rollback, say) may be unknown,
+        so the gateway serves such routes their reference (see ``Gateway.route_state``).
+        """
+        return self._backstop.is_set()
 
     def on_change(self, cb: Callback) -> None:
         """Call ``cb(route, command)`` after each applied command (sync or async).
@@ -223,8 +238,8 @@ class RouteController:
             self.stats.redis_errors += 1
             log.warning("route keys not readable at start (%r); following the topic", exc)
         self._tasks = [
-            asyncio.create_task(self._follow_topic(), name="quantdrift-control-topic"),
-            asyncio.create_task(self._follow_redis(), name="quantdrift-control-redis"),
+            self.supervisor.spawn("control-topic", self._follow_topic),
+            self.supervisor.spawn("control-redis", self._follow_redis),
         ]
 
     async def stop(self) -> None:
@@ -321,16 +336,11 @@ class RouteController:
     async def _follow_topic(self) -> None:
         """Consume the control topic forever; reconnect with backoff on any failure.
 
-        No consumer group and no commits: every gateway reads every command, and a
-        gateway that restarts starts from the latest offset (the Redis key gives it the
-        current state). Partitions first seen after the start are read from the
-        beginning, since all they hold is newer than our start.
-
-        Tansu quirk: its "latest offset" answer is the last *batch's* base offset + 1,
-        not the high-water mark, so starting "from latest" can re-deliver the tail of
-        the last batch. Harmless here: those commands are not newer than what the
-        start-up read of the Redis keys applied (or are the same command), so the epoch
-        and duplicate checks drop them.
+        No consumer group and no commits: every gateway reads every command. A
+        gateway that starts replays the topic from its beginning (``_replay``), so it
+        knows every route's latest command even when Redis is down at the same time;
+        the topic carries one small message per transition, so the replay is short.
+        Partitions first seen later are read from the beginning too.
         """
         delay = 0.1
         positions: dict[TopicPartition, int] = {}
@@ -355,10 +365,10 @@ class RouteController:
                 for tp in tps:
                     if tp in positions:
                         consumer.seek(tp, positions[tp])
-                    elif first_time:
-                        await consumer.seek_to_end(tp)
                     else:
                         await consumer.seek_to_beginning(tp)
+                if first_time:
+                    await self._replay(consumer)
                 for tp in tps:
                     positions[tp] = await consumer.position(tp)
                 self._kafka_ready.set()
@@ -388,6 +398,40 @@ class RouteController:
             finally:
                 with contextlib.suppress(Exception):
                     await consumer.stop()
+
+    async def _replay(self, consumer: AIOKafkaConsumer) -> None:
+        """Read the topic from its start until a poll comes back empty; apply each route's
+        newest verified command only.
+
+        Positions are recorded by the caller only after this returns: a failure half-way
+        replays again from the start rather than skip what was read but not applied.
+
+        Only the newest: the Redis key holds the same, and applying history in order
+        would move a route through every old state (and an old restore, refused as
+        stale, would leave an older rollback standing for good).
+        """
+        newest: dict[str, tuple[int, bytes]] = {}
+        while True:
+            batches = await consumer.getmany(timeout_ms=500)
+            if not any(batches.values()):
+                break
+            for messages in batches.values():
+                for message in messages:
+                    if message.value is None:
+                        continue
+                    try:
+                        command = self.verifier.open(message.value)
+                    except (SchemaError, SignatureError):
+                        self.stats.bad_messages += 1
+                        continue
+                    seen = newest.get(command.route)
+                    if seen is None or command.epoch >= seen[0]:
+                        newest[command.route] = (command.epoch, message.value)
+        for _, raw in newest.values():
+            await self.handle(raw, "kafka")
+        if not self._backstop.is_set():
+            log.info("control topic replayed: %d routes' latest commands known", len(newest))
+        self._backstop.set()
 
     # -- the Redis backstop ----------------------------------------------------
 
@@ -427,10 +471,8 @@ class RouteController:
                 found = route_of_command_key(self._prefix, name)
                 if found is not None:
                     self._known.add(found)
-        if not self._known:
-            return
         routes = sorted(self._known)
-        values = await redis.mget([command_key(self._prefix, r) for r in routes])
+        values = await redis.mget([command_key(self._prefix, r) for r in routes]) if routes else []
         for route, value in zip(routes, values, strict=True):
             if value is None:
                 continue
@@ -441,3 +483,4 @@ class RouteController:
                 continue
             self._last_raw[route] = raw
             await self.handle(raw, "redis")
+        self._backstop.set()

@@ -289,7 +289,11 @@ class FallbackExecutor:
         for i, precision in enumerate(chain):
             enforce = self._enforce(plan, trace, i)
             guards = _Guards(plan, self.config)
-            acc = Accumulator(precision)
+            acc = Accumulator(
+                precision,
+                keep_logprobs=self.config.limits.max_logprob_tokens,
+                all_choices=plan.user_logprobs,
+            )
             trace.attempt_t0 = self.clock()
             try:
                 stream = self.upstreams[precision].stream(plan.body, total_s=self._remaining(trace))
@@ -332,7 +336,11 @@ class FallbackExecutor:
         for i, precision in enumerate(chain):
             enforce = self._enforce(plan, trace, i)
             guards = _Guards(plan, self.config)
-            acc = Accumulator(precision)
+            acc = Accumulator(
+                precision,
+                keep_logprobs=self.config.limits.max_logprob_tokens,
+                all_choices=plan.user_logprobs,
+            )
             trace.attempt_t0 = self.clock()
             stream = self.upstreams[precision].stream(plan.body, total_s=self._remaining(trace))
             held: list[dict[str, Any]] = []

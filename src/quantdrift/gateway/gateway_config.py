@@ -150,6 +150,23 @@ class JsonGuardConfig(_Frozen):
     max_depth: int = Field(default=64, ge=1)
 
 
+class RequestLimits(_Frozen):
+    """What one request may make the gateway hold or ask for; beyond it, a 4xx, no upstream call.
+
+    ``max_body_bytes``: a larger body gets 413 before it is read whole. ``max_total_tokens``:
+    ``n`` times ``max_tokens`` (or ``max_completion_tokens``). ``max_logprob_tokens``: per-token
+    log-prob entries kept per choice (choice 0 for the probes always; the others only when
+    the caller asked for logprobs); entries past it are not kept.
+    """
+
+    max_body_bytes: int = Field(default=8 * 1024 * 1024, ge=1024)
+    max_messages: int = Field(default=2048, ge=1)
+    max_total_tokens: int = Field(default=262_144, ge=1)
+    max_logprob_tokens: int = Field(default=32_768, ge=0)
+    # A shadow job keeps the request to re-ask the reference; larger bodies are not mirrored.
+    max_shadow_body_bytes: int = Field(default=256 * 1024, ge=1024)
+
+
 class GatewayConfig(_Frozen):
     """Everything ``quantdrift gateway`` needs besides Kafka/Redis settings."""
 
@@ -173,6 +190,9 @@ class GatewayConfig(_Frozen):
     shadow_concurrency: int = Field(default=8, ge=1)
     shadow_max_connections: int = Field(default=16, ge=1)
     shadow_queue: int = Field(default=256, ge=1)
+    # On shutdown: how long queued and running shadow jobs may finish before they are
+    # dropped (counted and logged). uvicorn's graceful timeout is this plus a margin.
+    shadow_drain_s: float = Field(default=4.0, ge=0)
     retry_budget: RetryBudgetConfig = RetryBudgetConfig()
     outlier: OutlierConfig = OutlierConfig()
     auth: AuthConfig | None = None
@@ -182,6 +202,7 @@ class GatewayConfig(_Frozen):
     extra_body_fields: list[str] = Field(default_factory=list)
     unknown_fields: Literal["reject", "drop"] = "reject"
     json_guard: JsonGuardConfig = JsonGuardConfig()
+    limits: RequestLimits = RequestLimits()
     degeneration: DegenerationConfig = DegenerationConfig()
     # Streams that do not ask for JSON: chunks held back before the first byte goes
     # out, so a loop or a failure in the first tokens still falls back silently.
@@ -221,6 +242,12 @@ class GatewayConfig(_Frozen):
             for r in key.routes:
                 if r != "*" and r not in self.routes:
                     raise ValueError(f"auth.keys.{key.name}: unknown route {r!r}")
+        if self.auth and self.auth.keys and not (self.auth.admin_token_sha256 or self.admin_listen):
+            # API keys say callers are not trusted: /health and /metrics must not be open.
+            raise ValueError(
+                "auth.keys is set: set auth.admin_token_sha256 too, or admin_listen "
+                "(/health and /metrics on their own, private port)"
+            )
         if self.admin_listen is not None and not re.match(r"^[^:\s]+:\d{1,5}$", self.admin_listen):
             raise ValueError(f"admin_listen {self.admin_listen!r} is not host:port")
         if self.default_route is not None and self.default_route not in self.routes:

@@ -103,6 +103,7 @@ class Choice:
     finish_reason: str | None = None
     logprobs_content: list[dict[str, Any]] = field(default_factory=list)
     role: str = "assistant"
+    entries_seen: int = 0  # per-token entries streamed, kept or not
 
     @property
     def text(self) -> str:
@@ -178,7 +179,7 @@ class Completion:
         """From ``usage`` when the upstream sent it, else the streamed token entries."""
         if self.usage and isinstance(self.usage.get("completion_tokens"), int):
             return int(self.usage["completion_tokens"])
-        return sum(len(c.logprobs_content) for c in self.choices)
+        return sum(max(c.entries_seen, len(c.logprobs_content)) for c in self.choices)
 
     def output(self, top_k: int) -> ModelOutput:
         """Choice 0 as one side of a PairEvent: text, and per-token data cut to ``top_k``."""
@@ -238,8 +239,20 @@ def _top_dict(entry: Mapping[str, Any], k: int) -> dict[str, float]:
 class Accumulator:
     """Folds streamed chunks into a Completion; ``add`` returns what each choice got."""
 
-    def __init__(self, precision: str, clock: Any = time.perf_counter) -> None:
+    def __init__(
+        self,
+        precision: str,
+        clock: Any = time.perf_counter,
+        *,
+        keep_logprobs: int | None = None,
+        all_choices: bool = True,
+    ) -> None:
+        """``keep_logprobs``: per-token entries kept per choice (None: all); ``all_choices``
+        False keeps them for choice 0 only (what the probes and the pair read): the
+        memory an answer holds is bounded by the limits, not by what ``n`` asked for."""
         self.completion = Completion(precision)
+        self._keep = keep_logprobs
+        self._all_choices = all_choices
         self._clock = clock
         self._t0 = clock()
         self.content_chunks = 0
@@ -287,9 +300,12 @@ class Accumulator:
             tops: list[dict[str, float]] = []
             logprobs = raw.get("logprobs")
             entries = logprobs.get("content") if isinstance(logprobs, dict) else None
+            keep = self._all_choices or choice.index == 0
             for entry in entries or ():
                 if isinstance(entry, dict):
-                    choice.logprobs_content.append(entry)
+                    choice.entries_seen += 1
+                    if keep and (self._keep is None or choice.entries_seen <= self._keep):
+                        choice.logprobs_content.append(entry)
                     tops.append(_top_dict(entry, 20))
             out.append(Delta(choice.index, text, tops))
         return out

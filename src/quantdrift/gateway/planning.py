@@ -21,6 +21,7 @@ arguments, so every rule here is tested as a table.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -140,6 +141,39 @@ def choices_asked(body: Mapping[str, Any]) -> int | Refusal:
     return n
 
 
+_FINITE_FIELDS = ("temperature", "top_p", "frequency_penalty", "presence_penalty")
+
+
+def decoding_refusal(body: Mapping[str, Any], n: int, max_total_tokens: int) -> Refusal | None:
+    """Why the decoding parameters are refused, or None: numbers must be finite numbers, and
+    ``n`` times the token cap must stay within ``max_total_tokens``.
+
+    >>> decoding_refusal({"temperature": float("nan")}, 1, 100).param
+    'temperature'
+    >>> decoding_refusal({"max_tokens": 60}, 2, 100).param
+    'max_tokens'
+    >>> decoding_refusal({"max_tokens": 50, "top_p": 0.9}, 2, 100) is None
+    True
+    """
+    for name in _FINITE_FIELDS:
+        v = body.get(name)
+        if v is not None and (
+            isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v)
+        ):
+            return Refusal(400, f"{name} must be a finite number", name)
+    for name in ("max_tokens", "max_completion_tokens"):
+        v = body.get(name)
+        if v is None:
+            continue
+        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+            return Refusal(400, f"{name} must be a positive integer", name)
+        if n * v > max_total_tokens:
+            return Refusal(
+                400, f"n x {name} must be at most {max_total_tokens}, got {n} x {v}", name
+            )
+    return None
+
+
 def route_and_preference(
     config: GatewayConfig, body: Mapping[str, Any], headers: Mapping[str, str], principal: Principal
 ) -> tuple[str, str] | Refusal:
@@ -188,12 +222,17 @@ def plan_request(
     messages = body.get("messages")
     if not isinstance(messages, list) or not messages:
         return Refusal(400, "messages must be a non-empty list", "messages")
+    if len(messages) > cfg.limits.max_messages:
+        return Refusal(400, f"at most {cfg.limits.max_messages} messages", "messages")
     unknown, refused = unknown_fields(cfg, body, OPENAI_FIELDS | EXTENSION_FIELDS)
     if refused is not None:
         return refused
     n = choices_asked(body)
     if isinstance(n, Refusal):
         return n
+    refused = decoding_refusal(body, n, cfg.limits.max_total_tokens)
+    if refused is not None:
+        return refused
     top = body.get("top_logprobs")
     if top is not None and (
         not isinstance(top, int) or isinstance(top, bool) or not 0 <= top <= 20

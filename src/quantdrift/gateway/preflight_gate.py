@@ -28,6 +28,7 @@ from functools import cached_property
 from quantdrift.errors import ConfigError
 from quantdrift.gateway.gateway_config import GatewayConfig, PreflightGateConfig
 from quantdrift.preflight.signoff import read_approvals, verify
+from quantdrift.supervision import Supervisor
 
 log = logging.getLogger(__name__)
 
@@ -50,6 +51,7 @@ class PreflightGate:
     keys: Mapping[str, bytes]
     clock: Callable[[], float] = time.time
     status: dict[str, GateStatus] = field(default_factory=dict)
+    supervisor: Supervisor = field(default_factory=Supervisor)
     _task: asyncio.Task[None] | None = None
 
     @cached_property
@@ -66,7 +68,11 @@ class PreflightGate:
         return None if st is not None and st.verified else gate.canary_percent
 
     def refresh(self) -> None:
-        """Re-read every gated route's report and approvals; log each change of verdict."""
+        """Re-read every gated route's report and approvals; log each change of verdict.
+
+        Anything short of a verified report, a read or verify error included, closes
+        the gate (the candidate back to its canary share) at this refresh.
+        """
         for route, gate in self.gates.items():
             new = self._check(gate)
             old = self.status.get(route)
@@ -95,13 +101,16 @@ class PreflightGate:
             return GateStatus(False, (f"{gate.report}: {exc.strerror or exc}",), checked_at=now)
         except ConfigError as exc:
             return GateStatus(False, (str(exc),), checked_at=now)
-        result = verify(
-            raw,
-            approvals,
-            self.keys,
-            required=gate.required_signers,
-            distinct_keys=gate.distinct_keys,
-        )
+        try:
+            result = verify(
+                raw,
+                approvals,
+                self.keys,
+                required=gate.required_signers,
+                distinct_keys=gate.distinct_keys,
+            )
+        except Exception as exc:  # a report replaced by `null`, garbage...: fail closed
+            return GateStatus(False, (f"{gate.report}: unverifiable ({exc!r})"[:300],), (), now)
         problems = () if result.ok else tuple(result.problems)
         return GateStatus(result.ok, problems, tuple(result.signers), now)
 
@@ -111,7 +120,7 @@ class PreflightGate:
             return
         self.refresh()
         if self._task is None:
-            self._task = asyncio.create_task(self._loop(), name="quantdrift-preflight-gate")
+            self._task = self.supervisor.spawn("preflight-gate", self._loop)
 
     async def stop(self) -> None:
         if self._task is not None:
@@ -121,21 +130,23 @@ class PreflightGate:
             self._task = None
 
     async def _loop(self) -> None:
+        # A bug here is the supervisor's to log, count and restart; _check never raises.
         while True:
             await asyncio.sleep(self.config.preflight_refresh_s)
-            try:
-                self.refresh()
-            except Exception:  # a gate that cannot read stays as it was; never kill serving
-                log.exception("preflight gate: refresh failed")
+            self.refresh()
 
-    def health(self) -> dict[str, dict[str, object]]:
-        return {
-            route: {
+    def health(self, private: bool = True) -> dict[str, dict[str, object]]:
+        """Per gated route: verified, canary share; signers and problems only when
+        ``private`` (an authenticated admin), since they name people and files."""
+        out: dict[str, dict[str, object]] = {}
+        for route, st in self.status.items():
+            if route not in self.gates:
+                continue
+            out[route] = {
                 "verified": st.verified,
                 "canary_percent": self.gates[route].canary_percent,
-                "signers": list(st.signers),
-                "problems": list(st.problems),
             }
-            for route, st in self.status.items()
-            if route in self.gates
-        }
+            if private:
+                out[route]["signers"] = list(st.signers)
+                out[route]["problems"] = list(st.problems)
+        return out

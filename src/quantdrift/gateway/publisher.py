@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import hashlib
 import logging
 import random
 from collections.abc import Mapping
@@ -29,6 +28,8 @@ from quantdrift.errors import SchemaError
 from quantdrift.gateway.kafka_config import producer_kwargs
 from quantdrift.gateway.sampling import sampled
 from quantdrift.schemas.pair import PairEvent
+from quantdrift.schemas.privacy import prompt_hash
+from quantdrift.supervision import Supervisor
 
 log = logging.getLogger(__name__)
 
@@ -38,6 +39,7 @@ STOPPED = "stopped"
 INVALID = "invalid"
 STOP_TIMEOUT = "stop_timeout"
 OFFER_ERROR = "offer_error"
+BUG = "bug"  # the drain loop raised; the supervisor restarted it
 SEND_ERROR = "send_error"  # stored as "send_error:<ExceptionName>"
 
 
@@ -62,16 +64,12 @@ class PublisherStats:
             self.dropped_queue_full += n
 
 
-def prompt_sha256(prompt: str) -> str:
-    """Hex sha256 of the prompt's UTF-8 bytes: what ``request.prompt_hash`` carries."""
-    return hashlib.sha256(prompt.encode("utf-8", "surrogatepass")).hexdigest()
-
-
 class ShadowPublisher:
     """Sample requests, queue pairs, send them to the pairs topic (key = route).
 
-    ``hash_prompts`` replaces every prompt by its sha256 before it leaves the
-    process; a pair whose ``request.private`` is set never carries its prompt
+    ``hash_prompts`` replaces every prompt by its salted hash (``prompt_hash`` with
+    ``prompt_salt``, the same as the shadow runner's and the DLQ's) before it leaves
+    the process; a pair whose ``request.private`` is set never carries its prompt
     either way (it is hashed here rather than refused, so a gateway bug cannot
     leak a private prompt or lose the pair).
     """
@@ -85,6 +83,7 @@ class ShadowPublisher:
         *,
         hash_prompts: bool = False,
         salt: str = "",
+        prompt_salt: str = "",
         max_in_flight: int = 1_000,
         log_every: int = 100,
         backoff_s: tuple[float, float] = (0.1, 5.0),
@@ -98,6 +97,8 @@ class ShadowPublisher:
         self._topic = topic or kafka.topics.pairs
         self._hash_prompts = hash_prompts
         self._salt = salt
+        # The Gateway sets it to its own prompt salt when it is left empty here.
+        self.prompt_salt = prompt_salt
         self._log_every = max(1, log_every)
         self._backoff = backoff_s
         self._queue: asyncio.Queue[PairEvent | Mapping[str, Any]] = asyncio.Queue(queue_size)
@@ -108,6 +109,8 @@ class ShadowPublisher:
         self._closed = False
         self._connected = asyncio.Event()
         self.stats = PublisherStats()
+        # Restarts the drain loop if it ever raises; the gateway shares its own.
+        self.supervisor = Supervisor()
 
     @property
     def topic(self) -> str:
@@ -156,7 +159,7 @@ class ShadowPublisher:
         """Start the drain task; returns at once, Kafka is connected in the background."""
         if self._task is None:
             self._closed = False
-            self._task = asyncio.create_task(self._run(), name="quantdrift-shadow-publisher")
+            self._task = self.supervisor.spawn(f"publisher:{self._topic}", self._run)
 
     async def wait_connected(self, timeout: float) -> bool:
         """True once the producer is up (tests and health checks); False on timeout."""
@@ -207,7 +210,8 @@ class ShadowPublisher:
     # -- background ------------------------------------------------------------
 
     async def _run(self) -> None:
-        producer = await self._connect()
+        # A restart after a crash keeps the producer it already has.
+        producer = self._producer or await self._connect()
         while True:
             item = await self._queue.get()
             try:
@@ -217,15 +221,23 @@ class ShadowPublisher:
                 self.stats.drop(STOP_TIMEOUT)
                 self._queue.task_done()
                 raise
+            except Exception:
+                # _send_one owns the slot until it hands the pair over; a bug before
+                # that must not leave queue.join() waiting forever. The supervisor logs it.
+                self.stats.drop(BUG)
+                self._queue.task_done()
+                raise
 
     async def _send_one(self, producer: AIOKafkaProducer, item: Any) -> None:
         """Own one queue slot: ``task_done`` exactly once, here or on delivery."""
         try:
             key, value = self._encode(item)
-        except SchemaError as exc:
+        except (SchemaError, TypeError, ValueError, OverflowError) as exc:
+            # One poisoned pair (e.g. an integer beyond 64 bits in a user's json_schema,
+            # which orjson refuses to encode) is dropped and counted; the next is sent.
             self.stats.drop(INVALID)
             self._queue.task_done()
-            log.warning("pair dropped, invalid: %s", exc)
+            log.warning("pair dropped, invalid: %s: %s", type(exc).__name__, exc)
             return
         await self._in_flight.acquire()
         try:
@@ -307,5 +319,5 @@ class ShadowPublisher:
             return data
         scrubbed = {k: v for k, v in request.items() if k != "prompt"}
         if isinstance(prompt, str):
-            scrubbed["prompt_hash"] = prompt_sha256(prompt)
+            scrubbed["prompt_hash"] = prompt_hash(prompt, self.prompt_salt)
         return {**data, "request": scrubbed}

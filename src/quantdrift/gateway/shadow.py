@@ -9,7 +9,9 @@ Isolation, piece by piece:
   job when full: the newest requests are the ones worth mirroring, and memory
   stays flat whatever the reference does; every drop is counted by reason;
 * queued jobs hold the user's answer **stripped** (choice 0, top-k log-probs
-  the pair needs), not the full upstream payload;
+  the pair needs), not the full upstream payload, and the request body only when
+  it is at most ``limits.max_shadow_body_bytes`` (larger ones are not mirrored,
+  counted ``too_large``): the queue holds at most ``shadow_queue`` such bodies;
 * ``shadow_concurrency`` workers, each job under one deadline
   (``timeouts.shadow_total_s``, 30 s by default);
 * the route's state is **re-checked before each call**: a candidate rolled back
@@ -17,17 +19,16 @@ Isolation, piece by piece:
 * nothing here runs on a user's request path: ``submit`` only appends to a
   deque, and every failure stays in this module (counted, logged).
 
-Prompts leave as a salted hash (HMAC-SHA256 with ``prompt_salt``) unless the
-route opts in with ``clear_prompts``; a request marked private never carries
-its prompt.
+Prompts leave as the salted hash of ``schemas/privacy.py`` (HMAC-SHA256 with
+``prompt_salt``) unless the route opts in with ``clear_prompts``; a request
+marked private never carries its prompt. What else a pair carries, private or
+not, is in docs/privacy.md.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import hashlib
-import hmac
 import logging
 import time
 from collections import deque
@@ -43,6 +44,8 @@ from quantdrift.gateway.routing import RouteState, decide
 from quantdrift.gateway.telemetry import counter, gauge
 from quantdrift.gateway.upstreams import UpstreamClientError, Upstreams, error_reason
 from quantdrift.schemas.pair import PairEvent, RequestInfo
+from quantdrift.schemas.privacy import prompt_hash
+from quantdrift.supervision import Supervisor
 
 log = logging.getLogger(__name__)
 
@@ -51,6 +54,8 @@ QUEUE_FULL = "queue_full"
 ROLLED_BACK = "route_rolled_back"
 DEADLINE = "deadline"
 STOPPED = "stopped"
+STOPPED_IN_FLIGHT = "stopped_in_flight"
+TOO_LARGE = "too_large"  # request body past limits.max_shadow_body_bytes: not mirrored
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,17 +80,6 @@ def prompt_text(messages: Any) -> str | None:
             )
         lines.append(f"{m.get('role', 'user')}: {content or ''}")
     return "\n".join(lines)[:200_000]
-
-
-def salted_hash(prompt: str, salt: str) -> str:
-    """HMAC-SHA256 of the prompt: joinable within one salt, useless for a dictionary attack.
-
-    >>> salted_hash("hi", "s") == salted_hash("hi", "s") != salted_hash("hi", "t")
-    True
-    """
-    return hmac.new(
-        salt.encode(), prompt.encode("utf-8", "surrogatepass"), hashlib.sha256
-    ).hexdigest()
 
 
 class ShadowRunner:
@@ -117,6 +111,8 @@ class ShadowRunner:
         self.errors: dict[tuple[str, str, str], int] = {}
         self.offered = 0
         self._closed = False
+        # Restarts a worker loop that raises; the gateway shares its own.
+        self.supervisor = Supervisor()
 
     # -- the user's side: never blocks, never raises --------------------------------
 
@@ -154,7 +150,7 @@ class ShadowRunner:
         if not self._workers:
             self._closed = False
             self._workers = [
-                asyncio.create_task(self._work(), name=f"quantdrift-shadow-{i}")
+                self.supervisor.spawn(f"shadow-worker-{i}", self._work)
                 for i in range(self.config.shadow_concurrency)
             ]
 
@@ -170,18 +166,31 @@ class ShadowRunner:
         return True
 
     async def stop(self, timeout: float = 5.0) -> None:
+        """Refuse new jobs, let queued and running ones finish for ``timeout`` s, then
+        cancel the rest: each counted (``stopped`` queued, ``stopped_in_flight``
+        running) and reported in one log line."""
         self._closed = True
-        await self.wait_idle(timeout)
+        drained = await self.wait_idle(timeout)
+        running, queued = self.in_flight, len(self._queue)
         for task in self._workers:
             task.cancel()
         for task in self._workers:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
         self._workers = []
-        left = len(self._queue)
-        if left:
-            self.dropped[STOPPED] = self.dropped.get(STOPPED, 0) + left
+        if queued:
+            self.dropped[STOPPED] = self.dropped.get(STOPPED, 0) + queued
             self._queue.clear()
+        if running:
+            self.dropped[STOPPED_IN_FLIGHT] = self.dropped.get(STOPPED_IN_FLIGHT, 0) + running
+        if not drained:
+            log.warning(
+                "shadow runner stopped after %.1f s of draining: %d queued and %d running "
+                "jobs dropped (quantdrift_gateway_shadow_dropped_total)",
+                timeout,
+                queued,
+                running,
+            )
         await self.upstreams.aclose()
 
     async def _work(self) -> None:
@@ -261,7 +270,7 @@ class ShadowRunner:
         return body
 
     async def _collect(self, precision: str, body: Mapping[str, Any]) -> Completion:
-        acc = Accumulator(precision)
+        acc = Accumulator(precision, keep_logprobs=self.config.limits.max_logprob_tokens)
         stream = self.upstreams[precision].stream(body, total_s=self.config.timeouts.shadow_total_s)
         async with contextlib.aclosing(stream):
             async for chunk in stream:
@@ -319,7 +328,7 @@ class ShadowRunner:
         request = RequestInfo.model_validate(
             {
                 "prompt": prompt if clear else None,
-                "prompt_hash": None if clear or prompt is None else salted_hash(prompt, self._salt),
+                "prompt_hash": None if clear or prompt is None else prompt_hash(prompt, self._salt),
                 "private": plan.private,
                 "precision_preference": plan.preference,
                 "expects_json": spec is not None,

@@ -65,6 +65,7 @@ def attach_agents(
     clock: Callable[[], float] = time.time,
     failpoint: Failpoint = no_failpoint,
     claim_ttl_ms: int = 10_000,
+    prompt_salt: str = "",
 ) -> WorkerStats:
     stats = WorkerStats()
     # One thread for the embedder: torch releases the GIL, the event loop keeps
@@ -102,7 +103,7 @@ def attach_agents(
                 RawRecord(e.value, e.key, e.message.topic, e.message.partition, e.message.offset)
                 for e in events
             ]
-            pairs, dead = parse_batch(records, clock())
+            pairs, dead = parse_batch(records, clock(), prompt_salt)
             await dead_letter(dead)
             if not pairs:
                 continue

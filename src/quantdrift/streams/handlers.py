@@ -5,7 +5,6 @@ No Kafka, no Redis here: agents read records, call these, and write.
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -15,6 +14,7 @@ from quantdrift.detectors import FailureThresholds
 from quantdrift.detectors.suite import score_event
 from quantdrift.errors import SchemaError
 from quantdrift.schemas import DeadLetter, Metrics, PairEvent, ScoreEvent
+from quantdrift.schemas.privacy import prompt_hash
 
 
 @dataclass(frozen=True, slots=True)
@@ -29,9 +29,12 @@ class RawRecord:
 
 
 def parse_batch(
-    records: Sequence[RawRecord], now: float
+    records: Sequence[RawRecord], now: float, prompt_salt: str = ""
 ) -> tuple[list[PairEvent], list[DeadLetter]]:
-    """Split a batch into valid pairs and dead letters (with the reason), losing nothing."""
+    """Split a batch into valid pairs and dead letters (with the reason), losing nothing.
+
+    ``prompt_salt``: the salt of the prompt hash a private prompt is replaced by in the DLQ.
+    """
     pairs: list[PairEvent] = []
     dead: list[DeadLetter] = []
     for rec in records:
@@ -46,9 +49,9 @@ def parse_batch(
                 )
         except SchemaError as exc:
             value, error = rec.value, str(exc)
-            redacted = redact_private_prompt(rec.value)
+            redacted = redact_private_prompt(rec.value, prompt_salt)
             if redacted is not None:
-                value, error = redacted, error + " (prompt replaced by its sha256 in the DLQ)"
+                value, error = redacted, error + " (prompt replaced by its salted hash)"
             dead.append(
                 DeadLetter.of(
                     value,
@@ -65,11 +68,12 @@ def parse_batch(
     return pairs, dead
 
 
-def redact_private_prompt(raw: bytes | None) -> bytes | None:
+def redact_private_prompt(raw: bytes | None, salt: str = "") -> bytes | None:
     """A pair marked private must not carry its prompt anywhere, the DLQ included.
 
     The DLQ keeps original bytes so nothing is lost; for a private prompt the one
-    exception is the prompt itself, replaced by its hash. None when there is
+    exception is the prompt itself, replaced by ``prompt_hash`` (the gateway's hash,
+    so the letter joins its pairs under one salt). None when there is
     nothing to redact (or the bytes are not a JSON object).
     """
     if not raw:
@@ -82,8 +86,7 @@ def redact_private_prompt(raw: bytes | None) -> bytes | None:
     if not (isinstance(request, dict) and request.get("private") and request.get("prompt")):
         return None
     prompt = request.pop("prompt")
-    digest = hashlib.sha256(str(prompt).encode("utf-8", "surrogatepass")).hexdigest()
-    request["prompt_hash"] = f"sha256:{digest}"
+    request["prompt_hash"] = prompt_hash(str(prompt), salt)
     return orjson.dumps(data)
 
 

@@ -46,6 +46,7 @@ def build_worker_app(
         batch_max=settings.worker.batch_max,
         batch_within_s=settings.worker.batch_within_s,
         claim_ttl_ms=settings.worker.outbox_claim_ttl_ms,
+        prompt_salt=settings.prompt_salt.get_secret_value(),
     )
     return app, topics, stats
 
