@@ -42,7 +42,7 @@ from quantdrift.gateway.planning import Plan
 from quantdrift.gateway.routing import RouteState, decide
 from quantdrift.gateway.telemetry import counter, gauge
 from quantdrift.gateway.upstreams import UpstreamClientError, Upstreams, error_reason
-from quantdrift.schemas.pair import PairEvent, RequestInfo
+from quantdrift.schemas.pair import PairEvent, RequestInfo, pair_id_for
 
 log = logging.getLogger(__name__)
 
@@ -332,7 +332,7 @@ class ShadowRunner:
         )
         k = self.config.top_logprobs
         return PairEvent(
-            pair_id=f"{plan.request_id}:{kind}",
+            pair_id=pair_id_for(plan.request_id, kind),
             ts=time.time(),
             route=plan.route,
             kind=kind,  # type: ignore[arg-type]
