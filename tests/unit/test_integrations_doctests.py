@@ -7,7 +7,11 @@ import importlib
 
 import pytest
 
-MODULES = ["quantdrift.integrations.otel", "quantdrift.schemas.pair"]
+MODULES = [
+    "quantdrift.integrations.litellm_pairs",
+    "quantdrift.integrations.otel",
+    "quantdrift.schemas.pair",
+]
 
 
 @pytest.mark.parametrize("name", MODULES)
