@@ -17,6 +17,7 @@ import os
 import subprocess
 import sys
 import time
+import uuid
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,6 +25,7 @@ from typing import Any
 
 import httpx
 import pytest
+import redis
 import redis.asyncio as aioredis
 import yaml
 
@@ -41,6 +43,8 @@ pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
 
 ROOT = Path(__file__).resolve().parents[2]
 ROUTE = "cs-agent/int4"
+GATED = "launch/int4"
+EVENTS = "events/int4"
 UNGATED = "search/fp8"
 TOKEN = "verdict-api-test-token"
 KEYS = {"ops": "ops-approval-key-for-tests", "ml": "ml-approval-key-for-tests"}
@@ -157,26 +161,45 @@ def flagger_says_yes(reply: httpx.Response) -> bool:
     return reply.status_code <= 202
 
 
-@pytest.fixture
-def policy_file(tmp_path: Path) -> Path:
-    path = tmp_path / "policy.yaml"
+@pytest.fixture(scope="module")
+def workdir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("verdict-api")
+
+
+@pytest.fixture(scope="module")
+def prefix(stack: EmbeddedStack) -> Iterator[str]:
+    """One Redis prefix for the module's API process; each test has its own routes."""
+    name = f"qdtest:{uuid.uuid4().hex}:"
+    yield name
+    client = redis.Redis.from_url(stack.redis_url)
+    keys = list(client.scan_iter(match=f"{name}*", count=1000))
+    if keys:
+        client.delete(*keys)
+    client.close()
+
+
+@pytest.fixture(scope="module")
+def policy_file(workdir: Path) -> Path:
+    path = workdir / "policy.yaml"
     path.write_text(yaml.safe_dump(POLICY_YAML))
     return path
 
 
-@pytest.fixture
-def report(tmp_path: Path) -> Path:
+@pytest.fixture(scope="module")
+def report(workdir: Path) -> Path:
     """A go report from the preflight package, not yet signed."""
-    path = tmp_path / "preflight.json"
+    path = workdir / "preflight.json"
     items = [passed("probes", "Probes", {"ok": 3}, {"ok": 3})]
-    path.write_bytes(report_bytes(build_report(items, subject={"route": ROUTE})))
+    path.write_bytes(report_bytes(build_report(items, subject={"route": GATED})))
     return path
 
 
-@pytest.fixture
+@pytest.fixture(scope="module")
 def api(
-    stack: EmbeddedStack, redis_prefix: str, tmp_path: Path, policy_file: Path, report: Path
+    stack: EmbeddedStack, prefix: str, workdir: Path, policy_file: Path, report: Path
 ) -> Iterator[Api]:
+    """One ``quantdrift verdict-api`` process for the module (it takes seconds to start)."""
+    tmp_path = workdir
     port = free_port()
     token_file = tmp_path / "token"
     token_file.write_text(TOKEN + "\n")
@@ -184,7 +207,7 @@ def api(
         **os.environ,
         "PYTHONPATH": str(ROOT / "src"),
         "QUANTDRIFT_REDIS__URL": stack.redis_url,
-        "QUANTDRIFT_REDIS__KEY_PREFIX": redis_prefix,
+        "QUANTDRIFT_REDIS__KEY_PREFIX": prefix,
         "QUANTDRIFT_SIGNING__KEYS": json.dumps(KEYS),
         "QUANTDRIFT_SIGNING__ACTIVE_KEY_ID": "ops",
         "QUANTDRIFT_POLICY_FILE": str(policy_file),
@@ -194,7 +217,7 @@ def api(
         proc = subprocess.Popen(
             [
                 *(sys.executable, "-m", "quantdrift", "verdict-api", "--port", str(port)),
-                *("--token-file", str(token_file), "--preflight", f"{ROUTE}={report}"),
+                *("--token-file", str(token_file), "--preflight", f"{GATED}={report}"),
                 *("--public-url", f"http://127.0.0.1:{port}", "--log-level", "warning"),
             ],
             env=env,
@@ -219,10 +242,10 @@ def api(
 
 
 @pytest.fixture
-async def store(stack: EmbeddedStack, redis_prefix: str) -> AsyncIterator[RedisBreakerStore]:
+async def store(stack: EmbeddedStack, prefix: str) -> AsyncIterator[RedisBreakerStore]:
     """The breaker's store, signing with the same key ring the API verifies with."""
     client = aioredis.Redis.from_url(stack.redis_url)
-    yield RedisBreakerStore(client, CommandSigner("ops", KEYS["ops"].encode()), redis_prefix)
+    yield RedisBreakerStore(client, CommandSigner("ops", KEYS["ops"].encode()), prefix)
     await client.aclose()
 
 
@@ -351,21 +374,21 @@ async def test_every_breaker_state_as_argo_and_flagger_read_it(
 async def test_pre_rollout_needs_a_go_report_and_two_signers(api: Api, report: Path) -> None:
     signing = SigningSettings(active_key_id="ops", keys=KEYS)  # type: ignore[arg-type]
 
-    reply = api.flagger("pre-rollout", ROUTE)
+    reply = api.flagger("pre-rollout", GATED)
     assert not flagger_says_yes(reply)
     assert any("0 distinct signers" in p for p in reply.json()["problems"])
 
     sign_file(report, "alice", signing, time.time())
-    reply = api.flagger("pre-rollout", ROUTE)
+    reply = api.flagger("pre-rollout", GATED)
     assert not flagger_says_yes(reply)
     assert any("1 distinct signers" in p for p in reply.json()["problems"])
 
     sign_file(report, "bob", signing, time.time())
-    reply = api.flagger("pre-rollout", ROUTE)
+    reply = api.flagger("pre-rollout", GATED)
     assert flagger_says_yes(reply), reply.text
     assert reply.json() == {
         "hook": "pre-rollout",
-        "route": ROUTE,
+        "route": GATED,
         "verdict": "inconclusive",
         "ok": True,
         "problems": [],
@@ -373,7 +396,7 @@ async def test_pre_rollout_needs_a_go_report_and_two_signers(api: Api, report: P
 
     # A report edited after it was signed no longer verifies.
     report.write_bytes(report.read_bytes().replace(b'"go"', b'"no-go"'))
-    reply = api.flagger("pre-rollout", ROUTE)
+    reply = api.flagger("pre-rollout", GATED)
     assert not flagger_says_yes(reply)
 
     # A route with no report configured never passes pre-rollout.
@@ -384,24 +407,27 @@ async def test_pre_rollout_needs_a_go_report_and_two_signers(api: Api, report: P
 
 async def test_events_are_audited_and_the_token_is_required(api: Api) -> None:
     reply = api.flagger(
-        "event", ROUTE, eventMessage="Advance llm-int4.serving canary weight 10", eventType="Normal"
+        "event",
+        EVENTS,
+        eventMessage="Advance llm-int4.serving canary weight 10",
+        eventType="Normal",
     )
     assert reply.status_code == 200
     entry_id = reply.json()["recorded"]
     audit = httpx.get(
-        f"{api.base}/api/v1/routes/{ROUTE}/audit", headers={"Authorization": f"Bearer {TOKEN}"}
+        f"{api.base}/api/v1/routes/{EVENTS}/audit", headers={"Authorization": f"Bearer {TOKEN}"}
     ).json()["entries"]
     assert audit[0]["id"] == entry_id
     assert audit[0]["kind"] == "flagger.event"
-    assert audit[0]["metadata"]["eventMessage"] == "Advance llm-int4.serving canary weight 10"
+    assert audit[0]["metadata"]["eventMessage"] == message
     assert "token" not in audit[0]["metadata"], "the token is never written to the trail"
     assert audit[0]["canary"]["name"] == "llm-int4"
 
     # Without the token: 401 everywhere, which Argo counts as an Error, Flagger as a no.
-    assert api.argo(ROUTE, token="wrong")[0] == "Error"
-    assert httpx.get(f"{api.base}/api/v1/routes/{ROUTE}/verdict").status_code == 401
+    assert api.argo(EVENTS, token="wrong")[0] == "Error"
+    assert httpx.get(f"{api.base}/api/v1/routes/{EVENTS}/verdict").status_code == 401
     for hook in ("pre-rollout", "confirm-promotion", "rollback", "event"):
-        reply = api.flagger(hook, ROUTE, token="wrong")
+        reply = api.flagger(hook, EVENTS, token="wrong")
         assert reply.status_code == 401 and not flagger_says_yes(reply)
     # A hook without a route is a clear 400, not a guess.
     reply = httpx.post(
