@@ -406,12 +406,8 @@ async def test_pre_rollout_needs_a_go_report_and_two_signers(api: Api, report: P
 
 
 async def test_events_are_audited_and_the_token_is_required(api: Api) -> None:
-    reply = api.flagger(
-        "event",
-        EVENTS,
-        eventMessage="Advance llm-int4.serving canary weight 10",
-        eventType="Normal",
-    )
+    message = "Advance llm-int4.serving canary weight 10"
+    reply = api.flagger("event", EVENTS, eventMessage=message, eventType="Normal")
     assert reply.status_code == 200
     entry_id = reply.json()["recorded"]
     audit = httpx.get(
