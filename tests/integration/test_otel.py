@@ -12,12 +12,16 @@
 from __future__ import annotations
 
 import asyncio
+import os
+import subprocess
+import sys
 import threading
 import time
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Any
 
 import openai
@@ -366,3 +370,34 @@ async def test_worker_exports_evaluations_over_otlp_http(
     assert transition["attributes"]["quantdrift.breaker.to_state"] == "open"
     assert transition["attributes"]["quantdrift.breaker.rule"] == "consecutive"
     assert route in transition["body"]
+
+
+def test_a_console_rollback_is_an_event_too(
+    stack: EmbeddedStack, redis_prefix: str, receiver: Receiver
+) -> None:
+    """``quantdrift route rollback`` exports its transition before the process exits."""
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(Path(__file__).resolve().parents[2] / "src"),
+        "OTEL_EXPORTER_OTLP_ENDPOINT": receiver.url,
+        "QUANTDRIFT_REDIS__URL": stack.redis_url,
+        "QUANTDRIFT_REDIS__KEY_PREFIX": redis_prefix,
+        "QUANTDRIFT_KAFKA__BOOTSTRAP_SERVERS": stack.bootstrap,
+        "QUANTDRIFT_KAFKA__TOPICS__CONTROL": f"otel-{uuid.uuid4().hex[:8]}.control",
+        "QUANTDRIFT_KAFKA__TOPICS__ALERTS": f"otel-{uuid.uuid4().hex[:8]}.alerts",
+        "QUANTDRIFT_SIGNING__KEYS": '{"ops": "console-otel-test-key"}',
+        "QUANTDRIFT_SIGNING__ACTIVE_KEY_ID": "ops",
+    }
+    ran = subprocess.run(
+        [sys.executable, "-m", "quantdrift", "route", "rollback", "--route", ROUTE],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert ran.returncode == 0, ran.stdout + ran.stderr
+    transitions = receiver.events(otel.TRANSITION_EVENT)
+    assert len(transitions) == 1, ran.stderr
+    attrs = transitions[0]["attributes"]
+    assert (attrs["quantdrift.route"], attrs["quantdrift.breaker.rule"]) == (ROUTE, "manual")
+    assert attrs["quantdrift.breaker.locked"] is True
