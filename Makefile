@@ -6,7 +6,7 @@ STAMP_RUN := $(VENV)/.installed-run
 STAMP_DEV := $(VENV)/.installed-dev
 PYTEST_ARGS ?=
 
-.PHONY: help install dev demo browser promtool docs test test-faults lint typecheck bench bench-long lab-pairs clean
+.PHONY: help install dev demo browser promtool docs test test-faults lint typecheck bench bench-long lab-pairs clean litellm
 MINUTES ?= 30
 
 help:  ## list the targets
@@ -53,7 +53,25 @@ promtool:  ## install promtool for the alert-rule tests (needs root and Debian's
 docs: $(STAMP_DEV)  ## the documentation site, built strict into site/
 	$(BIN)/mkdocs build --strict --site-dir site
 
-test: $(STAMP_DEV) browser promtool  ## the whole suite, on the real embedded broker and Redis
+# The LiteLLM proxy in its own virtualenv: litellm[proxy] 1.100.5 pins openai and rich to
+# versions other than the project's, so it never shares .venv. quantdrift goes in without
+# its heavy dependencies (torch, sentence-transformers): the proxy's callback needs the
+# schemas, the gateway's wire folding, route controller and producer, and what they
+# import (tests/integration/test_litellm.py runs the proxy from here).
+LITELLM_VENV ?= .venv-litellm
+STAMP_LITELLM := $(LITELLM_VENV)/.installed
+$(STAMP_LITELLM): pyproject.toml
+	$(PY) -m venv $(LITELLM_VENV)
+	$(LITELLM_VENV)/bin/pip install -q 'litellm[proxy]==1.100.5'
+	$(LITELLM_VENV)/bin/pip install -q --no-deps -e .
+	$(LITELLM_VENV)/bin/pip install -q 'pydantic-settings>=2.3' 'orjson>=3.10' 'redis>=5.0' \
+	  'aiokafka>=0.11' 'pyyaml>=6.0' 'sacrebleu>=2.4' 'rouge-score>=0.1.2' 'jsonschema>=4.20' \
+	  'numpy>=1.26' 'prometheus-client>=0.20' 'google-re2>=1.1'
+	touch $@
+
+litellm: $(STAMP_LITELLM)  ## the LiteLLM proxy's own virtualenv (.venv-litellm)
+
+test: $(STAMP_DEV) browser promtool $(STAMP_LITELLM)  ## the whole suite, on the real embedded broker and Redis
 	$(BIN)/pytest -q $(PYTEST_ARGS)
 
 lint: $(STAMP_DEV)  ## ruff and format check

@@ -29,6 +29,7 @@ COMMAND_MODULES = (
     "quantdrift.cli.archive",
     "quantdrift.cli.alerts",
     "quantdrift.cli.preflight",
+    "quantdrift.cli.verdict_api",
 )
 
 

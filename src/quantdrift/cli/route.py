@@ -21,6 +21,7 @@ from quantdrift.breaker.store import RedisBreakerStore
 from quantdrift.cli.common import load_settings, redis_url, signing_settings, with_stack
 from quantdrift.config import Settings
 from quantdrift.errors import BreakerStoreError
+from quantdrift.integrations import otel
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -81,6 +82,7 @@ async def _run(settings: Settings, args: argparse.Namespace) -> int:
         result = await store.manual(
             args.route, args.action, policy, time.time(), who=f"{getpass.getuser()}@cli"
         )
+        otel.transitioned(result.outbox)
         await _publish(settings, store, args.route)
         after = result.state
         if after is None:  # only a duplicate fold has no state; manual steps never are

@@ -63,6 +63,7 @@ from quantdrift.gateway.routing import RouteState, decide
 from quantdrift.gateway.shadow import TOO_LARGE, ShadowRunner
 from quantdrift.gateway.telemetry import CONTENT_TYPE, Telemetry, counter, gauge
 from quantdrift.gateway.upstreams import UpstreamClientError, Upstreams
+from quantdrift.integrations import otel
 from quantdrift.schemas.degradation import DegradationEvent
 from quantdrift.schemas.privacy import salt_problem
 from quantdrift.supervision import Supervisor
@@ -470,6 +471,7 @@ class Gateway:
         now = time.monotonic()
         m = self.metrics
         m.requests.labels(plan.route, precision, "ok").inc()
+        otel.served(plan, trace, completion)
         m.latency.labels(plan.route, precision, "true" if plan.stream else "false").observe(
             now - trace.t0
         )

@@ -39,11 +39,11 @@ from typing import Any
 from quantdrift.errors import UpstreamError
 from quantdrift.gateway.gateway_config import GatewayConfig
 from quantdrift.gateway.openai_wire import Accumulator, Completion
-from quantdrift.gateway.planning import Plan
+from quantdrift.gateway.planning import JsonSpec, Plan
 from quantdrift.gateway.routing import RouteState, decide
 from quantdrift.gateway.telemetry import counter, gauge
 from quantdrift.gateway.upstreams import UpstreamClientError, Upstreams, error_reason
-from quantdrift.schemas.pair import PairEvent, RequestInfo
+from quantdrift.schemas.pair import PairEvent, RequestInfo, pair_id_for
 from quantdrift.schemas.privacy import prompt_hash
 from quantdrift.supervision import Supervisor
 
@@ -322,26 +322,17 @@ class ShadowRunner:
         tf: list[float] | None,
         rate: float,
     ) -> PairEvent:
-        body, spec = plan.body, plan.spec
-        prompt = prompt_text(body.get("messages"))
-        clear = self.config.routes[plan.route].clear_prompts and not plan.private
-        request = RequestInfo.model_validate(
-            {
-                "prompt": prompt if clear else None,
-                "prompt_hash": None if clear or prompt is None else prompt_hash(prompt, self._salt),
-                "private": plan.private,
-                "precision_preference": plan.preference,
-                "expects_json": spec is not None,
-                "json_schema": spec.schema if spec else None,
-                "expected_keys": spec.expected_keys if spec else None,
-                "temperature": _num(body.get("temperature"), lambda v: v >= 0),
-                "top_p": _num(body.get("top_p"), lambda v: 0 < v <= 1),
-                "max_tokens": _int(body.get("max_completion_tokens") or body.get("max_tokens")),
-            }
+        request = request_info(
+            plan.body,
+            plan.spec,
+            clear=self.config.routes[plan.route].clear_prompts,
+            private=plan.private,
+            preference=plan.preference,
+            salt=self._salt,
         )
         k = self.config.top_logprobs
         return PairEvent(
-            pair_id=f"{plan.request_id}:{kind}",
+            pair_id=pair_id_for(plan.request_id, kind),
             ts=time.time(),
             route=plan.route,
             kind=kind,  # type: ignore[arg-type]
@@ -366,6 +357,36 @@ class ShadowRunner:
         yield gauge(
             "shadow_queue_capacity", "shadow queue size", [], {(): self.config.shadow_queue}
         )
+
+
+def request_info(
+    body: Mapping[str, Any],
+    spec: JsonSpec | None,
+    *,
+    clear: bool,
+    private: bool,
+    preference: str | None,
+    salt: str,
+) -> RequestInfo:
+    """What a pair says about its request, under the privacy rule: the prompt itself only
+    when the route asks for clear prompts and the request is not private, else its
+    salted hash. One function for every producer of pairs (gateway, LiteLLM callback)."""
+    prompt = prompt_text(body.get("messages"))
+    clear = clear and not private
+    return RequestInfo.model_validate(
+        {
+            "prompt": prompt if clear else None,
+            "prompt_hash": None if clear or prompt is None else prompt_hash(prompt, salt),
+            "private": private,
+            "precision_preference": preference,
+            "expects_json": spec is not None,
+            "json_schema": spec.schema if spec else None,
+            "expected_keys": spec.expected_keys if spec else None,
+            "temperature": _num(body.get("temperature"), lambda v: v >= 0),
+            "top_p": _num(body.get("top_p"), lambda v: 0 < v <= 1),
+            "max_tokens": _int(body.get("max_completion_tokens") or body.get("max_tokens")),
+        }
+    )
 
 
 def _num(value: Any, ok: Any) -> float | None:

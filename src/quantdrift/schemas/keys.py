@@ -10,6 +10,7 @@ gateway in another language reads ``route_key(prefix, route, "command")``.
   {prefix}route:{R}:outbox:owner    str   the claim token of the publishing worker
   {prefix}route:{R}:seen:KIND:ID    str   dedupe of pair ids (TTL)
   {prefix}route:{R}:noise:MODE      hash  noise floor per decoding mode
+  {prefix}route:{R}:audit           stream  verdict API: webhook answers and Flagger events
   {prefix}routes                    set   every route seen (outside any Lua step)
 """
 

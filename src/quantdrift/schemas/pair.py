@@ -18,6 +18,17 @@ MAX_TEXT_CHARS = 200_000
 MAX_TOKENS = 32_768
 
 
+def pair_id_for(request_id: str, kind: str) -> str:
+    """A mirrored request's pair id: the gateway's request id and the pair's kind.
+
+    One formula, so the gateway's pairs and its traces name a pair alike.
+
+    >>> pair_id_for("req-1", "shadow")
+    'req-1:shadow'
+    """
+    return f"{request_id}:{kind}"
+
+
 def _finite(values: list[float], name: str) -> list[float]:
     for v in values:
         if not math.isfinite(v):

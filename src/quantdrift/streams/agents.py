@@ -28,6 +28,7 @@ from quantdrift.detectors import Embedder, FailureThresholds
 from quantdrift.embedding.factory import score_with
 from quantdrift.errors import BreakerStoreError
 from quantdrift.failpoints import Failpoint, no_failpoint
+from quantdrift.integrations import otel
 from quantdrift.schemas import DeadLetter, ScoreEvent
 from quantdrift.streams.app import Topics
 from quantdrift.streams.handlers import RawRecord, parse_batch, parse_score, to_scores
@@ -175,6 +176,7 @@ def attach_agents(
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, 5.0)
         stats.scores_judged += len(scores)
+        otel.judged(scores, results)
         transitioned: list[str] = []
         for score, result in zip(scores, results, strict=True):
             if result.status == "dup":
@@ -217,6 +219,7 @@ def attach_agents(
                 if result.outbox is not None:
                     stats.transitions += 1
                     log.warning("%s", result.outbox.alert.summary)
+                    otel.transitioned(result.outbox)
                 await flush_outbox(route)
         except BreakerStoreError as exc:
             stats.store_errors += 1

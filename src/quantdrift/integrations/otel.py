@@ -1,0 +1,364 @@
+"""OpenTelemetry: evaluation events from the worker, GenAI spans from the gateway. Off by default.
+
+Turned on the OpenTelemetry way, by the environment the SDK itself reads:
+``OTEL_EXPORTER_OTLP_ENDPOINT`` (or the per-signal ``..._LOGS_ENDPOINT`` /
+``..._TRACES_ENDPOINT``), with ``OTEL_EXPORTER_OTLP_HEADERS``,
+``OTEL_SERVICE_NAME``, ``OTEL_RESOURCE_ATTRIBUTES`` as usual, and
+``OTEL_SDK_DISABLED=true`` to keep it off. Export is OTLP over HTTP/protobuf
+(``pip install 'quantdrift[otel]'``). One quantdrift knob:
+``QUANTDRIFT_OTEL_EVALUATION_SAMPLE`` (0..1, default 1), the share of scored
+pairs that become events, chosen by a hash of the pair id, so every worker and
+every redelivery makes the same choice.
+
+What is emitted (GenAI semantic conventions where they name a thing):
+
+* worker, per judged shadow pair (not redeliveries: the judge's dedupe decides):
+  event ``gen_ai.evaluation.result`` with ``gen_ai.evaluation.name``
+  (``quantdrift.shadow_pair``), ``gen_ai.evaluation.score.value`` (the pair's
+  similarity, cosine else ROUGE-L), ``gen_ai.evaluation.score.label`` (the
+  per-pair verdict: ok / drift / anomaly), ``gen_ai.evaluation.explanation``
+  (its reasons), and ``quantdrift.pair_id`` / ``quantdrift.route``;
+* worker, per breaker transition: event ``quantdrift.breaker.transition``
+  (route, from and to state, rule, epoch, action, target; body: the alert summary);
+* gateway, per served user call: a ``chat {model}`` span (kind CLIENT) with
+  ``gen_ai.operation.name``, ``gen_ai.request.model``, ``gen_ai.response.model``,
+  ``gen_ai.response.id`` (where the upstream gave one), token usage, finish
+  reasons, and ``quantdrift.pair_id`` when the call was mirrored, so a backend
+  joins a user's call to the evaluation of its pair.
+
+The worker does not know the upstream's response id (pairs do not carry it),
+so evaluation events carry ``quantdrift.pair_id`` and the gateway's span holds
+both: that attribute is the join.
+
+The hooks (:func:`judged`, :func:`transitioned`, :func:`served`) are one line
+each in the worker and the gateway; they do nothing when telemetry is off and
+never raise into the caller: a broken exporter must not slow or fail a user's
+call or a judge's batch (the SDK's batch processors export off the hot path).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from quantdrift.breaker.outbox import Outbox
+    from quantdrift.breaker.protocol import FoldResult
+    from quantdrift.gateway.executor import Trace
+    from quantdrift.gateway.openai_wire import Completion
+    from quantdrift.gateway.planning import Plan
+    from quantdrift.schemas.score import ScoreEvent
+
+log = logging.getLogger(__name__)
+
+EVALUATION_EVENT = "gen_ai.evaluation.result"
+TRANSITION_EVENT = "quantdrift.breaker.transition"
+EVALUATION_NAME = "quantdrift.shadow_pair"
+SAMPLE_ENV = "QUANTDRIFT_OTEL_EVALUATION_SAMPLE"
+ENDPOINT_ENVS = (
+    "OTEL_EXPORTER_OTLP_ENDPOINT",
+    "OTEL_EXPORTER_OTLP_LOGS_ENDPOINT",
+    "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
+)
+SCOPE = "quantdrift"
+
+
+def sampled(pair_id: str, rate: float) -> bool:
+    """Whether a pair's event is emitted: the same answer in every process.
+
+    >>> sampled("p1", 1.0), sampled("p1", 0.0)
+    (True, False)
+    >>> sum(sampled(f"p{i}", 0.25) for i in range(4000)) in range(900, 1100)
+    True
+    """
+    if rate >= 1.0:
+        return True
+    if rate <= 0.0:
+        return False
+    digest = hashlib.blake2b(pair_id.encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "big") / 2**64 < rate
+
+
+def evaluation_attributes(score: ScoreEvent) -> dict[str, Any]:
+    """The ``gen_ai.evaluation.result`` attributes for one scored pair (pure).
+
+    >>> from quantdrift.schemas import Metrics, ScoreEvent
+    >>> s = ScoreEvent(pair_id="p", route="r/int4", kind="shadow", ts=0.0,
+    ...                metrics=Metrics(cosine=0.5), verdict="drift",
+    ...                reasons=["cosine 0.500 < 0.88"])
+    >>> a = evaluation_attributes(s)
+    >>> a["gen_ai.evaluation.score.value"], a["gen_ai.evaluation.score.label"]
+    (0.5, 'drift')
+    >>> a["gen_ai.evaluation.explanation"]
+    'cosine 0.500 < 0.88'
+    """
+    m = score.metrics
+    similarity = m.cosine if m.cosine is not None else m.rougeL
+    attrs: dict[str, Any] = {
+        "gen_ai.evaluation.name": EVALUATION_NAME,
+        "gen_ai.evaluation.score.label": score.verdict,
+        "gen_ai.evaluation.explanation": "; ".join(score.reasons)
+        or "the candidate's answer is within the route's tolerance of the reference's",
+        "quantdrift.pair_id": score.pair_id,
+        "quantdrift.route": score.route,
+        "quantdrift.decoding": score.decoding,
+    }
+    if similarity is not None:
+        attrs["gen_ai.evaluation.score.value"] = float(similarity)
+    if score.candidate_precision:
+        attrs["quantdrift.candidate_precision"] = score.candidate_precision
+    return attrs
+
+
+def transition_attributes(outbox: Outbox) -> dict[str, Any]:
+    """The ``quantdrift.breaker.transition`` attributes for one transition (pure)."""
+    command, alert = outbox.command, outbox.alert
+    return {
+        "quantdrift.route": command.route,
+        "quantdrift.breaker.to_state": command.state,
+        "quantdrift.breaker.kind": alert.kind,
+        "quantdrift.breaker.rule": str(alert.evidence.get("rule", "")),
+        "quantdrift.breaker.epoch": command.epoch,
+        "quantdrift.breaker.action": command.action,
+        "quantdrift.breaker.target": command.target,
+        "quantdrift.breaker.reason": command.reason,
+        "quantdrift.breaker.locked": command.locked,
+        "quantdrift.alert.severity": alert.severity,
+    }
+
+
+@dataclass
+class Telemetry:
+    """A logger for events and a tracer for spans, with the providers to flush them."""
+
+    logger: Any
+    tracer: Any
+    sample: float = 1.0
+    providers: list[Any] = field(default_factory=list)
+
+    def evaluation(self, score: ScoreEvent) -> None:
+        if score.kind != "shadow" or not sampled(score.pair_id, self.sample):
+            return
+        self.logger.emit(event_name=EVALUATION_EVENT, attributes=evaluation_attributes(score))
+
+    def transition(self, outbox: Outbox) -> None:
+        self.logger.emit(
+            event_name=TRANSITION_EVENT,
+            attributes=transition_attributes(outbox),
+            body=outbox.alert.summary,
+        )
+
+    def call(self, plan: Plan, trace: Trace, completion: Completion) -> None:
+        from opentelemetry.trace import SpanKind
+
+        model = str(plan.body.get("model") or completion.model or "")
+        now_ns = time.time_ns()
+        start_ns = now_ns - int(max(0.0, time.monotonic() - trace.t0) * 1e9)
+        attrs: dict[str, Any] = {
+            "gen_ai.operation.name": "chat",
+            "gen_ai.request.model": model,
+            "gen_ai.response.model": completion.model,
+            "quantdrift.route": plan.route,
+            "quantdrift.precision": completion.precision,
+            "quantdrift.request_id": plan.request_id,
+        }
+        if completion.id:
+            attrs["gen_ai.response.id"] = completion.id
+        finishes = [c.finish_reason for c in completion.choices if c.finish_reason]
+        if finishes:
+            attrs["gen_ai.response.finish_reasons"] = finishes
+        usage = completion.usage or {}
+        for ours, theirs in (
+            ("gen_ai.usage.input_tokens", "prompt_tokens"),
+            ("gen_ai.usage.output_tokens", "completion_tokens"),
+        ):
+            if isinstance(usage.get(theirs), int):
+                attrs[ours] = usage[theirs]
+        from quantdrift.schemas.pair import pair_id_for
+
+        if plan.shadow:
+            attrs["quantdrift.pair_id"] = pair_id_for(plan.request_id, "shadow")
+        if trace.fallbacks:
+            attrs["quantdrift.fallbacks"] = list(trace.fallbacks)
+        span = self.tracer.start_span(
+            f"chat {model}".strip(), kind=SpanKind.CLIENT, attributes=attrs, start_time=start_ns
+        )
+        span.end(end_time=now_ns)
+
+    def flush(self, timeout_ms: int = 5000) -> None:
+        for provider in self.providers:
+            provider.force_flush(timeout_ms)
+
+    def shutdown(self) -> None:
+        for provider in self.providers:
+            provider.shutdown()
+
+
+def build(
+    log_exporter: Any | None,
+    span_exporter: Any | None,
+    sample: float = 1.0,
+    resource_attributes: Mapping[str, str] | None = None,
+    batch: bool = True,
+) -> Telemetry:
+    """A Telemetry over the SDK with the given exporters (None: that signal is dropped).
+
+    ``batch=False`` exports synchronously (tests with the in-memory exporters);
+    production batches, so exporting never happens on a caller's path.
+    """
+    from opentelemetry.sdk._logs import LoggerProvider
+    from opentelemetry.sdk._logs.export import BatchLogRecordProcessor, SimpleLogRecordProcessor
+    from opentelemetry.sdk.resources import Resource
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import BatchSpanProcessor, SimpleSpanProcessor
+
+    from quantdrift import __version__
+
+    resource = Resource.create(dict(resource_attributes or {}))
+    logs = LoggerProvider(resource=resource)
+    spans = TracerProvider(resource=resource)
+    if log_exporter is not None:
+        logs.add_log_record_processor(
+            BatchLogRecordProcessor(log_exporter)
+            if batch
+            else SimpleLogRecordProcessor(log_exporter)
+        )
+    if span_exporter is not None:
+        spans.add_span_processor(
+            BatchSpanProcessor(span_exporter) if batch else SimpleSpanProcessor(span_exporter)
+        )
+    return Telemetry(
+        logger=logs.get_logger(SCOPE, __version__),
+        tracer=spans.get_tracer(SCOPE, __version__),
+        sample=sample,
+        providers=[logs, spans],
+    )
+
+
+def enabled_by(env: Mapping[str, str]) -> bool:
+    """On when an OTLP endpoint is set and the SDK is not disabled.
+
+    >>> enabled_by({}), enabled_by({"OTEL_EXPORTER_OTLP_ENDPOINT": "http://c:4318"})
+    (False, True)
+    >>> enabled_by({"OTEL_EXPORTER_OTLP_ENDPOINT": "http://c:4318", "OTEL_SDK_DISABLED": "true"})
+    False
+    """
+    if env.get("OTEL_SDK_DISABLED", "").strip().lower() == "true":
+        return False
+    return any(env.get(name, "").strip() for name in ENDPOINT_ENVS)
+
+
+def sample_rate(env: Mapping[str, str]) -> float:
+    raw = env.get(SAMPLE_ENV, "").strip()
+    if not raw:
+        return 1.0
+    try:
+        rate = float(raw)
+    except ValueError:
+        rate = -1.0
+    if not 0.0 <= rate <= 1.0:
+        from quantdrift.errors import ConfigError
+
+        raise ConfigError(f"{SAMPLE_ENV}={raw!r}: a share between 0 and 1 is needed")
+    return rate
+
+
+def from_env(env: Mapping[str, str]) -> Telemetry | None:
+    """Telemetry configured by the OTel environment variables, or None when off.
+
+    The OTLP/HTTP exporters read their endpoint, headers, timeout and TLS settings
+    from the same variables; the SDK's Resource reads OTEL_SERVICE_NAME and
+    OTEL_RESOURCE_ATTRIBUTES. An endpoint set without the ``otel`` extra installed
+    is a configuration error, said once, not silence.
+    """
+    if not enabled_by(env):
+        return None
+    rate = sample_rate(env)
+    try:
+        from opentelemetry.exporter.otlp.proto.http._log_exporter import OTLPLogExporter
+        from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+    except ImportError as exc:
+        from quantdrift.errors import ConfigError
+
+        raise ConfigError(
+            "OTEL_EXPORTER_OTLP_ENDPOINT is set but the OTLP exporter is not installed: "
+            "pip install 'quantdrift[otel]'"
+        ) from exc
+    attrs = {}
+    if not env.get("OTEL_SERVICE_NAME") and "service.name" not in env.get(
+        "OTEL_RESOURCE_ATTRIBUTES", ""
+    ):
+        attrs["service.name"] = "quantdrift"
+    return build(OTLPLogExporter(), OTLPSpanExporter(), rate, attrs)
+
+
+# -- the process's telemetry: resolved once, from the environment, on first use -----------
+_current: dict[str, Telemetry | None] = {}
+
+
+def current() -> Telemetry | None:
+    """The process's telemetry (None: off). The environment is read once, here, because
+    the OpenTelemetry convention is that a process is configured by its environment."""
+    if "t" not in _current:
+        try:
+            _current["t"] = from_env(os.environ)
+        except Exception:
+            log.exception("OpenTelemetry: could not configure from the environment; off")
+            _current["t"] = None
+        if _current["t"] is not None:
+            log.warning("OpenTelemetry: exporting evaluation events and GenAI spans over OTLP")
+    return _current["t"]
+
+
+def install(telemetry: Telemetry | None) -> None:
+    """Use ``telemetry`` from now on (tests, or a host that configures its own SDK)."""
+    _current["t"] = telemetry
+
+
+def reset() -> None:
+    """Forget the current telemetry; the next hook reads the environment again."""
+    _current.clear()
+
+
+# -- hooks: one line each in the worker and the gateway; never raise -----------------------
+def judged(scores: Sequence[ScoreEvent], results: Sequence[FoldResult]) -> None:
+    """After the judge folded a batch: one event per newly judged pair, one per transition."""
+    t = current()
+    if t is None:
+        return
+    try:
+        for score, result in zip(scores, results, strict=True):
+            if result.status == "dup":
+                continue
+            t.evaluation(score)
+            if result.outbox is not None:
+                t.transition(result.outbox)
+    except Exception:
+        log.exception("OpenTelemetry: could not emit evaluation events")
+
+
+def transitioned(outbox: Outbox | None) -> None:
+    """A transition made outside a fold (the cool-down clock)."""
+    t = current()
+    if t is None or outbox is None:
+        return
+    try:
+        t.transition(outbox)
+    except Exception:
+        log.exception("OpenTelemetry: could not emit a transition event")
+
+
+def served(plan: Plan, trace: Trace, completion: Completion) -> None:
+    """The gateway answered a user: one GenAI span for the call."""
+    t = current()
+    if t is None:
+        return
+    try:
+        t.call(plan, trace, completion)
+    except Exception:
+        log.exception("OpenTelemetry: could not record a span")
