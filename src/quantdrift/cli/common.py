@@ -5,17 +5,23 @@ from __future__ import annotations
 import argparse
 import json
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from pydantic import ValidationError
-
-from quantdrift.config import Settings
 from quantdrift.errors import ConfigError
+
+if TYPE_CHECKING:
+    from quantdrift.config import Settings
 
 STACK_STATE = Path(".quantdrift/stack.json")
 
 
 def load_settings() -> Settings:
     """The one place the environment is read (QUANTDRIFT_* variables)."""
+    # Deferred: pydantic-settings costs ~0.1 s, and --help needs no settings.
+    from pydantic import ValidationError
+
+    from quantdrift.config import Settings
+
     try:
         return Settings()
     except ValidationError as exc:

@@ -14,7 +14,7 @@ import sys
 import time
 from pathlib import Path
 
-from quantdrift.lab.quant import VARIANTS
+from quantdrift.lab.variants import VARIANTS  # names only: quant.py needs torch
 
 SERVE_PRECISIONS = ("ref-f32", *VARIANTS)
 

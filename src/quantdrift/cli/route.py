@@ -14,13 +14,14 @@ import getpass
 import json
 import os
 import time
+from typing import TYPE_CHECKING
 
-from aiokafka.errors import KafkaError
-
-from quantdrift.breaker.store import RedisBreakerStore
 from quantdrift.cli.common import load_settings, redis_url, signing_settings, with_stack
-from quantdrift.config import Settings
 from quantdrift.errors import BreakerStoreError
+
+if TYPE_CHECKING:
+    from quantdrift.breaker.store import RedisBreakerStore
+    from quantdrift.config import Settings
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -39,9 +40,11 @@ def run(args: argparse.Namespace) -> int:
 
 
 async def _run(settings: Settings, args: argparse.Namespace) -> int:
+    # Deferred: the breaker store pulls in the detectors (numpy, scoring), too slow for --help.
     import redis.asyncio as aioredis
 
     from quantdrift.breaker.policy import load_policy
+    from quantdrift.breaker.store import RedisBreakerStore
     from quantdrift.schemas.signing import signer_from_settings
 
     client = aioredis.Redis.from_url(redis_url(settings), socket_timeout=3)
@@ -100,7 +103,9 @@ async def _publish(settings: Settings, store: RedisBreakerStore, route: str) -> 
     If Kafka is down the Redis route key still steers gateways, and the worker's
     clock sends the queued command once the broker is back.
     """
+    # Deferred: aiokafka is only needed when a command is published.
     from aiokafka import AIOKafkaProducer
+    from aiokafka.errors import KafkaError
 
     from quantdrift.breaker.outbox import OutboxItem
     from quantdrift.breaker.relay import OutboxRelay

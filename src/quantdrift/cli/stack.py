@@ -12,12 +12,6 @@ import sys
 from pathlib import Path
 
 from quantdrift.errors import StackError
-from quantdrift.stack.embedded import (
-    EmbeddedStack,
-    default_state_path,
-    read_state,
-    stop_from_state,
-)
 
 _REDIS_SCHEMES = ("redis://", "rediss://", "unix://")
 
@@ -66,6 +60,9 @@ def _fail(command: str, exc: Exception) -> int:
 
 def stack_up(args: argparse.Namespace) -> int:
     """Start the stack detached, record it, print how to reach it."""
+    # Deferred: the stack modules pull in asyncio and subprocess plumbing --help never needs.
+    from quantdrift.stack.embedded import EmbeddedStack, default_state_path, read_state
+
     path: Path = args.state or default_state_path()
     if path.exists():
         try:
@@ -104,6 +101,8 @@ def stack_up(args: argparse.Namespace) -> int:
 
 def stack_down(args: argparse.Namespace) -> int:
     """Stop the processes recorded by ``stack up``, and only those."""
+    from quantdrift.stack.embedded import default_state_path, stop_from_state
+
     path: Path = args.state or default_state_path()
     try:
         outcomes = stop_from_state(path)
