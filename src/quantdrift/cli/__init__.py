@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import logging
 import sys
 from collections.abc import Sequence
 
@@ -69,6 +70,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    if not getattr(args, "service", False):
+        # A client command reports a broker it cannot reach in one line of its own;
+        # aiokafka's log records ("Unable connect to ...") would only repeat it less
+        # clearly. Services (worker, gateway) keep their logs.
+        logging.getLogger("aiokafka").setLevel(logging.CRITICAL)
     return exits.run(args.func, args)
 
 

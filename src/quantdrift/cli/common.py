@@ -19,15 +19,34 @@ def load_settings() -> Settings:
     """The one place the environment is read (QUANTDRIFT_* variables)."""
     # Deferred: pydantic-settings costs ~0.1 s, and --help needs no settings.
     from pydantic import ValidationError
+    from pydantic_settings import SettingsError
 
     from quantdrift.config import Settings
 
     try:
         return Settings()
     except ValidationError as exc:
-        first = exc.errors()[0]
-        loc = "__".join(str(p) for p in first["loc"]).upper()
-        raise ConfigError(f"setting QUANTDRIFT_{loc}: {first['msg']}") from exc
+        problems = [
+            f"QUANTDRIFT_{'__'.join(str(p) for p in e['loc']).upper()}: {e['msg']}"
+            for e in exc.errors()
+        ]
+        raise ConfigError("bad setting " + "; ".join(problems)) from None
+    except SettingsError as exc:
+        # pydantic-settings could not even parse a variable (e.g. a dict that is not JSON)
+        raise ConfigError(_settings_error_line(exc)) from None
+
+
+def _settings_error_line(exc: Exception) -> str:
+    """'error parsing value for field "signing" ...' -> which variables to look at."""
+    import re
+
+    text = str(exc)
+    m = re.search(r'field "(\w+)"', text)
+    section = m.group(1).upper() if m else ""
+    return (
+        f"cannot parse the QUANTDRIFT_{section}__* environment variables: {text} "
+        '(dict and list values must be JSON, e.g. QUANTDRIFT_SIGNING__KEYS=\'{"k1": "secret"}\')'
+    )
 
 
 def with_stack(settings: Settings, state_path: Path = STACK_STATE) -> Settings:

@@ -43,21 +43,34 @@ def classify(exc: BaseException) -> tuple[int, str] | None:
 
     text = _one_line(exc)
     if isinstance(exc, errors.BrokerError):
-        return RUNTIME, f"Kafka broker: {text}"
+        return RUNTIME, text
+    cause = exc.__cause__
+    if cause is not None and (found := _unreachable(cause)) is not None:
+        return RUNTIME, found  # a wrapped "connection refused" says best what to do
     if isinstance(exc, errors.BreakerStoreError | errors.StackError | errors.GatewayError):
         return RUNTIME, text
     if isinstance(exc, errors.QuantdriftError):
         return USAGE, text
-    kafka = sys.modules.get("aiokafka.errors")
-    if kafka is not None and isinstance(exc, kafka.KafkaError):
-        return RUNTIME, f"cannot reach the Kafka broker ({text}); {_KAFKA_HINT}"
-    redis = sys.modules.get("redis.exceptions")
-    if redis is not None and isinstance(exc, redis.ConnectionError | redis.TimeoutError):
-        return RUNTIME, f"cannot reach Redis ({text}); {_REDIS_HINT}"
-    if isinstance(exc, ConnectionError | TimeoutError):
-        return RUNTIME, f"connection failed: {text}"
+    if (found := _unreachable(exc)) is not None:
+        return RUNTIME, found
     if isinstance(exc, OSError) and exc.filename is not None:
         return USAGE, f"{exc.filename}: {exc.strerror or text}"
+    return None
+
+
+def _unreachable(exc: BaseException) -> str | None:
+    """The line for a broker or Redis that cannot be reached; None for anything else."""
+    text = _one_line(exc)
+    kafka = sys.modules.get("aiokafka.errors")
+    if kafka is not None and isinstance(exc, kafka.KafkaConnectionError | kafka.KafkaTimeoutError):
+        return f"cannot reach the Kafka broker ({text}); {_KAFKA_HINT}"
+    if kafka is not None and isinstance(exc, kafka.KafkaError):
+        return f"Kafka broker: {text}"
+    redis = sys.modules.get("redis.exceptions")
+    if redis is not None and isinstance(exc, redis.ConnectionError | redis.TimeoutError):
+        return f"cannot reach Redis ({text}); {_REDIS_HINT}"
+    if isinstance(exc, ConnectionError | TimeoutError):
+        return f"connection failed: {text}"
     return None
 
 

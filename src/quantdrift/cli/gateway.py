@@ -30,7 +30,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--no-control", action="store_true", help="do not follow RouteCommands (no Redis/Kafka)"
     )
     p.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
-    p.set_defaults(func=run)
+    p.set_defaults(func=run, service=True)
 
 
 def build_gateway(config_path: Path, *, control: bool = True):  # type: ignore[no-untyped-def]

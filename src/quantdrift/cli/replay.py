@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from quantdrift.cli.common import load_settings, with_stack
-from quantdrift.errors import ConfigError
+from quantdrift.errors import ConfigError, InputError
 
 _DURATION = re.compile(r"^(\d+(?:\.\d+)?)\s*([smhdw])$")
 _UNIT = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
@@ -154,6 +154,10 @@ def run(args: argparse.Namespace) -> int:
             )
             source = f"topic {topic} @ {settings.kafka.bootstrap_servers}"
         records = src.split_records(lines, since, until)
+        if not records.pairs and not records.scores:
+            # An empty report would read as "no trips": say there was nothing to judge.
+            why = f"{len(records.skipped)} unreadable records" if records.skipped else "no records"
+            raise InputError(f"nothing to replay from {source}: {why} in the range")
         embedder = None
         if args.embedder == "minilm" and records.pairs:
             from quantdrift.embedding import SentenceTransformerEmbedder

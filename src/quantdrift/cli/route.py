@@ -17,7 +17,7 @@ import time
 from typing import TYPE_CHECKING
 
 from quantdrift.cli.common import load_settings, redis_url, signing_settings, with_stack
-from quantdrift.errors import BreakerStoreError
+from quantdrift.errors import BreakerStoreError, InputError
 
 if TYPE_CHECKING:
     from quantdrift.breaker.store import RedisBreakerStore
@@ -34,7 +34,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     if args.action != "status" and not args.route:
-        raise SystemExit(f"quantdrift: error: route {args.action} needs --route")
+        raise InputError(f"route {args.action} needs --route")
     settings = signing_settings(with_stack(load_settings()))
     return asyncio.run(_run(settings, args))
 
@@ -52,7 +52,13 @@ async def _run(settings: Settings, args: argparse.Namespace) -> int:
     store = RedisBreakerStore(client, signer, key_prefix=settings.redis.key_prefix)
     try:
         if args.action == "status":
-            routes = [args.route] if args.route else await store.routes()
+            known = await store.routes()
+            if args.route and args.route not in known:
+                # Redis answers a default "closed" for any name; a typo must not read as healthy.
+                raise InputError(
+                    f"unknown route {args.route!r}; known routes: {', '.join(known) or 'none yet'}"
+                )
+            routes = [args.route] if args.route else known
             rows = []
             for route in routes:
                 state, _ = await store.read(route)

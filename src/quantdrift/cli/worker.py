@@ -11,7 +11,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("worker", help="score pairs and judge routes (a Faust worker)")
     p.add_argument("--loglevel", default="warning", choices=["debug", "info", "warning", "error"])
     p.add_argument("--web-port", type=int, default=None, help="status page port (0 = off)")
-    p.set_defaults(func=run)
+    p.set_defaults(func=run, service=True)
 
 
 def run(args: argparse.Namespace) -> int:
