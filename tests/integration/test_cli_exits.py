@@ -171,3 +171,11 @@ def test_usage_errors_are_exit_2(tmp_path: Path) -> None:
     assert proc.returncode == 2 and "missing.txt" in one_line(proc)
     proc = quantdrift("gateway", "--config", "missing.yaml", cwd=tmp_path)
     assert proc.returncode == 2 and "missing.yaml" in one_line(proc)
+
+
+def test_no_redis_configured_is_exit_2_not_whatever_answers_on_6379(tmp_path: Path) -> None:
+    """Whether or not a Redis answers on :6379 (the test machine's usually does), a
+    command with no Redis configured and no stack state refuses instead of using it."""
+    proc = quantdrift("route", "status", cwd=tmp_path)
+    assert proc.returncode == 2
+    assert "no Redis configured: set QUANTDRIFT_REDIS__URL" in one_line(proc)

@@ -63,14 +63,26 @@ def with_stack(settings: Settings, state_path: Path = STACK_STATE) -> Settings:
 
 
 def redis_url(settings: Settings) -> str:
-    return settings.redis.url or "redis://127.0.0.1:6379/0"
+    """The Redis this command was configured with; never a guess.
+
+    Falling back to whatever answers on :6379 once made a command read and write
+    another stack's breaker state without a word, so no URL is an error.
+    """
+    if not settings.redis.url:
+        raise ConfigError(
+            "no Redis configured: set QUANTDRIFT_REDIS__URL, or run `quantdrift stack up` "
+            "in this directory"
+        )
+    return settings.redis.url
 
 
 def signing_settings(settings: Settings) -> Settings:
     """Settings for a command that signs or obeys RouteCommands, checked for a safe key."""
     from quantdrift.config import require_safe_signing
 
-    require_safe_signing(settings, redis_url(settings))
+    # No Redis configured means none is contacted (redis_url() refuses later), so
+    # only the broker's hosts can make the dev key unsafe here.
+    require_safe_signing(settings, settings.redis.url or "redis://127.0.0.1")
     return settings
 
 
