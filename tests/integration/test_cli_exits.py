@@ -112,9 +112,14 @@ def test_unknown_route_is_exit_2_and_a_known_one_is_0(stack, redis_prefix, tmp_p
     assert proc.returncode == 2 and proc.stdout == ""
     assert "unknown route 'no-such-route'" in one_line(proc)
 
-    assert (
-        quantdrift("route", "rollback", "--route", "ops/int4", cwd=tmp_path, env=env).returncode
-        == 0
+    proc = quantdrift("route", "rollback", "--route", "ops/int4", "--json", cwd=tmp_path, env=env)
+    assert proc.returncode == 0, proc.stderr
+    done = json.loads(proc.stdout)  # one JSON document, nothing else on stdout
+    assert (done["action"], done["target"], done["locked"], done["published"]) == (
+        "rollback",
+        "reference",
+        True,
+        True,
     )
     proc = quantdrift("route", "status", "--route", "ops/int4", "--json", cwd=tmp_path, env=env)
     assert proc.returncode == 0, proc.stderr

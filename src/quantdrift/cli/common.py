@@ -95,3 +95,29 @@ def positive_int(text: str) -> int:
     if value < 1:
         raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
     return value
+
+
+LOG_LEVELS = ("debug", "info", "warning", "error")
+
+
+class _DeprecatedAlias(argparse.Action):
+    """Store like the new flag, and say once on stderr which flag to use instead."""
+
+    def __call__(self, parser, namespace, values, option_string=None):  # type: ignore[no-untyped-def]
+        import sys
+
+        new = "--" + self.dest.replace("_", "-")
+        sys.stderr.write(f"quantdrift: warning: {option_string} is deprecated; use {new}\n")
+        setattr(namespace, self.dest, values)
+
+
+def add_log_level(parser: argparse.ArgumentParser, default: str) -> None:
+    """``--log-level`` for a long-running service; ``--loglevel`` still works, hidden."""
+    parser.add_argument("--log-level", default=default, choices=LOG_LEVELS)
+    parser.add_argument(
+        "--loglevel",
+        dest="log_level",
+        choices=LOG_LEVELS,
+        action=_DeprecatedAlias,
+        help=argparse.SUPPRESS,
+    )

@@ -18,7 +18,13 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from quantdrift.cli.common import load_settings, redis_url, signing_settings, with_stack
+from quantdrift.cli.common import (
+    add_log_level,
+    load_settings,
+    redis_url,
+    signing_settings,
+    with_stack,
+)
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -29,7 +35,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--no-control", action="store_true", help="do not follow RouteCommands (no Redis/Kafka)"
     )
-    p.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
+    add_log_level(p, "info")
     p.set_defaults(func=run, service=True)
 
 

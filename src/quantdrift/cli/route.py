@@ -13,6 +13,7 @@ import contextlib
 import getpass
 import json
 import os
+import sys
 import time
 from typing import TYPE_CHECKING
 
@@ -90,24 +91,37 @@ async def _run(settings: Settings, args: argparse.Namespace) -> int:
         result = await store.manual(
             args.route, args.action, policy, time.time(), who=f"{getpass.getuser()}@cli"
         )
-        await _publish(settings, store, args.route)
+        published = await _publish(settings, store, args.route)
         after = result.state
         if after is None:  # only a duplicate fold has no state; manual steps never are
             raise BreakerStoreError(f"{args.route}: no state after {args.action}")
-        print(
-            f"{args.route}: {args.action} -> {after.state} target={after.target} "
-            f"epoch={after.epoch}{' (locked)' if after.locked else ''}"
-        )
+        if args.json:
+            row = {
+                "route": args.route,
+                "action": args.action,
+                "state": after.state,
+                "target": after.target,
+                "epoch": after.epoch,
+                "locked": after.locked,
+                "published": published,
+            }
+            print(json.dumps(row))
+        else:
+            print(
+                f"{args.route}: {args.action} -> {after.state} target={after.target} "
+                f"epoch={after.epoch}{' (locked)' if after.locked else ''}"
+            )
         return 0
     finally:
         await client.aclose()
 
 
-async def _publish(settings: Settings, store: RedisBreakerStore, route: str) -> None:
-    """Send the outbox now, through the same relay as the worker.
+async def _publish(settings: Settings, store: RedisBreakerStore, route: str) -> bool:
+    """Send the outbox now, through the same relay as the worker; False if it could not.
 
     If Kafka is down the Redis route key still steers gateways, and the worker's
-    clock sends the queued command once the broker is back.
+    clock sends the queued command once the broker is back: a warning on stderr,
+    not a failure.
     """
     # Deferred: aiokafka is only needed when a command is published.
     from aiokafka import AIOKafkaProducer
@@ -128,12 +142,19 @@ async def _publish(settings: Settings, store: RedisBreakerStore, route: str) -> 
     try:
         await asyncio.wait_for(producer.start(), timeout=10)
     except (TimeoutError, OSError, KafkaError) as exc:
-        print(f"warning: could not publish to Kafka ({exc!r}); the Redis route key is set")
+        _warn(f"could not publish to Kafka ({type(exc).__name__}); the Redis route key is set")
         with contextlib.suppress(Exception):
             await producer.stop()
-        return
+        return False
     try:
         if await relay.flush(route) == 0 and relay.stats.send_failures:
-            print("warning: could not publish to Kafka; the Redis route key is set")
+            _warn("could not publish to Kafka; the Redis route key is set")
+            return False
+        return True
     finally:
         await producer.stop()
+
+
+def _warn(message: str) -> None:
+    """A warning on stderr: stdout holds only the result (one JSON document with --json)."""
+    sys.stderr.write(f"quantdrift: warning: {message}\n")

@@ -4,12 +4,18 @@ from __future__ import annotations
 
 import argparse
 
-from quantdrift.cli.common import load_settings, redis_url, signing_settings, with_stack
+from quantdrift.cli.common import (
+    add_log_level,
+    load_settings,
+    redis_url,
+    signing_settings,
+    with_stack,
+)
 
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("worker", help="score pairs and judge routes (a Faust worker)")
-    p.add_argument("--loglevel", default="warning", choices=["debug", "info", "warning", "error"])
+    add_log_level(p, "warning")
     p.add_argument("--web-port", type=int, default=None, help="status page port (0 = off)")
     p.set_defaults(func=run, service=True)
 
@@ -24,5 +30,5 @@ def run(args: argparse.Namespace) -> int:
         settings = settings.model_copy(
             update={"worker": settings.worker.model_copy(update={"web_port": args.web_port})}
         )
-    run_worker(settings, redis_url(settings), loglevel=args.loglevel)
+    run_worker(settings, redis_url(settings), loglevel=args.log_level)
     return 0
