@@ -36,6 +36,7 @@ COMMAND_MODULES = (
     "quantdrift.cli.archive",
     "quantdrift.cli.alerts",
     "quantdrift.cli.preflight",
+    "quantdrift.cli.config",
 )
 
 

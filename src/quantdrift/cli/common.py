@@ -15,25 +15,77 @@ if TYPE_CHECKING:
 STACK_STATE = Path(".quantdrift/stack.json")
 
 
-def load_settings() -> Settings:
-    """The one place the environment is read (QUANTDRIFT_* variables)."""
+def load_settings(config_file: Path | None = None) -> Settings:
+    """The one place the environment is read (QUANTDRIFT_* variables).
+
+    ``config_file`` is a YAML file of the same tree (``kafka:``, ``redis:``, ...);
+    the environment wins over it. A ``QUANTDRIFT_`` variable nothing reads gets a
+    warning on stderr naming the closest valid one; a bad value is a ConfigError
+    listing every problem.
+    """
     # Deferred: pydantic-settings costs ~0.1 s, and --help needs no settings.
+    import os
+    import sys
+
     from pydantic import ValidationError
     from pydantic_settings import SettingsError
 
     from quantdrift.config import Settings
+    from quantdrift.config_env import DEPRECATED_ENV, unknown_env
 
+    for line in unknown_env(os.environ, Settings):
+        sys.stderr.write(f"quantdrift: warning: {line}\n")
+    for old, new in DEPRECATED_ENV.items():
+        if old in os.environ:
+            sys.stderr.write(f"quantdrift: warning: {old} is deprecated; use {new}\n")
+    cls = Settings if config_file is None else _with_file(Settings, config_file)
     try:
-        return Settings()
+        return cls()
     except ValidationError as exc:
+        where = f"{config_file} or QUANTDRIFT_*" if config_file else "QUANTDRIFT_*"
         problems = [
-            f"QUANTDRIFT_{'__'.join(str(p) for p in e['loc']).upper()}: {e['msg']}"
-            for e in exc.errors()
+            f"{'__'.join(str(p) for p in e['loc']).upper()}: {e['msg']}" for e in exc.errors()
         ]
-        raise ConfigError("bad setting " + "; ".join(problems)) from None
+        raise ConfigError(f"bad setting ({where}) " + "; ".join(problems)) from None
     except SettingsError as exc:
         # pydantic-settings could not even parse a variable (e.g. a dict that is not JSON)
         raise ConfigError(_settings_error_line(exc)) from None
+
+
+def read_settings_file(path: Path) -> dict[str, object]:
+    """A settings YAML file as data, refused whole if it has a key the model lacks."""
+    from quantdrift.config import Settings
+    from quantdrift.config_env import read_yaml, unknown_keys
+
+    data = read_yaml(path)
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: expected a mapping of sections (kafka:, redis:, ...)")
+    unknown = unknown_keys(data, Settings)
+    if unknown:
+        raise ConfigError(f"{path}: " + "; ".join(unknown))
+    return data
+
+
+def _with_file(base: type[Settings], path: Path) -> type[Settings]:
+    """``base`` reading ``path`` below the environment (env > file > defaults)."""
+    from pydantic_settings import InitSettingsSource, PydanticBaseSettingsSource
+
+    data = read_settings_file(path)
+
+    class FileSettings(base):  # type: ignore[valid-type,misc]
+        @classmethod
+        def settings_customise_sources(
+            cls,
+            settings_cls: type[Settings],
+            init_settings: PydanticBaseSettingsSource,
+            env_settings: PydanticBaseSettingsSource,
+            dotenv_settings: PydanticBaseSettingsSource,
+            file_secret_settings: PydanticBaseSettingsSource,
+        ) -> tuple[PydanticBaseSettingsSource, ...]:
+            file_source = InitSettingsSource(settings_cls, init_kwargs=data)
+            return (init_settings, env_settings, dotenv_settings, file_secret_settings, file_source)
+
+    return FileSettings
 
 
 def _settings_error_line(exc: Exception) -> str:

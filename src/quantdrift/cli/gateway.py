@@ -4,9 +4,10 @@ Serves ``/v1/chat/completions`` and ``/v1/models`` (OpenAI-compatible), ``/healt
 and ``/metrics`` in front of the precision pools of the config file; Kafka, Redis
 and signing keys come from the settings (``QUANTDRIFT_*``, or a running
 ``quantdrift stack up``). API keys may also come from the environment:
-``QUANTDRIFT_GATEWAY_API_KEYS`` holds a JSON list of ``{"name", "sha256",
+``QUANTDRIFT_GATEWAY__API_KEYS`` holds a JSON list of ``{"name", "sha256",
 "routes", "high_precision"}`` entries, added to the config's ``auth.keys`` (so a
-secret store can inject them without editing the file).
+secret store can inject them without editing the file). The old name
+``QUANTDRIFT_GATEWAY_API_KEYS`` still works, with a warning.
 """
 
 from __future__ import annotations
@@ -81,15 +82,19 @@ def build_gateway(config_path: Path, *, control: bool = True):  # type: ignore[n
     )
 
 
-ENV_KEYS = "QUANTDRIFT_GATEWAY_API_KEYS"
+ENV_KEYS = "QUANTDRIFT_GATEWAY__API_KEYS"
+OLD_ENV_KEYS = "QUANTDRIFT_GATEWAY_API_KEYS"  # before every variable was SECTION__FIELD
 
 
 def with_env_keys(config: Any, environ: Any) -> Any:
-    """``config`` with the API keys of ``QUANTDRIFT_GATEWAY_API_KEYS`` added (hashes only)."""
+    """``config`` with the API keys of ``QUANTDRIFT_GATEWAY__API_KEYS`` added (hashes only).
+
+    The old name is read when the new one is unset (``load_settings`` warns about it).
+    """
     from quantdrift.errors import ConfigError
     from quantdrift.gateway.gateway_config import parse_config
 
-    raw = environ.get(ENV_KEYS)
+    raw = environ.get(ENV_KEYS) or environ.get(OLD_ENV_KEYS)
     if not raw:
         return config
     try:
