@@ -184,3 +184,49 @@ def test_no_redis_configured_is_exit_2_not_whatever_answers_on_6379(tmp_path: Pa
     proc = quantdrift("route", "status", cwd=tmp_path)
     assert proc.returncode == 2
     assert "no Redis configured: set QUANTDRIFT_REDIS__URL" in one_line(proc)
+
+
+def test_worker_runs_from_a_settings_file_alone(stack, redis_prefix, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """No QUANTDRIFT_ variable at all: broker, Redis, topics and the status port come
+    from ``worker --config``; the status page answering on that port proves it."""
+    import time
+
+    import httpx
+    import yaml
+
+    settings = isolated_settings(stack, redis_prefix)
+    asyncio.run(make_topics(settings))
+    port = free_port()
+    config = {
+        "kafka": {
+            "bootstrap_servers": stack.bootstrap,
+            "partitions": settings.kafka.partitions,
+            "topics": settings.kafka.topics.model_dump(),
+        },
+        "redis": {"url": stack.redis_url, "key_prefix": redis_prefix},
+        "embedding": {"model": "none", "tier": "none"},
+        "worker": {"app_id": settings.worker.app_id, "web_port": port},
+    }
+    (tmp_path / "worker.yaml").write_text(yaml.safe_dump(config))
+    base = {k: v for k, v in os.environ.items() if not k.startswith("QUANTDRIFT_")}
+    log = (tmp_path / "worker.log").open("wb")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "quantdrift", "worker", "--config", "worker.yaml"],
+        cwd=tmp_path,
+        env={**base, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"},
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
+    try:
+        deadline = time.monotonic() + 90
+        up = False
+        while time.monotonic() < deadline and proc.poll() is None and not up:
+            try:
+                up = httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=1).status_code == 200
+            except httpx.HTTPError:
+                time.sleep(0.2)
+        assert up, (tmp_path / "worker.log").read_text()[-2000:]
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+        log.close()
