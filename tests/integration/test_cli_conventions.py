@@ -118,3 +118,40 @@ def test_outputs_are_flags_schema_export(tmp_path: Path) -> None:
     assert len(list((tmp_path / "schemas").glob("*.schema.json"))) == 7
     proc = quantdrift("schema", "export", cwd=tmp_path)
     assert proc.returncode == 2 and "needs --out DIR" in proc.stderr
+
+
+def test_progress_is_drawn_on_a_terminal(tmp_path: Path) -> None:
+    """stderr is a pseudo-terminal here: eval draws its scoring bar there, and stdout
+    (a pipe) still holds nothing but the one JSON document."""
+    import pty
+    import select
+
+    pairs = pairs_file(tmp_path)
+    master, slave = pty.openpty()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("QUANTDRIFT_")}
+    argv = ["eval", "--healthy", str(pairs), "--embedder", "none", "--json"]
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "quantdrift", *argv],
+        stdout=subprocess.PIPE,
+        stderr=slave,
+        cwd=tmp_path,
+        env={**env, "COLUMNS": "100"},
+    )
+    os.close(slave)
+    seen = b""
+    while True:  # drain the terminal until the child closes it
+        ready, _, _ = select.select([master], [], [], 120)
+        if not ready:
+            break
+        try:
+            chunk = os.read(master, 4096)
+        except OSError:  # EIO: the child exited and closed the terminal
+            break
+        if not chunk:
+            break
+        seen += chunk
+    out, _ = proc.communicate(timeout=120)
+    os.close(master)
+    assert proc.returncode == 0, seen[-800:]
+    assert b"score pairs" in seen  # the bar's label, drawn on the terminal
+    one_document(out.decode())
