@@ -30,7 +30,7 @@ def quantdrift(
 
 def test_docs_settings_md_is_the_generated_reference(tmp_path: Path) -> None:
     """Fails when a setting changes and docs/settings.md was not regenerated:
-    run ``quantdrift config reference > docs/settings.md``."""
+    run ``make settings-docs`` (``quantdrift config reference > docs/settings.md``)."""
     proc = quantdrift("config", "reference", cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     assert (ROOT / "docs" / "settings.md").read_text() == proc.stdout
