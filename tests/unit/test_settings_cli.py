@@ -159,3 +159,13 @@ def test_the_old_gateway_api_keys_name_still_works() -> None:
     keys = [{"name": "old", "sha256": "0" * 64, "routes": ["*"]}]
     added = with_env_keys(config, {OLD_ENV_KEYS: json.dumps(keys)})
     assert "old" in [k.name for k in added.auth.keys]
+
+
+def test_a_corrupt_stack_state_is_one_line_and_exit_2(tmp_path: Path) -> None:
+    state = tmp_path / ".quantdrift" / "stack.json"
+    state.parent.mkdir()
+    state.write_text("{not json")
+    proc = quantdrift("config", "show", cwd=tmp_path)
+    assert proc.returncode == 2
+    assert proc.stderr.startswith("quantdrift: error: cannot read the stack state")
+    assert proc.stderr.count("\n") == 1

@@ -1,4 +1,5 @@
-"""What several commands share: settings from the environment, finding Redis."""
+"""What several commands share: settings (environment, file, stack state), finding Redis,
+the log-level flag."""
 
 from __future__ import annotations
 
@@ -105,7 +106,12 @@ def with_stack(settings: Settings, state_path: Path = STACK_STATE) -> Settings:
     """Fill broker and Redis from a running ``quantdrift stack up`` when not set."""
     if not state_path.exists():
         return settings
-    data = json.loads(state_path.read_text())
+    try:
+        data = json.loads(state_path.read_text())
+    except (OSError, ValueError) as exc:
+        raise ConfigError(
+            f"cannot read the stack state {state_path} ({exc}); delete it if no stack is running"
+        ) from None
     update: dict[str, object] = {}
     if settings.redis.url is None and data.get("redis_url"):
         update["redis"] = settings.redis.model_copy(update={"url": data["redis_url"]})
