@@ -112,6 +112,16 @@ def test_log_level_is_the_flag_and_loglevel_a_hidden_warned_alias(tmp_path: Path
     assert proc.stderr == "quantdrift: warning: --loglevel is deprecated; use --log-level\n"
 
 
+def test_durations_carry_their_unit_and_old_names_warn(tmp_path: Path) -> None:
+    help_text = quantdrift("alerts", "forward", "--help", cwd=tmp_path).stdout
+    for flag in ("--group-wait-s", "--group-interval-s", "--idle-exit-s"):
+        assert flag in help_text
+    assert "--idle-exit " not in help_text and "--group-wait " not in help_text
+    proc = quantdrift("archive", "--dir", "a", "--idle-exit", "1", "--help", cwd=tmp_path)
+    assert proc.returncode == 0
+    assert proc.stderr == "quantdrift: warning: --idle-exit is deprecated; use --idle-exit-s\n"
+
+
 def test_outputs_are_flags_schema_export(tmp_path: Path) -> None:
     proc = quantdrift("schema", "export", "--out", "schemas", cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr

@@ -159,13 +159,12 @@ LOG_LEVELS = ("debug", "info", "warning", "error")
 
 
 class _DeprecatedAlias(argparse.Action):
-    """Store like the new flag, and say once on stderr which flag to use instead."""
+    """Store like the new flag (named in ``const``), and say on stderr to use that one."""
 
     def __call__(self, parser, namespace, values, option_string=None):  # type: ignore[no-untyped-def]
         import sys
 
-        new = "--" + self.dest.replace("_", "-")
-        sys.stderr.write(f"quantdrift: warning: {option_string} is deprecated; use {new}\n")
+        sys.stderr.write(f"quantdrift: warning: {option_string} is deprecated; use {self.const}\n")
         setattr(namespace, self.dest, values)
 
 
@@ -177,5 +176,25 @@ def add_log_level(parser: argparse.ArgumentParser, default: str) -> None:
         dest="log_level",
         choices=LOG_LEVELS,
         action=_DeprecatedAlias,
+        const="--log-level",
+        help=argparse.SUPPRESS,
+    )
+
+
+def add_seconds(
+    parser: argparse.ArgumentParser, name: str, default: float | None, help: str
+) -> None:
+    """A duration flag named with its unit (``--NAME-s``), as every setting is; the old
+    unitless ``--NAME`` still works, hidden, with a warning. ``args.NAME`` either way."""
+    dest = name.replace("-", "_")
+    parser.add_argument(
+        f"--{name}-s", dest=dest, type=float, default=default, metavar="SECONDS", help=help
+    )
+    parser.add_argument(
+        f"--{name}",
+        dest=dest,
+        type=float,
+        action=_DeprecatedAlias,
+        const=f"--{name}-s",
         help=argparse.SUPPRESS,
     )

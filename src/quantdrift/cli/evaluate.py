@@ -31,7 +31,7 @@ import json
 import sys
 from pathlib import Path
 
-from quantdrift.cli.common import positive_int
+from quantdrift.cli.common import add_seconds, positive_int
 
 POLICY_NAMES = ("default", "seeds", "windowed", "sequential")
 
@@ -89,7 +89,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         action="store_true",
         help="judge every other noise pair of --healthy as a shadow pair (the rest feed the floor)",
     )
-    p.add_argument("--pair-interval", type=float, default=1.0, help="simulated seconds per pair")
+    add_seconds(p, "pair-interval", 1.0, "simulated seconds per pair")
     p.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
     p.add_argument("--json", action="store_true", help="print one JSON array: an object per policy")
     p.set_defaults(func=run)
@@ -141,7 +141,7 @@ def run(args: argparse.Namespace) -> int:
         if path is not None and not path.exists():
             return _fail(f"no such file: {path}")
     if args.pair_interval <= 0:
-        return _fail(f"--pair-interval must be > 0, got {args.pair_interval}")
+        return _fail(f"--pair-interval-s must be > 0, got {args.pair_interval}")
     policy = load_policy(args.policy)
     policies = {k: v for k, v in standard_policies(policy).items() if k in args.policies}
     part = "evaluation" if args.holdout else None

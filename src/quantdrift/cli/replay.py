@@ -16,7 +16,7 @@ import time
 from datetime import datetime
 from pathlib import Path
 
-from quantdrift.cli.common import load_settings, with_stack
+from quantdrift.cli.common import add_seconds, load_settings, with_stack
 from quantdrift.cli.progress import progress_bar
 from quantdrift.errors import ConfigError, InputError
 
@@ -67,7 +67,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--no-parquet", action="store_true", help="skip scores.parquet")
     p.add_argument("--batch", type=int, default=64, help="pairs per embedder call")
     p.add_argument("--worst", type=int, default=10, help="worst pairs listed per route")
-    p.add_argument("--timeout", type=float, default=120.0, help="topic read deadline (s)")
+    add_seconds(p, "timeout", 120.0, "topic read deadline in seconds")
     p.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
     p.add_argument("--json", action="store_true", help="print the summary as JSON")
     p.set_defaults(func=run)
