@@ -6,7 +6,7 @@ STAMP_RUN := $(VENV)/.installed-run
 STAMP_DEV := $(VENV)/.installed-dev
 PYTEST_ARGS ?=
 
-.PHONY: help install dev demo browser promtool docs test test-faults lint typecheck bench bench-long lab-pairs clean litellm
+.PHONY: help install dev demo browser promtool docs test test-faults lint typecheck bench bench-long lab-pairs settings-docs clean litellm
 MINUTES ?= 30
 
 help:  ## list the targets
@@ -86,6 +86,9 @@ bench: $(STAMP_DEV)  ## benchmarks, written to BENCHMARKS.md
 
 bench-long: $(STAMP_DEV)  ## soak at 1.5x the rated load for MINUTES (default 30; launch: 240)
 	$(BIN)/python bench/soak.py --minutes $(MINUTES) --factor 1.5 --write BENCHMARKS.md
+
+settings-docs: $(STAMP_RUN)  ## regenerate docs/settings.md from the settings models
+	$(BIN)/quantdrift config reference > docs/settings.md
 
 clean:  ## remove the venv and caches
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache build dist src/*.egg-info

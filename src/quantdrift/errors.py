@@ -2,6 +2,8 @@
 
 * QuantdriftError
   + ConfigError
+  + InputError
+  + BrokerError
   + SchemaError (also ValueError)
   + SignatureError
     - StaleCommand
@@ -25,6 +27,15 @@ class QuantdriftError(Exception):
 
 class ConfigError(QuantdriftError):
     """Settings or a policy file are wrong; the message says which field."""
+
+
+class InputError(QuantdriftError):
+    """A file, name or argument given on the command line cannot be used: it is
+    missing, unreadable, holds nothing usable, or names something that does not exist."""
+
+
+class BrokerError(QuantdriftError):
+    """The Kafka broker could not be reached or refused what was asked."""
 
 
 class SchemaError(QuantdriftError, ValueError):

@@ -95,7 +95,7 @@ class FailpointWorker(WorkerProcess):
             **self.extra_env,
         }
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "quantdrift", "worker", "--loglevel", "warning"],
+            [sys.executable, "-m", "quantdrift", "worker", "--log-level", "warning"],
             stdout=self.log_path.open("ab"),
             stderr=self.stderr_path.open("ab"),
             env=env,

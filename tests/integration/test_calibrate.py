@@ -60,7 +60,7 @@ def test_calibrate_seeds_floor_per_route_and_mode(  # type: ignore[no-untyped-de
     base = ["calibrate", str(pairs_file), "--redis-url", stack.redis_url]
     base += ["--key-prefix", redis_prefix, "--embedder", "none", "--json"]
     assert main([*base, "--route", "cs-agent/int4"]) == 0
-    rows = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    rows = json.loads(capsys.readouterr().out)  # exactly one document
     by_mode = {r["mode"]: r for r in rows}
     assert by_mode["sampled"]["seeded"] == 40 and by_mode["sampled"]["floor_pairs"] == 40
     # The identical greedy pairs are dropped, and greedy never borrows the sampled floor.

@@ -144,7 +144,7 @@ def proxy(
         **os.environ,
         **settings_env(settings, stack.redis_url),
         "PYTHONPATH": str(ROOT / "src"),
-        "QUANTDRIFT_LITELLM_CONFIG": str(routes),
+        "QUANTDRIFT_LITELLM__CONFIG": str(routes),
         "QUANTDRIFT_SIGNING__KEYS": json.dumps(KEYS),
         "QUANTDRIFT_SIGNING__ACTIVE_KEY_ID": "ops",
         "QUANTDRIFT_PROMPT_SALT": "litellm-test-salt",

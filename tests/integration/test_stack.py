@@ -290,7 +290,7 @@ def test_cli_stack_up_outlives_the_cli_and_down_stops_it(tmp_path: Path) -> None
         assert state.bootstrap == bootstrap
 
         again = _cli("stack", "up", cwd=tmp_path)
-        assert again.returncode == 1
+        assert again.returncode == 2
         assert "already up" in again.stderr and len(again.stderr.strip().splitlines()) == 1
 
         down = _cli("stack", "down", cwd=tmp_path)
@@ -307,8 +307,30 @@ def test_cli_stack_up_outlives_the_cli_and_down_stops_it(tmp_path: Path) -> None
 
 def test_cli_errors(tmp_path: Path) -> None:
     down = _cli("stack", "down", "--state", str(tmp_path / "none.json"), cwd=tmp_path)
-    assert down.returncode == 1
+    assert down.returncode == 2
     assert "no stack state" in down.stderr and len(down.stderr.strip().splitlines()) == 1
     bad = _cli("stack", "up", "--redis-url", "localhost:6379", cwd=tmp_path)
     assert bad.returncode == 2
     assert "not a Redis URL" in bad.stderr
+
+
+def test_cli_stack_up_starts_its_own_redis_and_names_its_state(tmp_path: Path) -> None:
+    """A Redis already on :6379 (the test machine's) is not adopted unless asked, and
+    the hint is a ``stack down`` that works as printed, ``--state`` included."""
+    state_path = tmp_path / "elsewhere" / "qd.json"
+    up = _cli("stack", "up", "--state", str(state_path), cwd=tmp_path)
+    try:
+        assert up.returncode == 0, up.stderr
+        state = read_state(state_path)
+        assert state.redis_started_by_us and state.redis_url != "redis://127.0.0.1:6379/0"
+        hint = next(ln for ln in up.stdout.splitlines() if "stop with:" in ln)
+        command = hint.split("stop with: ", 1)[1]
+        assert command == f"quantdrift stack down --state {state_path.resolve()}"
+        down = _cli(*command.split()[1:], cwd=tmp_path)
+        assert down.returncode == 0, down.stderr
+        assert not state_path.exists()
+    finally:
+        if state_path.exists():
+            stop_from_state(state_path)
+    for record in state.processes:
+        assert _wait_gone(record.pid)

@@ -1,4 +1,4 @@
-"""`quantdrift eval --json`: one object per policy per line, with the documented keys."""
+"""`quantdrift eval --json`: one JSON array, an object per policy, with the documented keys."""
 
 from __future__ import annotations
 
@@ -67,7 +67,7 @@ def test_eval_json_one_object_per_policy(tmp_path: Path, capsys) -> None:  # typ
     argv = ["eval", "--healthy", str(h), "--drifted", str(d), "--calibrate", str(n)]
     assert main([*argv, "--embedder", "none", "--json"]) == 0
     captured = capsys.readouterr()
-    rows = [json.loads(line) for line in captured.out.splitlines()]
+    rows = json.loads(captured.out)  # exactly one document
     assert [r["policy"] for r in rows] == ["default", "seeds"]
     assert all(set(r) >= KEYS for r in rows)
     seq = rows[0]
@@ -114,13 +114,13 @@ LONG_KEYS = {
 }
 
 
-def test_eval_streams_one_json_line_per_policy_and_seeded(tmp_path: Path, capsys) -> None:  # type: ignore[no-untyped-def]
+def test_eval_streams_one_json_array_per_run_and_seeded(tmp_path: Path, capsys) -> None:  # type: ignore[no-untyped-def]
     h, d, n = lab_like(tmp_path)
     argv = ["eval", "--healthy", str(h), "--drifted", str(d), "--calibrate", str(n)]
     argv += ["--embedder", "none", "--json", "--streams", "3", "--length", "400", "--seed", "4"]
     assert main(argv) == 0
     first = capsys.readouterr().out
-    rows = [json.loads(line) for line in first.splitlines()]
+    rows = json.loads(first)
     assert [r["policy"] for r in rows] == ["default", "seeds"]
     assert all(set(r) >= LONG_KEYS for r in rows)
     default = rows[0]

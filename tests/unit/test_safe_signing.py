@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -69,6 +70,8 @@ def test_every_command_that_signs_or_obeys_refuses_with_one_line(
         "PATH": "/usr/bin:/bin",
         "QUANTDRIFT_KAFKA__BOOTSTRAP_SERVERS": "kafka.prod.internal:9092",
         "QUANTDRIFT_REDIS__URL": "redis://127.0.0.1:6379/0",
+        # the checkout under test, when it is not the installed one
+        **{k: v for k, v in os.environ.items() if k == "PYTHONPATH"},
     }
     args = [a if not a.startswith("examples/") else str(root / a) for a in argv]
     proc = subprocess.run(
@@ -79,8 +82,8 @@ def test_every_command_that_signs_or_obeys_refuses_with_one_line(
         text=True,
         timeout=60,
     )
-    assert proc.returncode == 1, proc.stderr
+    assert proc.returncode == 2, proc.stderr  # a settings problem: exit 2 (cli.exits)
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1, proc.stderr
-    assert lines[0].startswith("quantdrift: refusing to start: the built-in dev signing key")
+    assert lines[0].startswith("quantdrift: error: refusing to start: the built-in dev signing")
     assert "kafka.prod.internal" in lines[0]

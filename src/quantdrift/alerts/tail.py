@@ -7,6 +7,7 @@ answers a timestamp lookup with offset 0, also filters on each alert's ``ts``.
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import AsyncIterator, Callable
 from datetime import datetime
@@ -65,6 +66,8 @@ async def read_alerts(
     """
     from aiokafka import AIOKafkaConsumer, TopicPartition
 
+    from quantdrift.gateway.kafka_config import start_client
+
     options = {
         **consumer_options,
         "group_id": group_id,
@@ -72,10 +75,20 @@ async def read_alerts(
         "auto_offset_reset": "earliest",
     }
     consumer = AIOKafkaConsumer(**options)
-    await consumer.start()
+    await start_client(consumer, str(consumer_options.get("bootstrap_servers")))
     try:
         await consumer.topics()
         parts = consumer.partitions_for_topic(topic) or set()
+        while group_id is None and not parts:
+            # A fresh stack has no alerts topic before the first alert: nothing to read
+            # yet, and assigning no partitions would make aiokafka's fetch assert.
+            if not follow or (stop is not None and stop()):
+                return
+            if heartbeat:
+                yield None, None, -1
+            await asyncio.sleep(1.0)
+            await consumer.topics()  # refreshes the metadata
+            parts = consumer.partitions_for_topic(topic) or set()
         if group_id is None:
             tps = [TopicPartition(topic, p) for p in sorted(parts)]
             consumer.assign(tps)

@@ -12,7 +12,7 @@ import asyncio
 import json
 import sys
 
-from quantdrift.cli.common import load_settings, with_stack
+from quantdrift.cli.common import add_seconds, load_settings, with_stack
 from quantdrift.cli.replay import parse_time
 
 
@@ -30,10 +30,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     f.add_argument("--alertmanager", help="Alertmanager base URL (POST {URL}/api/v2/alerts)")
     f.add_argument("--slack", help="Slack-compatible incoming webhook URL")
     f.add_argument("--group", default=None, help="consumer group (default <app_id>-alerts)")
-    f.add_argument("--group-wait", type=float, default=10.0, help="s to wait for siblings")
-    f.add_argument("--group-interval", type=float, default=300.0, help="s between updates")
+    add_seconds(f, "group-wait", 10.0, "seconds to wait for siblings")
+    add_seconds(f, "group-interval", 300.0, "seconds between updates")
     f.add_argument("--max-alerts", type=int, default=None, help="stop after N alerts")
-    f.add_argument("--idle-exit", type=float, default=None, help="stop after N s idle")
+    add_seconds(f, "idle-exit", None, "stop after N seconds idle")
     f.set_defaults(func=run_forward)
 
 

@@ -12,7 +12,7 @@ import asyncio
 import json
 from pathlib import Path
 
-from quantdrift.cli.common import load_settings, with_stack
+from quantdrift.cli.common import add_seconds, load_settings, with_stack
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -22,9 +22,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--group", default=None, help="consumer group (default: <app_id>-archive)")
     p.add_argument("--rotate-mb", type=float, default=64.0, help="rotate a file at this size")
     p.add_argument("--rotate-records", type=int, default=100_000, help="or at this many records")
-    p.add_argument("--flush-interval", type=float, default=60.0, help="flush+commit every N s")
+    add_seconds(p, "flush-interval", 60.0, "flush and commit every N seconds")
     p.add_argument("--max-records", type=int, default=None, help="stop after N records")
-    p.add_argument("--idle-exit", type=float, default=None, help="stop after N s with no record")
+    add_seconds(p, "idle-exit", None, "stop after N seconds with no record")
     p.set_defaults(func=run)
 
 

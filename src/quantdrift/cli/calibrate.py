@@ -45,7 +45,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--part", choices=("calibration", "evaluation"), default=None)
     p.add_argument("--merge", action="store_true", help="append to the floor instead of replacing")
-    p.add_argument("--json", action="store_true", help="print one JSON object per floor written")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
+    p.add_argument(
+        "--json", action="store_true", help="print one JSON array: an object per floor written"
+    )
     p.set_defaults(func=run)
 
 
@@ -76,7 +79,9 @@ def run(args: argparse.Namespace) -> int:
     if not noise and not blessed:
         return _fail(f"{args.pairs}: no noise pairs (kind = noise) or blessed pairs")
     embedder, _tier = build_embedder(args.embedder)
-    cache = ScoreCache(embedder)
+    from quantdrift.cli.progress import self_closing
+
+    cache = ScoreCache(embedder, progress=self_closing(not args.no_progress, "score pairs"))
     cache.fill([*noise, *blessed])
     seeds = {}
     for route in args.route or dict.fromkeys(p.route for p in [*noise, *blessed]):
@@ -97,14 +102,14 @@ def run(args: argparse.Namespace) -> int:
             args.merge,
         )
     )
+    if args.json:
+        print(json.dumps(rows))
+        return 0
     for row in rows:
-        if args.json:
-            print(json.dumps(row))
-        else:
-            print(
-                f"{row['route']} {row['mode']}: {row['seeded']} noise pairs "
-                f"({row['source']}), floor now {row['floor_pairs']}"
-            )
+        print(
+            f"{row['route']} {row['mode']}: {row['seeded']} noise pairs "
+            f"({row['source']}), floor now {row['floor_pairs']}"
+        )
     return 0
 
 

@@ -11,7 +11,8 @@ Two ways to run:
 * ``--streams K --length N --seed S``: K seeded streams of N healthy shadow pairs
   resampled from ``--healthy``, each followed by ``--drift-length`` pairs
   resampled from ``--drifted`` (one pool per ``--drifted-label`` value, each
-  starting from the same healthy streams); one JSON line per policy and pool (``--json``) with
+  starting from the same healthy streams); one JSON array (``--json``), an object
+  per policy and pool, with
   false rollbacks per 100k healthy pairs (and the 95 % upper bound), detection
   delay median / p90 and missed streams (:mod:`quantdrift.evaluation.long`).
 * without ``--streams``: the files as they are, in file order (``--repeat`` to
@@ -30,7 +31,7 @@ import json
 import sys
 from pathlib import Path
 
-from quantdrift.cli.common import positive_int
+from quantdrift.cli.common import add_seconds, positive_int
 
 POLICY_NAMES = ("default", "seeds", "windowed", "sequential")
 
@@ -88,8 +89,9 @@ def register(sub: argparse._SubParsersAction) -> None:
         action="store_true",
         help="judge every other noise pair of --healthy as a shadow pair (the rest feed the floor)",
     )
-    p.add_argument("--pair-interval", type=float, default=1.0, help="simulated seconds per pair")
-    p.add_argument("--json", action="store_true", help="one JSON object per policy per line")
+    add_seconds(p, "pair-interval", 1.0, "simulated seconds per pair")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
+    p.add_argument("--json", action="store_true", help="print one JSON array: an object per policy")
     p.set_defaults(func=run)
 
 
@@ -139,7 +141,7 @@ def run(args: argparse.Namespace) -> int:
         if path is not None and not path.exists():
             return _fail(f"no such file: {path}")
     if args.pair_interval <= 0:
-        return _fail(f"--pair-interval must be > 0, got {args.pair_interval}")
+        return _fail(f"--pair-interval-s must be > 0, got {args.pair_interval}")
     policy = load_policy(args.policy)
     policies = {k: v for k, v in standard_policies(policy).items() if k in args.policies}
     part = "evaluation" if args.holdout else None
@@ -157,7 +159,9 @@ def run(args: argparse.Namespace) -> int:
     if not healthy:
         return _fail(f"{args.healthy}: no pairs (after --healthy-label / --decoding / --holdout)")
     embedder, tier = build_embedder(args.embedder)
-    cache = ScoreCache(embedder)
+    from quantdrift.cli.progress import self_closing
+
+    cache = ScoreCache(embedder, progress=self_closing(not args.no_progress, "score pairs"))
     if args.streams is not None:
         return _run_long(args, healthy, drifted, calibrate, cache, policies, tier)
     from quantdrift.evaluation import build_plan, evaluate, format_table
@@ -171,8 +175,7 @@ def run(args: argparse.Namespace) -> int:
     for note in plan.notes:
         sys.stderr.write(f"eval: {note}\n")
     if args.json:
-        for r in results:
-            print(json.dumps(r.as_dict()))
+        print(json.dumps([r.as_dict() for r in results]))
     else:
         print(format_table(results))
         rate = cache.pairs_per_s
@@ -247,8 +250,7 @@ def _run_long(args, healthy, drifted, calibrate, cache, policies, tier) -> int: 
         "distinct_drifted": {k: len(v) for k, v in pools.items()},
     }
     if args.json:
-        for r in results:
-            print(json.dumps({**r.as_dict(), **context}))
+        print(json.dumps([{**r.as_dict(), **context} for r in results]))
     else:
         print(format_long(results))
         print(

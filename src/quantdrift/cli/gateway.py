@@ -4,9 +4,10 @@ Serves ``/v1/chat/completions`` and ``/v1/models`` (OpenAI-compatible), ``/healt
 and ``/metrics`` in front of the precision pools of the config file; Kafka, Redis
 and signing keys come from the settings (``QUANTDRIFT_*``, or a running
 ``quantdrift stack up``). API keys may also come from the environment:
-``QUANTDRIFT_GATEWAY_API_KEYS`` holds a JSON list of ``{"name", "sha256",
+``QUANTDRIFT_GATEWAY__API_KEYS`` holds a JSON list of ``{"name", "sha256",
 "routes", "high_precision"}`` entries, added to the config's ``auth.keys`` (so a
-secret store can inject them without editing the file).
+secret store can inject them without editing the file). The old name
+``QUANTDRIFT_GATEWAY_API_KEYS`` still works, with a warning.
 """
 
 from __future__ import annotations
@@ -18,7 +19,13 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from quantdrift.cli.common import load_settings, redis_url, signing_settings, with_stack
+from quantdrift.cli.common import (
+    add_log_level,
+    load_settings,
+    redis_url,
+    signing_settings,
+    with_stack,
+)
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -29,8 +36,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--no-control", action="store_true", help="do not follow RouteCommands (no Redis/Kafka)"
     )
-    p.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
-    p.set_defaults(func=run)
+    add_log_level(p, "info")
+    p.set_defaults(func=run, service=True)
 
 
 def build_gateway(config_path: Path, *, control: bool = True):  # type: ignore[no-untyped-def]
@@ -77,17 +84,21 @@ def build_gateway(config_path: Path, *, control: bool = True):  # type: ignore[n
     )
 
 
-ENV_KEYS = "QUANTDRIFT_GATEWAY_API_KEYS"
+ENV_KEYS = "QUANTDRIFT_GATEWAY__API_KEYS"
+OLD_ENV_KEYS = "QUANTDRIFT_GATEWAY_API_KEYS"  # before every variable was SECTION__FIELD
 # Seconds open HTTP requests get after SIGTERM before uvicorn closes them.
 GRACEFUL_S = 2
 
 
 def with_env_keys(config: Any, environ: Any) -> Any:
-    """``config`` with the API keys of ``QUANTDRIFT_GATEWAY_API_KEYS`` added (hashes only)."""
+    """``config`` with the API keys of ``QUANTDRIFT_GATEWAY__API_KEYS`` added (hashes only).
+
+    The old name is read when the new one is unset (``load_settings`` warns about it).
+    """
     from quantdrift.errors import ConfigError
     from quantdrift.gateway.gateway_config import parse_config
 
-    raw = environ.get(ENV_KEYS)
+    raw = environ.get(ENV_KEYS) or environ.get(OLD_ENV_KEYS)
     if not raw:
         return config
     try:

@@ -9,12 +9,14 @@
 from __future__ import annotations
 
 import argparse
+import io
 import json
 import sys
 import time
 from pathlib import Path
 
-from quantdrift.lab.quant import VARIANTS
+from quantdrift.cli.progress import enabled as progress_enabled
+from quantdrift.lab.variants import VARIANTS  # names only: quant.py needs torch
 
 SERVE_PRECISIONS = ("ref-f32", *VARIANTS)
 
@@ -49,6 +51,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     g.add_argument("--seed", type=_non_negative, default=0)
     g.add_argument("--batch-size", type=_positive, default=10)
     g.add_argument("--threads", type=_positive, default=None, help="torch threads")
+    g.add_argument("--no-progress", action="store_true", help="no progress lines on stderr")
     g.set_defaults(func=generate)
 
     q = lab_sub.add_parser("quality", help="JSON validity and needle recall per variant")
@@ -113,10 +116,12 @@ def generate(args: argparse.Namespace) -> int:
     if args.first_prompt >= (args.prompts or len(PROMPTS)):
         sys.stderr.write("quantdrift: error: --first-prompt must be below --prompts\n")
         return 2
+    # Progress lines on a terminal only; the JSON on stdout carries the timings anyway.
+    log = sys.stderr if progress_enabled(not args.no_progress) else io.StringIO()
     t0 = time.perf_counter()
     model, tokenizer = lab_model.load(threads=args.threads)
     load_s = time.perf_counter() - t0
-    sys.stderr.write(f"lab: loaded {lab_model.MODEL_NAME} in {load_s:.1f}s\n")
+    log.write(f"lab: loaded {lab_model.MODEL_NAME} in {load_s:.1f}s\n")
     cfg = LabConfig(
         variants=args.variants,
         prompts=args.prompts or len(PROMPTS),
@@ -128,7 +133,7 @@ def generate(args: argparse.Namespace) -> int:
         first_prompt=args.first_prompt,
     )
     with open_sink(args.out) as sink:
-        stats = run_lab(model, tokenizer, cfg, sink)
+        stats = run_lab(model, tokenizer, cfg, sink, log=log)
     stats["load_s"] = round(load_s, 1)
     stats["total_s"] = round(time.perf_counter() - t0, 1)
     stats["out"] = str(args.out)
@@ -145,7 +150,7 @@ def quality(args: argparse.Namespace) -> int:
         return 2
     rows = quality_by_variant(read_pairs(args.pairs))
     if args.json:
-        print(json.dumps([r.as_dict() for r in rows], indent=2))
+        print(json.dumps([r.as_dict() for r in rows]))
     else:
         print(format_table(rows))
     return 0

@@ -13,14 +13,12 @@ import json
 import re
 import sys
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from datetime import datetime
 from pathlib import Path
-from typing import Any
 
-from quantdrift.cli.common import load_settings, with_stack
-from quantdrift.errors import ConfigError
+from quantdrift.cli.common import add_seconds, load_settings, with_stack
+from quantdrift.cli.progress import progress_bar
+from quantdrift.errors import ConfigError, InputError
 
 _DURATION = re.compile(r"^(\d+(?:\.\d+)?)\s*([smhdw])$")
 _UNIT = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
@@ -69,44 +67,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--no-parquet", action="store_true", help="skip scores.parquet")
     p.add_argument("--batch", type=int, default=64, help="pairs per embedder call")
     p.add_argument("--worst", type=int, default=10, help="worst pairs listed per route")
-    p.add_argument("--timeout", type=float, default=120.0, help="topic read deadline (s)")
-    p.add_argument("--no-progress", action="store_true")
+    add_seconds(p, "timeout", 120.0, "topic read deadline in seconds")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
     p.add_argument("--json", action="store_true", help="print the summary as JSON")
     p.set_defaults(func=run)
-
-
-@contextmanager
-def _progress(enabled: bool) -> Iterator[Any]:
-    """A rich progress bar on stderr; a no-op callable when disabled or not a terminal."""
-    if not enabled or not sys.stderr.isatty():
-
-        def noop(**_: Any) -> None:
-            return None
-
-        yield noop
-        return
-    from rich.console import Console
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeRemainingColumn
-
-    with Progress(
-        "[progress.description]{task.description}",
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeRemainingColumn(),
-        console=Console(stderr=True),
-        transient=True,
-    ) as bar:
-        tasks: dict[str, Any] = {}
-
-        def update(*, desc: str = "replay", total: int | None = None, advance: int = 0) -> None:
-            if desc not in tasks:
-                tasks[desc] = bar.add_task(desc, total=total)
-            elif total is not None:
-                bar.update(tasks[desc], total=total)
-            if advance:
-                bar.advance(tasks[desc], advance)
-
-        yield update
 
 
 def run(args: argparse.Namespace) -> int:
@@ -120,7 +84,7 @@ def run(args: argparse.Namespace) -> int:
     since, until = parse_time(args.since), parse_time(args.until)
     if args.batch < 1:
         raise SystemExit("quantdrift: error: --batch must be >= 1")
-    with _progress(not args.no_progress) as progress:
+    with progress_bar(not args.no_progress, "replay") as progress:
         if args.input:
             lines: list[bytes] = [ln for path in args.input for ln in src.file_lines(path)]
             source = ", ".join(map(str, args.input))
@@ -154,6 +118,10 @@ def run(args: argparse.Namespace) -> int:
             )
             source = f"topic {topic} @ {settings.kafka.bootstrap_servers}"
         records = src.split_records(lines, since, until)
+        if not records.pairs and not records.scores:
+            # An empty report would read as "no trips": say there was nothing to judge.
+            why = f"{len(records.skipped)} unreadable records" if records.skipped else "no records"
+            raise InputError(f"nothing to replay from {source}: {why} in the range")
         embedder = None
         if args.embedder == "minilm" and records.pairs:
             from quantdrift.embedding import SentenceTransformerEmbedder
@@ -213,7 +181,7 @@ def run(args: argparse.Namespace) -> int:
         },
     }
     if args.json:
-        print(json.dumps(summary, indent=2))
+        print(json.dumps(summary))
     else:
         print(f"replayed {len(scores)} scores from {source}")
         for route, r in sorted(report.routes.items()):

@@ -13,15 +13,17 @@ import contextlib
 import getpass
 import json
 import os
+import sys
 import time
+from typing import TYPE_CHECKING
 
-from aiokafka.errors import KafkaError
-
-from quantdrift.breaker.store import RedisBreakerStore
 from quantdrift.cli.common import load_settings, redis_url, signing_settings, with_stack
-from quantdrift.config import Settings
-from quantdrift.errors import BreakerStoreError
+from quantdrift.errors import BreakerStoreError, InputError
 from quantdrift.integrations import otel
+
+if TYPE_CHECKING:
+    from quantdrift.breaker.store import RedisBreakerStore
+    from quantdrift.config import Settings
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -34,15 +36,17 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     if args.action != "status" and not args.route:
-        raise SystemExit(f"quantdrift: error: route {args.action} needs --route")
+        raise InputError(f"route {args.action} needs --route")
     settings = signing_settings(with_stack(load_settings()))
     return asyncio.run(_run(settings, args))
 
 
 async def _run(settings: Settings, args: argparse.Namespace) -> int:
+    # Deferred: the breaker store pulls in the detectors (numpy, scoring), too slow for --help.
     import redis.asyncio as aioredis
 
     from quantdrift.breaker.policy import load_policy
+    from quantdrift.breaker.store import RedisBreakerStore
     from quantdrift.schemas.signing import signer_from_settings
 
     client = aioredis.Redis.from_url(redis_url(settings), socket_timeout=3)
@@ -50,7 +54,13 @@ async def _run(settings: Settings, args: argparse.Namespace) -> int:
     store = RedisBreakerStore(client, signer, key_prefix=settings.redis.key_prefix)
     try:
         if args.action == "status":
-            routes = [args.route] if args.route else await store.routes()
+            known = await store.routes()
+            if args.route and args.route not in known:
+                # Redis answers a default "closed" for any name; a typo must not read as healthy.
+                raise InputError(
+                    f"unknown route {args.route!r}; known routes: {', '.join(known) or 'none yet'}"
+                )
+            routes = [args.route] if args.route else known
             rows = []
             for route in routes:
                 state, _ = await store.read(route)
@@ -83,26 +93,41 @@ async def _run(settings: Settings, args: argparse.Namespace) -> int:
             args.route, args.action, policy, time.time(), who=f"{getpass.getuser()}@cli"
         )
         otel.transitioned(result.outbox)
-        await _publish(settings, store, args.route)
+        published = await _publish(settings, store, args.route)
         after = result.state
         if after is None:  # only a duplicate fold has no state; manual steps never are
             raise BreakerStoreError(f"{args.route}: no state after {args.action}")
-        print(
-            f"{args.route}: {args.action} -> {after.state} target={after.target} "
-            f"epoch={after.epoch}{' (locked)' if after.locked else ''}"
-        )
+        if args.json:
+            row = {
+                "route": args.route,
+                "action": args.action,
+                "state": after.state,
+                "target": after.target,
+                "epoch": after.epoch,
+                "locked": after.locked,
+                "published": published,
+            }
+            print(json.dumps(row))
+        else:
+            print(
+                f"{args.route}: {args.action} -> {after.state} target={after.target} "
+                f"epoch={after.epoch}{' (locked)' if after.locked else ''}"
+            )
         return 0
     finally:
         await client.aclose()
 
 
-async def _publish(settings: Settings, store: RedisBreakerStore, route: str) -> None:
-    """Send the outbox now, through the same relay as the worker.
+async def _publish(settings: Settings, store: RedisBreakerStore, route: str) -> bool:
+    """Send the outbox now, through the same relay as the worker; False if it could not.
 
     If Kafka is down the Redis route key still steers gateways, and the worker's
-    clock sends the queued command once the broker is back.
+    clock sends the queued command once the broker is back: a warning on stderr,
+    not a failure.
     """
+    # Deferred: aiokafka is only needed when a command is published.
     from aiokafka import AIOKafkaProducer
+    from aiokafka.errors import KafkaError
 
     from quantdrift.breaker.outbox import OutboxItem
     from quantdrift.breaker.relay import OutboxRelay
@@ -119,12 +144,19 @@ async def _publish(settings: Settings, store: RedisBreakerStore, route: str) -> 
     try:
         await asyncio.wait_for(producer.start(), timeout=10)
     except (TimeoutError, OSError, KafkaError) as exc:
-        print(f"warning: could not publish to Kafka ({exc!r}); the Redis route key is set")
+        _warn(f"could not publish to Kafka ({type(exc).__name__}); the Redis route key is set")
         with contextlib.suppress(Exception):
             await producer.stop()
-        return
+        return False
     try:
         if await relay.flush(route) == 0 and relay.stats.send_failures:
-            print("warning: could not publish to Kafka; the Redis route key is set")
+            _warn("could not publish to Kafka; the Redis route key is set")
+            return False
+        return True
     finally:
         await producer.stop()
+
+
+def _warn(message: str) -> None:
+    """A warning on stderr: stdout holds only the result (one JSON document with --json)."""
+    sys.stderr.write(f"quantdrift: warning: {message}\n")

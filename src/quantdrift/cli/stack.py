@@ -12,12 +12,6 @@ import sys
 from pathlib import Path
 
 from quantdrift.errors import StackError
-from quantdrift.stack.embedded import (
-    EmbeddedStack,
-    default_state_path,
-    read_state,
-    stop_from_state,
-)
 
 _REDIS_SCHEMES = ("redis://", "rediss://", "unix://")
 
@@ -35,7 +29,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
         "--redis-url",
         type=_redis_url,
         default=None,
-        help="use this Redis instead of probing 127.0.0.1:6379 or starting one",
+        help="use this Redis instead of starting one",
+    )
+    up.add_argument(
+        "--adopt-redis",
+        action="store_true",
+        help="use a Redis already answering on 127.0.0.1:6379 instead of starting one "
+        "(off by default: a Redis we did not start may hold someone else's keys)",
     )
     up.add_argument("--state", type=Path, default=None, help="state file (.quantdrift/stack.json)")
     up.set_defaults(func=stack_up)
@@ -55,32 +55,54 @@ def _redis_url(value: str) -> str:
     return value
 
 
-def _fail(command: str, exc: Exception) -> int:
-    """One line on stderr: the first line of the error and the last lines of any log tail."""
+def _down_command(path: Path, default: Path) -> str:
+    """The exact ``stack down`` that stops this stack, ``--state`` included when needed."""
+    if path.resolve() == default.resolve():
+        return "quantdrift stack down"
+    return f"quantdrift stack down --state {shlex.quote(str(path.resolve()))}"
+
+
+def _fail(command: str, exc: Exception, code: int = 3) -> int:
+    """One line on stderr: the first line of the error and the last lines of any log tail.
+
+    ``code`` is 3 (runtime failure) for a stack that would not start or stop, 2 for
+    a command that cannot apply (already up, no state file): see ``cli.exits``."""
     lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
     if len(lines) > 1:
         lines = lines[:1] + lines[1:][-3:]
-    print(f"quantdrift stack {command}: {' | '.join(lines) or type(exc).__name__}", file=sys.stderr)
-    return 1
+    print(
+        f"quantdrift: error: stack {command}: {' | '.join(lines) or type(exc).__name__}",
+        file=sys.stderr,
+    )
+    return code
 
 
 def stack_up(args: argparse.Namespace) -> int:
     """Start the stack detached, record it, print how to reach it."""
+    # Deferred: the stack modules pull in asyncio and subprocess plumbing --help never needs.
+    from quantdrift.stack.embedded import EmbeddedStack, default_state_path, read_state
+    from quantdrift.stack.redis_server import DEFAULT_PROBE_URL
+
     path: Path = args.state or default_state_path()
     if path.exists():
         try:
             previous = read_state(path)
         except StackError as exc:
-            return _fail("up", StackError(f"{exc}; delete it if no stack is running"))
+            return _fail("up", StackError(f"{exc}; delete it if no stack is running"), 2)
         if previous.alive():
             return _fail(
                 "up",
                 StackError(
                     f"already up at {previous.bootstrap} (state {path}); "
-                    "run `quantdrift stack down` first"
+                    f"run `{_down_command(path, default_state_path())}` first"
                 ),
+                2,
             )
-    stack = EmbeddedStack(redis_url=args.redis_url, detached=True)
+    stack = EmbeddedStack(
+        redis_url=args.redis_url,
+        redis_probe_url=DEFAULT_PROBE_URL if args.adopt_redis else None,
+        detached=True,
+    )
     try:
         stack.start()
     except StackError as exc:
@@ -96,7 +118,7 @@ def stack_up(args: argparse.Namespace) -> int:
     )
     print(f"# kafka bootstrap {stack.bootstrap} (Tansu pid {stack.broker.pid})")
     print(f"# redis {stack.redis_url} ({redis_note})")
-    print(f"# state {path}; stop with: quantdrift stack down")
+    print(f"# state {path}; stop with: {_down_command(path, default_state_path())}")
     print(f"export QUANTDRIFT_KAFKA__BOOTSTRAP_SERVERS={shlex.quote(stack.bootstrap)}")
     print(f"export QUANTDRIFT_REDIS__URL={shlex.quote(stack.redis_url)}")
     return 0
@@ -104,11 +126,13 @@ def stack_up(args: argparse.Namespace) -> int:
 
 def stack_down(args: argparse.Namespace) -> int:
     """Stop the processes recorded by ``stack up``, and only those."""
+    from quantdrift.stack.embedded import default_state_path, stop_from_state
+
     path: Path = args.state or default_state_path()
     try:
         outcomes = stop_from_state(path)
     except StackError as exc:
-        return _fail("down", exc)
+        return _fail("down", exc, 3 if path.exists() else 2)
     for role, outcome in outcomes.items():
         print(f"{role}: {outcome}")
     return 0

@@ -1,6 +1,6 @@
 """``quantdrift verdict-api``: the verdict API for Argo Rollouts and Flagger.
 
-The bearer token comes from the environment (``QUANTDRIFT_VERDICT_API_TOKEN``)
+The bearer token comes from the environment (``QUANTDRIFT_VERDICT_API__TOKEN``)
 or a file (``--token-file``, e.g. a mounted Kubernetes Secret), never from the
 command line, where ``ps`` would show it. Without one the command refuses to start.
 """
@@ -18,7 +18,7 @@ from quantdrift.errors import ConfigError
 if TYPE_CHECKING:
     from quantdrift.integrations.verdict_api import PreflightRule
 
-TOKEN_ENV = "QUANTDRIFT_VERDICT_API_TOKEN"
+TOKEN_ENV = "QUANTDRIFT_VERDICT_API__TOKEN"
 
 
 def register(sub: argparse._SubParsersAction) -> None:

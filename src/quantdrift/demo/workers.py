@@ -59,7 +59,7 @@ class WorkerProcess:
         }
         log = self.log_path.open("ab")
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "quantdrift", "worker", "--loglevel", "warning"],
+            [sys.executable, "-m", "quantdrift", "worker", "--log-level", "warning"],
             stdout=log,
             stderr=subprocess.STDOUT,
             env=env,

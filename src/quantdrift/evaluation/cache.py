@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import orjson
@@ -55,6 +55,9 @@ class ScoreCache:
 
     embedder: Embedder | None
     batch_size: int = 64
+    # Called as progress(total=N) when a fill starts and progress(advance=n) per batch:
+    # scoring thousands of pairs takes minutes, and the command line shows a bar.
+    progress: Callable[..., None] | None = None
     seconds: float = 0.0
     scored: int = 0
     _metrics: dict[str, Metrics] = field(default_factory=dict)
@@ -77,11 +80,15 @@ class ScoreCache:
                 todo.setdefault(key, p)
         items = list(todo.items())
         t0 = time.perf_counter()
+        if self.progress is not None and items:
+            self.progress(total=len(items))
         for start in range(0, len(items), self.batch_size):
             batch = items[start : start + self.batch_size]
             scored = score_with(self.embedder, [p for _, p in batch])
             for (key, _), m in zip(batch, scored, strict=True):
                 self._metrics[key] = m
+            if self.progress is not None:
+                self.progress(advance=len(batch))
         self.seconds += time.perf_counter() - t0
         self.scored += len(items)
 

@@ -1,7 +1,7 @@
 """Who may call the gateway, for which routes, with which privileges.
 
 Keys are stored as their sha256 (hex), in the config's ``auth.keys`` or in
-the environment (``QUANTDRIFT_GATEWAY_API_KEYS``, read by the CLI), never in
+the environment (``QUANTDRIFT_GATEWAY__API_KEYS``, read by the CLI), never in
 clear: a leaked config file does not leak a key. A caller sends
 ``Authorization: Bearer <key>`` (what the OpenAI SDKs send) and becomes the
 ``Principal`` of the matching entry. ``high_precision`` is a privilege: a key

@@ -26,7 +26,7 @@ from typing import Any
 from aiokafka.helpers import create_ssl_context
 
 from quantdrift.config import KafkaSettings
-from quantdrift.errors import ConfigError
+from quantdrift.errors import BrokerError, ConfigError
 
 # aiokafka's own default for a partition's fetch; raised to max_request_size so a
 # large pair (a long looping output) never wedges a consumer behind it.
@@ -83,3 +83,25 @@ def consumer_kwargs(k: KafkaSettings) -> dict[str, Any]:
         "request_timeout_ms": k.request_timeout_ms,
         **_security_kwargs(k),
     }
+
+
+async def start_client(client: Any, bootstrap: str) -> None:
+    """Start an aiokafka consumer or producer; if that fails, close it and raise BrokerError.
+
+    A client whose ``start()`` failed still holds sockets and a background task:
+    without the ``stop()`` Python prints "Unclosed AIOKafkaConsumer" at exit, under
+    the one line the command line gives for an unreachable broker.
+    """
+    import contextlib
+
+    from aiokafka.errors import KafkaError
+
+    try:
+        await client.start()
+    except (KafkaError, OSError) as exc:
+        with contextlib.suppress(Exception):
+            await client.stop()
+        raise BrokerError(
+            f"cannot reach the Kafka broker at {bootstrap} ({type(exc).__name__}); is it "
+            "running? set QUANTDRIFT_KAFKA__BOOTSTRAP_SERVERS or run `quantdrift stack up`"
+        ) from exc

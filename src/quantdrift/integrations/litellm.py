@@ -10,7 +10,7 @@ Configured the LiteLLM way, in the proxy's ``config.yaml``::
     litellm_settings:
       callbacks: quantdrift.integrations.litellm.guard
 
-and a small file naming the routes (``QUANTDRIFT_LITELLM_CONFIG``)::
+and a small file naming the routes (``QUANTDRIFT_LITELLM__CONFIG``)::
 
     routes:
       cs-agent/int4: {candidate: cs-agent, reference: cs-agent-bf16}
@@ -75,7 +75,7 @@ from quantdrift.integrations.litellm_pairs import (
 
 log = logging.getLogger("quantdrift.litellm")
 
-CONFIG_ENV = "QUANTDRIFT_LITELLM_CONFIG"
+CONFIG_ENV = "QUANTDRIFT_LITELLM__CONFIG"
 JOIN_KEY = "quantdrift_join_id"
 EXPECT_KEY = "quantdrift_expects_mirror"
 

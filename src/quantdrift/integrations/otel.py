@@ -6,7 +6,7 @@ Turned on the OpenTelemetry way, by the environment the SDK itself reads:
 ``OTEL_SERVICE_NAME``, ``OTEL_RESOURCE_ATTRIBUTES`` as usual, and
 ``OTEL_SDK_DISABLED=true`` to keep it off. Export is OTLP over HTTP/protobuf
 (``pip install 'quantdrift[otel]'``). One quantdrift knob:
-``QUANTDRIFT_OTEL_EVALUATION_SAMPLE`` (0..1, default 1), the share of scored
+``QUANTDRIFT_OTEL__EVALUATION_SAMPLE`` (0..1, default 1), the share of scored
 pairs that become events, chosen by a hash of the pair id, so every worker and
 every redelivery makes the same choice.
 
@@ -59,7 +59,7 @@ log = logging.getLogger(__name__)
 EVALUATION_EVENT = "gen_ai.evaluation.result"
 TRANSITION_EVENT = "quantdrift.breaker.transition"
 EVALUATION_NAME = "quantdrift.shadow_pair"
-SAMPLE_ENV = "QUANTDRIFT_OTEL_EVALUATION_SAMPLE"
+SAMPLE_ENV = "QUANTDRIFT_OTEL__EVALUATION_SAMPLE"
 ENDPOINT_ENVS = (
     "OTEL_EXPORTER_OTLP_ENDPOINT",
     "OTEL_EXPORTER_OTLP_LOGS_ENDPOINT",

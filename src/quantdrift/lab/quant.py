@@ -12,9 +12,11 @@ the usual W4A16 / W8A16 recipes.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import torch
+
+from quantdrift.lab.variants import VARIANTS, QuantSpec, variant
+
+__all__ = ["TARGET_SUFFIXES", "VARIANTS", "QuantSpec", "fake_quant", "quantize_model", "variant"]
 
 # Module-name suffixes of the linear layers we quantize (Llama-family naming).
 TARGET_SUFFIXES = (
@@ -26,40 +28,6 @@ TARGET_SUFFIXES = (
     "mlp.up_proj",
     "mlp.down_proj",
 )
-
-
-@dataclass(frozen=True, slots=True)
-class QuantSpec:
-    """``bits`` per weight; ``group_size`` None means one group per output channel."""
-
-    name: str
-    bits: int
-    group_size: int | None
-
-    @property
-    def family(self) -> str:
-        """The short label: ``int4`` for ``int4-g64`` and ``int4-g128``."""
-        return f"int{self.bits}"
-
-
-VARIANTS: dict[str, QuantSpec] = {
-    s.name: s
-    for s in (
-        QuantSpec("int8", 8, None),
-        QuantSpec("int4-g64", 4, 64),
-        QuantSpec("int4-g128", 4, 128),
-        QuantSpec("int3-g64", 3, 64),
-        QuantSpec("int2-g64", 2, 64),
-    )
-}
-
-
-def variant(name: str) -> QuantSpec:
-    """The spec for a variant name; ValueError listing the known ones otherwise."""
-    try:
-        return VARIANTS[name]
-    except KeyError:
-        raise ValueError(f"unknown variant {name!r}; choose from {', '.join(VARIANTS)}") from None
 
 
 def fake_quant(weight: torch.Tensor, bits: int, group_size: int | None) -> torch.Tensor:

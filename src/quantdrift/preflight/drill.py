@@ -41,7 +41,14 @@ async def _route(settings: Any, action: str, route: str) -> str:
 
 
 async def route_status(settings: Any, route: str) -> dict[str, Any]:
-    rows = json.loads(await _route(settings, "status", route))
+    """The route's row of ``route status``; {} for a route the breaker has not seen yet
+    (closed and unlocked: the candidate serves, as for any new route)."""
+    from quantdrift.errors import InputError
+
+    try:
+        rows = json.loads(await _route(settings, "status", route))
+    except InputError:  # "unknown route": the CLI refuses it, the drill may start from it
+        return {}
     return dict(rows[0]) if rows else {}
 
 
@@ -68,6 +75,7 @@ async def _switch(
 
 
 async def switch_drill(ctx: Context) -> Item:
+    from quantdrift.cli.common import redis_url
     from quantdrift.gateway.controller import RouteController
     from quantdrift.schemas.signing import verifier_from_settings
 
@@ -88,7 +96,7 @@ async def switch_drill(ctx: Context) -> Item:
         )
     controller = RouteController(
         settings.kafka,
-        settings.redis.url or "redis://127.0.0.1:6379/0",
+        redis_url(settings),  # the configured Redis, never a guess
         verifier_from_settings(settings.signing.keys),
         key_prefix=settings.redis.key_prefix,
         routes=[route],

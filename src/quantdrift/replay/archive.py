@@ -136,6 +136,8 @@ async def run_archive(
     """
     from aiokafka import AIOKafkaConsumer
 
+    from quantdrift.gateway.kafka_config import start_client
+
     stats = ArchiveStats()
     consumer = AIOKafkaConsumer(
         *topics,
@@ -155,7 +157,7 @@ async def run_archive(
             stats.commits += 1
             pending.clear()
 
-    await consumer.start()
+    await start_client(consumer, str(consumer_options.get("bootstrap_servers")))
     last_record = last_flush = time.monotonic()
     try:
         while True:

@@ -132,6 +132,8 @@ async def topic_values(
     """
     from aiokafka import AIOKafkaConsumer, TopicPartition
 
+    from quantdrift.gateway.kafka_config import start_client
+
     options = {
         **consumer_options,
         "group_id": None,
@@ -139,7 +141,7 @@ async def topic_values(
         "auto_offset_reset": "earliest",
     }
     consumer = AIOKafkaConsumer(**options)
-    await consumer.start()
+    await start_client(consumer, str(consumer_options.get("bootstrap_servers")))
     got: list[tuple[int, int, int, bytes]] = []
     try:
         await consumer.topics()
