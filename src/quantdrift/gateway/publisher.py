@@ -29,6 +29,7 @@ from quantdrift.errors import SchemaError
 from quantdrift.gateway.kafka_config import producer_kwargs
 from quantdrift.gateway.sampling import sampled
 from quantdrift.schemas.pair import PairEvent
+from quantdrift.schemas.record_keys import pair_record_key
 
 log = logging.getLogger(__name__)
 
@@ -68,7 +69,7 @@ def prompt_sha256(prompt: str) -> str:
 
 
 class ShadowPublisher:
-    """Sample requests, queue pairs, send them to the pairs topic (key = route).
+    """Sample requests, queue pairs, send them to the pairs topic (key = pair_id).
 
     ``hash_prompts`` replaces every prompt by its sha256 before it leaves the
     process; a pair whose ``request.private`` is set never carries its prompt
@@ -289,14 +290,14 @@ class ShadowPublisher:
         if isinstance(item, PairEvent):
             request = item.request
             if request.prompt is None or not (self._hash_prompts or request.private):
-                return item.route.encode(), item.dumps()
+                return pair_record_key(item), item.dumps()
             data = item.model_dump(mode="json", exclude_none=True)
         elif isinstance(item, Mapping):
             data = dict(item)
         else:
             raise SchemaError(f"expected a PairEvent or a mapping, got {type(item).__name__}")
         pair = PairEvent.parse(self._scrub(data))
-        return pair.route.encode(), pair.dumps()
+        return pair_record_key(pair), pair.dumps()
 
     def _scrub(self, data: dict[str, Any]) -> dict[str, Any]:
         request = data.get("request")
