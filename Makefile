@@ -6,7 +6,7 @@ STAMP_RUN := $(VENV)/.installed-run
 STAMP_DEV := $(VENV)/.installed-dev
 PYTEST_ARGS ?=
 
-.PHONY: help install dev demo browser test test-faults lint typecheck bench bench-long lab-pairs clean
+.PHONY: help install dev demo browser test test-faults lint typecheck bench bench-long bench-litellm lab-pairs clean
 MINUTES ?= 30
 
 help:  ## list the targets
@@ -59,5 +59,15 @@ bench: $(STAMP_DEV)  ## benchmarks, written to BENCHMARKS.md
 bench-long: $(STAMP_DEV)  ## soak at 1.5x the rated load for MINUTES (default 30; launch: 240)
 	$(BIN)/python bench/soak.py --minutes $(MINUTES) --factor 1.5 --write BENCHMARKS.md
 
+# LiteLLM's proxy is a server the capacity bench talks to, never a library we import,
+# so it gets its own venv (its pins would fight ours). 1.100.5: 1.110.x does not install here.
+LITELLM_VENV ?= .venv-litellm
+$(LITELLM_VENV)/.installed:
+	$(PY) -m venv $(LITELLM_VENV)
+	$(LITELLM_VENV)/bin/pip install -q 'litellm[proxy]==1.100.5'
+	touch $@
+
+bench-litellm: $(LITELLM_VENV)/.installed  ## the LiteLLM proxy in .venv-litellm, for bench/gateway_capacity.py
+
 clean:  ## remove the venv and caches
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache build dist src/*.egg-info
+	rm -rf $(VENV) $(LITELLM_VENV) .pytest_cache .mypy_cache .ruff_cache build dist src/*.egg-info
