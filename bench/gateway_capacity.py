@@ -205,7 +205,12 @@ def litellm_proxy(upstream_url: str, workdir: Path) -> Iterator[Target]:
     proc, log = spawn(
         [str(exe), "--config", str(config), "--host", "127.0.0.1", "--port", str(port),
          "--num_workers", "1"],
-        {"LITELLM_LOG": "ERROR", "LITELLM_TELEMETRY": "False", "NO_DOCS": "True"},
+        {
+            "LITELLM_LOG": "ERROR",
+            "LITELLM_TELEMETRY": "False",
+            "LITELLM_LOCAL_MODEL_COST_MAP": "True",  # offline: no fetch at startup
+            "NO_DOCS": "True",
+        },
     )  # fmt: skip
     target = Target("litellm", [f"http://127.0.0.1:{port}"], [proc], [log])
     try:
@@ -312,8 +317,9 @@ async def saturate(target: Target, concurrency: int, seconds: float) -> dict[str
 
 
 async def measure(target: Target, args: argparse.Namespace) -> dict[str, Any]:
-    # Warm up (connection pools, lazy imports) before anything counts.
+    # Warm up both paths (connection pools, lazy imports) before anything counts.
     await open_loop(target, min(args.rate, 20.0), 1.0, stream=False)
+    await open_loop(target, min(args.stream_rate, 10.0), 1.0, stream=True)
     return {
         "fixed": await open_loop(target, args.rate, args.seconds, stream=False),
         "stream": await open_loop(target, args.stream_rate, args.seconds, stream=True),
