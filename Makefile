@@ -6,7 +6,7 @@ STAMP_RUN := $(VENV)/.installed-run
 STAMP_DEV := $(VENV)/.installed-dev
 PYTEST_ARGS ?=
 
-.PHONY: help install dev demo browser promtool docs test test-faults lint typecheck bench bench-long lab-pairs settings-docs clean litellm
+.PHONY: help install dev demo browser promtool docs test test-faults lint typecheck bench bench-long bench-litellm lab-pairs settings-docs clean litellm
 MINUTES ?= 30
 
 help:  ## list the targets
@@ -90,5 +90,8 @@ bench-long: $(STAMP_DEV)  ## soak at 1.5x the rated load for MINUTES (default 30
 settings-docs: $(STAMP_RUN)  ## regenerate docs/settings.md from the settings models
 	$(BIN)/quantdrift config reference > docs/settings.md
 
+# bench/gateway_capacity.py runs the LiteLLM proxy from the same venv as the tests.
+bench-litellm: $(STAMP_LITELLM)  ## the LiteLLM proxy in .venv-litellm, for bench/gateway_capacity.py
+
 clean:  ## remove the venv and caches
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache build dist src/*.egg-info
+	rm -rf $(VENV) $(LITELLM_VENV) .pytest_cache .mypy_cache .ruff_cache build dist src/*.egg-info

@@ -50,6 +50,7 @@ from quantdrift.gateway.controller import RouteController
 from quantdrift.gateway.kafka_config import consumer_kwargs, producer_kwargs
 from quantdrift.schemas import PairEvent, RouteCommand
 from quantdrift.schemas.keys import route_key
+from quantdrift.schemas.record_keys import pair_record_key
 from quantdrift.schemas.signing import verifier_from_settings
 from quantdrift.stack import EmbeddedStack
 from quantdrift.stack.broker import create_topics
@@ -139,6 +140,14 @@ class Loop:
             pair_id = json.loads(record.value)["pair_id"]
             self.scored_at.setdefault(pair_id, now)
 
+    def reader_failure(self) -> str | None:
+        """Why the score reader stopped, or None while it runs: a dead reader reads as a stall."""
+        task = self._reader
+        if task is None or not task.done() or task.cancelled():
+            return None
+        exc = task.exception()
+        return repr(exc) if exc is not None else "score reader ended"
+
     async def publish(self, pair: PairEvent, at: float | None = None) -> None:
         """Send one pair; its latency counts from ``at`` (the scheduled send time) if given.
 
@@ -147,7 +156,7 @@ class Loop:
         """
         value = pair.dumps()
         self.sent_at[pair.pair_id] = time.monotonic() if at is None else min(at, time.monotonic())
-        await self.producer.send(self.settings.kafka.topics.pairs, value, key=pair.route.encode())
+        await self.producer.send(self.settings.kafka.topics.pairs, value, key=pair_record_key(pair))
 
     async def wait_judged(self, routes: list[str], n: int, timeout: float) -> bool:
         """Until the judge has folded ``n`` shadow pairs of every route (read in Redis)."""

@@ -31,66 +31,13 @@ from typing import Any
 import httpx
 from common import write_section
 from gateway_serving import dead_broker_publisher, serving
+from scripted_upstream import upstream
 
 from quantdrift.gateway.app import Gateway
 from quantdrift.gateway.gateway_config import parse_config
 from quantdrift.stack import free_port
 
 SECTION = "## Gateway overhead and time to first token"
-
-
-def _sse(content: str | None, finish: str | None = None) -> bytes:
-    delta = {} if content is None else {"content": content}
-    lp = None
-    if content:
-        top = [{"token": content, "logprob": -0.3}, {"token": "x", "logprob": -1.5}]
-        lp = {"content": [{"token": content, "logprob": -0.3, "top_logprobs": top}]}
-    body = {
-        "id": "b",
-        "object": "chat.completion.chunk",
-        "created": 1,
-        "model": "bench",
-        "choices": [{"index": 0, "delta": delta, "logprobs": lp, "finish_reason": finish}],
-    }
-    return b"data: " + json.dumps(body).encode() + b"\n\n"
-
-
-def _chunked(data: bytes) -> bytes:
-    return f"{len(data):x}\r\n".encode() + data + b"\r\n"
-
-
-async def upstream(port: int, delay_s: float, tokens: int, token_s: float) -> asyncio.Server:
-    """HTTP/1.1 keep-alive server streaming the same answer to every POST, token by token."""
-    words = [f" w{i}" for i in range(tokens)]
-
-    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        try:
-            while True:
-                head = await reader.readuntil(b"\r\n\r\n")
-                length = 0
-                for line in head.split(b"\r\n"):
-                    if line.lower().startswith(b"content-length:"):
-                        length = int(line.split(b":", 1)[1])
-                await reader.readexactly(length)
-                writer.write(
-                    b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n"
-                    b"transfer-encoding: chunked\r\n\r\n"
-                )
-                await asyncio.sleep(delay_s)
-                writer.write(_chunked(_sse("")))
-                for w in words:
-                    writer.write(_chunked(_sse(w)))
-                    await writer.drain()
-                    if token_s:
-                        await asyncio.sleep(token_s)
-                writer.write(_chunked(_sse(None, "stop") + b"data: [DONE]\n\n") + b"0\r\n\r\n")
-                await writer.drain()
-        except (asyncio.IncompleteReadError, ConnectionError):
-            pass
-        finally:
-            writer.close()
-
-    return await asyncio.start_server(handle, "127.0.0.1", port)
 
 
 def _has_content(data: str) -> bool:

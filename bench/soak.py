@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import itertools
 import json
 import sys
 import time
@@ -77,6 +78,8 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         duration = args.minutes * 60
         pool = relabel(long_pairs(2000, seed=args.seed), "soak")
         samples: list[tuple[float, float]] = []
+        # (seconds, pairs sent, pairs scored): tells a worker that slows from one that stops.
+        progress: list[tuple[float, int, int]] = []
         redis_start = await redis_used_mb(stack.redis_url)
         t0 = time.monotonic()
         next_sample = t0
@@ -87,6 +90,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                 break
             if now >= next_sample:
                 samples.append((now - t0, proc.memory_info().rss / 1e6))
+                progress.append((now - t0, sent, _scored(loop)))
                 for name, server in servers.items():
                     server_rss[name].append(server.memory_info().rss / 1e6)
                 next_sample += args.sample_s
@@ -105,7 +109,10 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         samples.append((time.monotonic() - t0, proc.memory_info().rss / 1e6))
         ids = [f"soak-{i}" for i in range(max(0, sent - 50), sent)]
         await loop.wait_scored(ids, timeout=30)
-        scored = sum(1 for k in loop.scored_at if k.startswith("soak-"))
+        scored = _scored(loop)
+        progress.append((time.monotonic() - t0, sent, scored))
+        reader_failure = loop.reader_failure()
+        worker_log = worker.log_tail(20_000).splitlines()
         lat = [
             (loop.scored_at[k] - loop.sent_at[k]) * 1000
             for k in loop.scored_at
@@ -142,7 +149,45 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             if v
         },
         "samples": [(round(t, 1), round(v, 1)) for t, v in samples],
+        "progress": [(round(t, 1), n_sent, n_scored) for t, n_sent, n_scored in progress],
+        "longest_stall_s": longest_stall(progress),
+        "score_reader_failure": reader_failure,
+        "worker_warnings": [line for line in worker_log if "WARNING" in line or "ERROR" in line][
+            -10:
+        ],
+        "broker_mb_per_10k_pairs": _broker_per_10k(server_rss, sent),
     }
+
+
+def _scored(loop: Any) -> int:
+    return sum(1 for k in loop.scored_at if k.startswith("soak-"))
+
+
+def longest_stall(progress: list[tuple[float, int, int]]) -> float:
+    """Longest time (s) nothing new was scored while pairs were waiting.
+
+    A worker that is slow still scores something in every sample; one that
+    stopped (left its group, blocked, or the score reader died) does not.
+
+    >>> longest_stall([(0, 10, 10), (5, 20, 15), (10, 30, 15), (15, 40, 15), (20, 40, 40)])
+    10.0
+    """
+    longest, since = 0.0, None
+    for (t0, _, done0), (t1, sent1, done1) in itertools.pairwise(progress):
+        if done1 == done0 and sent1 > done1:
+            since = t0 if since is None else since
+            longest = max(longest, t1 - since)
+        else:
+            since = None
+    return round(float(longest), 1)
+
+
+def _broker_per_10k(server_rss: dict[str, list[float]], sent: int) -> float | None:
+    """The broker's growth per 10k pairs: Tansu's memory storage keeps every record."""
+    v = server_rss.get("tansu")
+    if not v or not sent:
+        return None
+    return round((v[-1] - v[0]) / sent * 10_000, 1)
 
 
 def _server_processes(stack: Any) -> dict[str, psutil.Process]:
@@ -196,20 +241,45 @@ def markdown(result: dict[str, Any]) -> str:
                 for name, v in result["server_rss_mb"].items()
             ),
             "",
+            _broker_note(result),
+            "",
         ]
     )
 
 
+def _broker_note(result: dict[str, Any]) -> str:
+    """The embedded broker's memory is not bounded by retention: say so, with the rate."""
+    per_10k = result.get("broker_mb_per_10k_pairs")
+    if per_10k is None:
+        return ""
+    per_hour = per_10k * result["rate_pairs_per_s"] * 3600 / 10_000
+    return (
+        f"The embedded broker (Tansu 0.6, memory storage) keeps every record: it ignores "
+        f"`retention.ms` and does not implement DeleteRecords, so no retention setting "
+        f"bounds it; it grew {per_10k} MB per 10k pairs here, about {per_hour:.0f} MB per "
+        f"hour at this rate. Long soaks need a broker with disk storage and retention "
+        f"(Apache Kafka, `docker-compose.yml`)."
+    )
+
+
 def _behind(result: dict[str, Any]) -> str:
-    """Say so when the worker did not keep up at the rated load."""
+    """Say so when the worker did not keep up, and whether it slowed or stopped."""
     sent, scored = result["pairs_sent"], result["pairs_scored"]
     if not sent or scored >= 0.98 * sent:
         return ""
-    sustained = scored / (result["minutes"] * 60)
-    return (
-        f" **The worker fell behind**: {scored / sent:.0%} scored by the end, about "
-        f"{sustained:.0f} pairs/s sustained — below the rated load."
-    )
+    stall = result.get("longest_stall_s") or 0.0
+    failure = result.get("score_reader_failure")
+    if failure:
+        how = f" The bench's score reader died ({failure}): the count stops there."
+    elif stall >= 30:
+        how = (
+            f" Nothing was scored for {stall:g} s while pairs waited: the worker stopped "
+            "(not slowed); its last warnings are in the JSON (`worker_warnings`)."
+        )
+    else:
+        sustained = scored / (result["minutes"] * 60)
+        how = f" It kept scoring throughout, about {sustained:.0f} pairs/s: slower, not stopped."
+    return f" **The worker fell behind**: {scored / sent:.0%} scored by the end.{how}"
 
 
 def main(argv: list[str] | None = None) -> int:

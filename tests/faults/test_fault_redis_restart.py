@@ -25,6 +25,7 @@ from faults_support import (
 from quantdrift.demo import synthetic
 from quantdrift.demo.workers import WorkerProcess
 from quantdrift.gateway.controller import RouteController
+from quantdrift.schemas.record_keys import pair_record_key
 from quantdrift.schemas.signing import verifier_from_settings
 
 pytestmark = [
@@ -38,7 +39,7 @@ pytestmark = [
 def route_pairs(route: str, seed: int) -> list[tuple[bytes | None, bytes | None]]:
     pairs = on_route(shadow_only(synthetic.healthy(route, seed=seed), 25), route, "r")
     pairs += on_route(shadow_only(synthetic.drifted(route, seed=seed + 1), 10), route, "r")
-    return [(route.encode(), p.dumps()) for p in pairs]
+    return [(pair_record_key(p), p.dumps()) for p in pairs]
 
 
 async def test_redis_restart_under_load_loses_no_decision(fault_stack) -> None:  # type: ignore[no-untyped-def]

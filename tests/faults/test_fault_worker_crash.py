@@ -22,6 +22,7 @@ from faults_support import (
 
 from quantdrift.demo import synthetic
 from quantdrift.demo.workers import WorkerProcess
+from quantdrift.schemas.record_keys import pair_record_key
 
 pytestmark = [
     pytest.mark.integration,
@@ -46,7 +47,7 @@ async def test_kill_9_mid_stream_then_restart_loses_nothing_and_repeats_nothing(
         pairs = on_route(shadow_only(synthetic.healthy(route, seed=10 + i), 25), route, "k")
         pairs += on_route(shadow_only(synthetic.drifted(route, seed=20 + i), 10), route, "k")
         per_route[route] = len(pairs)
-        stream += [(route.encode(), p.dumps()) for p in pairs]
+        stream += [(pair_record_key(p), p.dumps()) for p in pairs]
     # Interleave routes so the crash cuts every route's stream, not one after the other.
     stream = [stream[j] for k in range(35) for j in range(k, len(stream), 35)]
     first = WorkerProcess(settings, fault_stack.redis_url).start()

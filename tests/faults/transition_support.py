@@ -46,6 +46,7 @@ from quantdrift.gateway.gateway_config import parse_config
 from quantdrift.gateway.targets import resolver_for
 from quantdrift.schemas import PairEvent, RouteCommand
 from quantdrift.schemas.keys import route_key
+from quantdrift.schemas.record_keys import pair_record_key
 from quantdrift.schemas.signing import CommandVerifier, verifier_from_settings
 from quantdrift.stack import default_server_bin, free_port, redis_ping
 from quantdrift.stack.ports import stop_popen
@@ -141,7 +142,7 @@ def shadow_records(route: str, tag: str, kind: str, n: int, seed: int) -> list[R
     """``n`` healthy or drifted synthetic shadow pairs of ``route`` with unique ids."""
     source = synthetic.healthy if kind == "healthy" else synthetic.drifted
     pairs: list[PairEvent] = on_route(shadow_only(source(route, seed=seed), n), route, tag)
-    return [(route.encode(), p.dumps()) for p in pairs]
+    return [(pair_record_key(p), p.dumps()) for p in pairs]
 
 
 # -- Redis ---------------------------------------------------------------------

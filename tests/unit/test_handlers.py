@@ -28,7 +28,7 @@ def test_batch_splits_valid_pairs_from_dead_letters_losing_nothing() -> None:
     assert [p.pair_id for p in pairs] == ["p1"]
     assert [d.offset for d in dead] == [1, 2, 3]
     assert dead[0].original() == b"{oops" and "invalid JSON" in dead[0].error
-    assert "tombstone" in dead[1].error and "differs from route" in dead[2].error
+    assert "tombstone" in dead[1].error and "names neither pair" in dead[2].error
     assert all(isinstance(d, DeadLetter) and d.ts == 5.0 for d in dead)
 
 
@@ -46,3 +46,10 @@ def test_redaction_leaves_other_messages_alone() -> None:
     assert redact_private_prompt(b"{oops") is None
     assert redact_private_prompt(json.dumps(PAIR).encode()) is None
     assert redact_private_prompt(b"[1, 2]") is None
+
+
+def test_a_pair_keyed_by_its_id_or_its_route_is_accepted() -> None:
+    """Pairs are keyed by pair_id so one route spreads over workers; route keys still work."""
+    good = json.dumps(PAIR).encode()
+    pairs, dead = parse_batch([rec(good, b"p1"), rec(good, b"r/int4", 1), rec(good, None, 2)], 1.0)
+    assert len(pairs) == 3 and dead == []

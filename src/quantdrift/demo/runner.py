@@ -21,6 +21,7 @@ from quantdrift.errors import QuantdriftError
 from quantdrift.gateway.controller import RouteController
 from quantdrift.gateway.kafka_config import consumer_kwargs, producer_kwargs
 from quantdrift.schemas import PairEvent, RouteCommand, ScoreEvent
+from quantdrift.schemas.record_keys import pair_record_key
 from quantdrift.schemas.signing import verifier_from_settings
 from quantdrift.stack import EmbeddedStack
 from quantdrift.stack.broker import create_topics
@@ -212,7 +213,9 @@ async def _drive(
                 result.pairs += 1
                 index_of[pair.pair_id] = result.pairs
             published_at[pair.pair_id] = time.monotonic()
-            await producer.send_and_wait(topics.pairs, key=pair.route.encode(), value=pair.dumps())
+            await producer.send_and_wait(
+                topics.pairs, key=pair_record_key(pair), value=pair.dumps()
+            )
 
         note("waiting for the worker (loading MiniLM, joining the group)...")
         first = next(healthy)

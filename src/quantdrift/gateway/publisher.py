@@ -29,6 +29,7 @@ from quantdrift.gateway.kafka_config import producer_kwargs
 from quantdrift.gateway.sampling import sampled
 from quantdrift.schemas.pair import PairEvent
 from quantdrift.schemas.privacy import prompt_hash
+from quantdrift.schemas.record_keys import pair_record_key
 from quantdrift.supervision import Supervisor
 
 log = logging.getLogger(__name__)
@@ -65,7 +66,7 @@ class PublisherStats:
 
 
 class ShadowPublisher:
-    """Sample requests, queue pairs, send them to the pairs topic (key = route).
+    """Sample requests, queue pairs, send them to the pairs topic (key = pair_id).
 
     ``hash_prompts`` replaces every prompt by its salted hash (``prompt_hash`` with
     ``prompt_salt``, the same as the shadow runner's and the DLQ's) before it leaves
@@ -301,14 +302,14 @@ class ShadowPublisher:
         if isinstance(item, PairEvent):
             request = item.request
             if request.prompt is None or not (self._hash_prompts or request.private):
-                return item.route.encode(), item.dumps()
+                return pair_record_key(item), item.dumps()
             data = item.model_dump(mode="json", exclude_none=True)
         elif isinstance(item, Mapping):
             data = dict(item)
         else:
             raise SchemaError(f"expected a PairEvent or a mapping, got {type(item).__name__}")
         pair = PairEvent.parse(self._scrub(data))
-        return pair.route.encode(), pair.dumps()
+        return pair_record_key(pair), pair.dumps()
 
     def _scrub(self, data: dict[str, Any]) -> dict[str, Any]:
         request = data.get("request")

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 from quantdrift.errors import ConfigError, SchemaError
 from quantdrift.preflight.context import Context
 from quantdrift.preflight.report import Item, judged, skipped
+from quantdrift.schemas.record_keys import pair_record_key
 
 if TYPE_CHECKING:
     from quantdrift.gateway.gateway_config import GatewayConfig
@@ -171,7 +172,7 @@ async def roundtrip(ctx: Context, pair: PairEvent, route: str, timeout_s: float)
             await producer.start()
             t0 = time.perf_counter()
             await producer.send_and_wait(
-                kafka.topics.pairs, probe.model_dump_json().encode(), key=probe_route.encode()
+                kafka.topics.pairs, probe.model_dump_json().encode(), key=pair_record_key(probe)
             )
             while True:
                 batches = await consumer.getmany(timeout_ms=200)

@@ -108,7 +108,10 @@ class RequestInfo(BaseModel):
 
 
 class PairEvent(Message):
-    """The message a gateway produces to ``quantdrift.pairs.v1`` (key = route)."""
+    """The message a gateway produces to ``quantdrift.pairs.v1`` (key = pair_id).
+
+    Keys are in ``quantdrift.schemas.record_keys``: pairs spread over workers by id.
+    """
 
     schema_version: Literal[1] = SCHEMA_VERSION
     pair_id: str = Field(min_length=1, max_length=128)

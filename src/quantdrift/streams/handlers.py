@@ -15,6 +15,7 @@ from quantdrift.detectors.suite import score_event
 from quantdrift.errors import SchemaError
 from quantdrift.schemas import DeadLetter, Metrics, PairEvent, ScoreEvent
 from quantdrift.schemas.privacy import prompt_hash
+from quantdrift.schemas.record_keys import pair_key_error
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,11 +43,9 @@ def parse_batch(
             if rec.value is None:
                 raise SchemaError("empty record (tombstone)")
             pair = PairEvent.parse(rec.value)
-            if rec.key is not None and rec.key.decode("utf-8", "replace") != pair.route:
-                raise SchemaError(
-                    f"record key {rec.key[:200]!r} differs from route {pair.route!r}: "
-                    "pairs must be keyed by route so one partition owns a route"
-                )
+            key_error = pair_key_error(rec.key, pair)
+            if key_error is not None:
+                raise SchemaError(key_error)
         except SchemaError as exc:
             value, error = rec.value, str(exc)
             redacted = redact_private_prompt(rec.value, prompt_salt)

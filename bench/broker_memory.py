@@ -1,0 +1,150 @@
+"""The embedded broker's memory: does retention bound it, and does a full partition slow it?
+
+Three probes on a fresh Tansu (memory storage), each a few seconds:
+
+* **retention**: a topic created with ``retention.ms=1000``; ``--mb`` MB produced;
+  the broker's RSS after, and again after ``--idle-s`` seconds idle (it would
+  drop if retention applied);
+* **DeleteRecords**: asked to delete most of a partition; the answer (or the error);
+* **tail latency vs partition size**: after every ``--step`` records of 2 KB,
+  20 produce-then-fetch round trips at the tail, p50 and max, and the CPU the
+  broker spent per step (a store that scans would slow down as it fills).
+
+    python bench/broker_memory.py [--mb 40 --step 10000 --steps 6] [--json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import statistics
+import time
+from typing import Any
+
+import psutil
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+from aiokafka.admin import AIOKafkaAdminClient, NewTopic, RecordsToDelete
+from aiokafka.errors import KafkaError
+from aiokafka.structs import TopicPartition
+
+from quantdrift.stack.broker import TansuBroker
+
+VALUE = b"x" * 2000
+
+
+async def produce(bootstrap: str, topic: str, n: int) -> None:
+    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, linger_ms=5)
+    await producer.start()
+    try:
+        for _ in range(n):
+            await producer.send(topic, VALUE)
+        await producer.flush()
+    finally:
+        await producer.stop()
+
+
+async def retention(broker: TansuBroker, mb: int, idle_s: float) -> dict[str, Any]:
+    proc = psutil.Process(broker.pid)
+    admin = AIOKafkaAdminClient(bootstrap_servers=broker.bootstrap)
+    await admin.start()
+    try:
+        await admin.create_topics([NewTopic("ret", 1, 1, topic_configs={"retention.ms": "1000"})])
+    finally:
+        await admin.close()
+    before = proc.memory_info().rss / 1e6
+    await produce(broker.bootstrap, "ret", mb * 500)
+    after = proc.memory_info().rss / 1e6
+    await asyncio.sleep(idle_s)
+    idle = proc.memory_info().rss / 1e6
+    return {
+        "produced_mb": mb,
+        "rss_mb_before": round(before, 1),
+        "rss_mb_after": round(after, 1),
+        f"rss_mb_after_{idle_s:g}s_idle": round(idle, 1),
+        "bounded": idle < after - 0.5 * mb,
+    }
+
+
+async def delete_records(broker: TansuBroker) -> str:
+    admin = AIOKafkaAdminClient(bootstrap_servers=broker.bootstrap, request_timeout_ms=5000)
+    await admin.start()
+    try:
+        await admin.create_topics([NewTopic("del", 1, 1)])
+        await produce(broker.bootstrap, "del", 1000)
+        answer = await admin.delete_records({TopicPartition("del", 0): RecordsToDelete(900)})
+        return f"answered: {answer}"
+    except KafkaError as exc:
+        return f"failed: {exc!r}"
+    finally:
+        await admin.close()
+
+
+async def tail_latency(broker: TansuBroker, step: int, steps: int) -> list[dict[str, Any]]:
+    proc = psutil.Process(broker.pid)
+    bootstrap, tp = broker.bootstrap, TopicPartition("tail", 0)
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+    await admin.start()
+    await admin.create_topics([NewTopic("tail", 1, 1)])
+    await admin.close()
+    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, linger_ms=0)
+    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, fetch_max_wait_ms=20)
+    await producer.start()
+    await consumer.start()
+    consumer.assign([tp])
+    rows, total = [], 0
+    try:
+        for _ in range(steps):
+            cpu0 = sum(proc.cpu_times()[:2])
+            await produce(bootstrap, "tail", step)
+            total += step
+            cpu = sum(proc.cpu_times()[:2]) - cpu0
+            lat = []
+            for j in range(20):
+                consumer.seek(tp, total + j)
+                t0 = time.perf_counter()
+                await (await producer.send(tp.topic, VALUE))
+                await consumer.getmany(tp, timeout_ms=5000, max_records=1)
+                lat.append((time.perf_counter() - t0) * 1000)
+            total += 20
+            rows.append(
+                {
+                    "records": total,
+                    "tail_p50_ms": round(statistics.median(lat), 1),
+                    "tail_max_ms": round(max(lat), 1),
+                    "broker_cpu_s_per_step": round(cpu, 2),
+                    "rss_mb": round(proc.memory_info().rss / 1e6, 1),
+                }
+            )
+    finally:
+        await producer.stop()
+        await consumer.stop()
+    return rows
+
+
+async def main(args: argparse.Namespace) -> dict[str, Any]:
+    broker = TansuBroker().start()
+    try:
+        return {
+            "bench": "broker_memory",
+            "retention": await retention(broker, args.mb, args.idle_s),
+            "delete_records": await delete_records(broker),
+            "tail": await tail_latency(broker, args.step, args.steps),
+        }
+    finally:
+        broker.stop()
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--mb", type=int, default=40)
+    parser.add_argument("--idle-s", type=float, default=10.0)
+    parser.add_argument("--step", type=int, default=10_000)
+    parser.add_argument("--steps", type=int, default=6)
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args()
+    result = asyncio.run(main(args))
+    if args.json:
+        print(json.dumps(result))
+    else:
+        print(json.dumps(result, indent=2))
