@@ -136,7 +136,8 @@ class Loop:
         async for record in self.scores:
             now = time.monotonic()
             # The pair id is all we need; a full parse would add its cost to the latency.
-            pair_id = json.loads(record.value)["pair_id"]
+            # Scores travel in a SignedScore envelope: the ScoreEvent is its payload.
+            pair_id = json.loads(json.loads(record.value)["payload"])["pair_id"]
             self.scored_at.setdefault(pair_id, now)
 
     async def publish(self, pair: PairEvent, at: float | None = None) -> None:

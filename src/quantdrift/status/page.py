@@ -25,6 +25,7 @@ class StatsLike(Protocol):
     dead_letters: int
     scores_judged: int
     duplicates: int
+    scores_refused: int
     transitions: int
     store_errors: int
     batches: int
@@ -103,6 +104,7 @@ def status_json(
             "dead_letters": stats.dead_letters,
             "scores_judged": stats.scores_judged,
             "duplicates": stats.duplicates,
+            "scores_refused": stats.scores_refused,
             "transitions": stats.transitions,
             "store_errors": stats.store_errors,
         },
@@ -168,6 +170,7 @@ class _WorkerCollector:
             ("dead_letters", "records sent to the DLQ by this worker"),
             ("scores_judged", "scores folded into the breaker"),
             ("duplicates", "redelivered scores dropped by pair_id dedupe"),
+            ("scores_refused", "unsigned, forged or stale scores dead-lettered by the judge"),
             ("transitions", "breaker transitions made by this worker"),
             ("store_errors", "Redis breaker store errors"),
         )

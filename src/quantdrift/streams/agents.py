@@ -1,7 +1,10 @@
 """The agents: read, call a pure step, write, send. Nothing more.
 
-* score agent: pairs -> (batched embeddings) -> scores; bad records -> DLQ.
+* score agent: pairs -> (batched embeddings) -> signed scores; bad records -> DLQ.
 * judge agent: scores -> one atomic Redis step per score -> commands + alerts.
+  It folds only scores a worker's key signed (see ``schemas/signing.py`` for why
+  signing, not "fold only what this process scored"); an unsigned, forged or stale
+  score is dead-lettered with its reason and counted in ``scores_refused``.
 * a 0.5 s timer: cool-downs (open -> half_open) and any outbox left unsent.
 """
 
@@ -28,7 +31,7 @@ from quantdrift.detectors import Embedder, FailureThresholds
 from quantdrift.embedding.factory import score_with
 from quantdrift.errors import BreakerStoreError
 from quantdrift.failpoints import Failpoint, no_failpoint
-from quantdrift.schemas import DeadLetter, ScoreEvent
+from quantdrift.schemas import CommandSigner, CommandVerifier, DeadLetter, ScoreEvent
 from quantdrift.streams.app import Topics
 from quantdrift.streams.handlers import RawRecord, parse_batch, parse_score, to_scores
 
@@ -43,6 +46,7 @@ class WorkerStats:
     dead_letters: int = 0
     scores_judged: int = 0
     duplicates: int = 0
+    scores_refused: int = 0
     transitions: int = 0
     store_errors: int = 0
     batches: int = 0
@@ -59,6 +63,9 @@ def attach_agents(
     *,
     policy: Policy,
     store_factory: Callable[[], RedisBreakerStore],
+    signer: CommandSigner,
+    verifier: CommandVerifier,
+    score_max_age_s: float,
     embedder_factory: Callable[[], Embedder | None],
     batch_max: int,
     batch_within_s: float,
@@ -133,7 +140,8 @@ def attach_agents(
             for p in pairs:
                 by_route.setdefault(p.route, thresholds_for(policy, p.route))
             for pair, score in zip(pairs, _scores(pairs, metrics, by_route), strict=True):
-                await topics.scores.send(key=pair.route.encode(), value=score.dumps())
+                value = signer.seal_score(score, clock())
+                await topics.scores.send(key=pair.route.encode(), value=value)
                 stats.pairs_scored += 1
 
     @app.agent(topics.scores)
@@ -150,8 +158,15 @@ def attach_agents(
                     event.message.partition,
                     event.message.offset,
                 )
-                parsed = parse_score(rec, clock())
+                parsed = parse_score(rec, clock(), verifier, score_max_age_s)
                 if isinstance(parsed, DeadLetter):
+                    stats.scores_refused += 1
+                    log.warning(
+                        "score refused (partition %s offset %s): %s",
+                        rec.partition,
+                        rec.offset,
+                        parsed.error[:300],
+                    )
                     await dead_letter([parsed])
                 else:
                     scores.append(parsed)

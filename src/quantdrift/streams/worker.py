@@ -11,7 +11,7 @@ from quantdrift.breaker.policy import Policy, load_policy
 from quantdrift.config import Settings
 from quantdrift.detectors import Embedder
 from quantdrift.failpoints import failpoints
-from quantdrift.schemas.signing import signer_from_settings
+from quantdrift.schemas.signing import signer_from_settings, verifier_from_settings
 from quantdrift.streams.agents import WorkerStats, attach_agents, redis_store_factory
 from quantdrift.streams.app import Topics, create_app
 
@@ -41,6 +41,12 @@ def build_worker_app(
             settings.worker.dedupe_ttl_s,
             failpoint,
         ),
+        signer=signer,
+        verifier=verifier_from_settings(
+            settings.signing.keys, max_skew_s=settings.signing.max_clock_skew_s
+        ),
+        # A score older than the pair-id dedupe window could be a replay it cannot catch.
+        score_max_age_s=float(settings.worker.dedupe_ttl_s),
         failpoint=failpoint,
         embedder_factory=lambda: make_embedder(settings),
         batch_max=settings.worker.batch_max,
