@@ -126,6 +126,11 @@ class WorkerSettings(BaseModel):
     # slow broker's ack, short enough that a crashed worker's commands go out soon
     # (gateways have the Redis copy meanwhile).
     outbox_claim_ttl_ms: int = Field(default=10_000, ge=100)
+    # SIGTERM/SIGINT to exit: a clean stop commits offsets and leaves the group; past
+    # this the worker exits anyway (a broker that is gone would hold it ~60 s). Under
+    # Docker's 10 s grace, so the stop is never a SIGKILL; compose's stop_grace_period
+    # must stay above it.
+    stop_timeout_s: float = Field(default=8.0, gt=0)
     # Test-only crash points (tests/faults): the worker SIGKILLs itself there.
     failpoints: tuple[str, ...] = ()
 
