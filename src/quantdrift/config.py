@@ -135,6 +135,17 @@ class WorkerSettings(BaseModel):
     failpoints: tuple[str, ...] = ()
 
 
+class AlertsSettings(BaseModel):
+    """``alerts forward``'s secrets: never on argv, where ``ps`` shows them to every user.
+
+    ``slack_webhook_url`` (env ``QUANTDRIFT_ALERTS__SLACK_WEBHOOK_URL``) or
+    ``slack_webhook_file`` (a file holding the URL, e.g. a mounted secret).
+    """
+
+    slack_webhook_url: SecretStr | None = None
+    slack_webhook_file: Path | None = None
+
+
 class Settings(BaseSettings):
     """Every setting of quantdrift; env ``QUANTDRIFT_SECTION__FIELD``."""
 
@@ -147,6 +158,7 @@ class Settings(BaseSettings):
     signing: SigningSettings = SigningSettings()
     embedding: EmbeddingSettings = EmbeddingSettings()
     worker: WorkerSettings = WorkerSettings()
+    alerts: AlertsSettings = AlertsSettings()
     policy_file: Path | None = None
     hash_prompts: bool = False
 
