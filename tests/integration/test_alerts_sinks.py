@@ -19,7 +19,7 @@ from quantdrift.alerts.forward import (
 from quantdrift.alerts.sinks import AlertGroup, AlertGrouper, WebhookSink, slack_payload
 from quantdrift.cli import main
 from quantdrift.config import KafkaSettings
-from quantdrift.gateway.kafka_config import consumer_kwargs, producer_kwargs
+from quantdrift.kafka_clients import consumer_kwargs, producer_kwargs
 from quantdrift.schemas import AlertEvent, DeadLetter
 
 try:

@@ -58,7 +58,7 @@ def run_tail(args: argparse.Namespace) -> int:
     from rich.console import Console
 
     from quantdrift.alerts.tail import format_alert, read_alerts
-    from quantdrift.gateway.kafka_config import consumer_kwargs
+    from quantdrift.kafka_clients import consumer_kwargs
 
     settings = with_stack(load_settings())
     console = Console(highlight=False, soft_wrap=True)
@@ -117,7 +117,7 @@ def run_forward(args: argparse.Namespace) -> int:
     from quantdrift.alerts.forward import kafka_dead_letters, supervise_forward
     from quantdrift.alerts.forward import run_forward as forward
     from quantdrift.alerts.sinks import AlertGrouper, WebhookSink
-    from quantdrift.gateway.kafka_config import consumer_kwargs, producer_kwargs
+    from quantdrift.kafka_clients import consumer_kwargs, producer_kwargs
 
     settings = with_stack(load_settings())
     slack = slack_url(args, settings)
