@@ -26,6 +26,7 @@ class StatsLike(Protocol):
     scores_judged: int
     duplicates: int
     scores_refused: int
+    scoring_failures: int
     transitions: int
     store_errors: int
     batches: int
@@ -105,6 +106,7 @@ def status_json(
             "scores_judged": stats.scores_judged,
             "duplicates": stats.duplicates,
             "scores_refused": stats.scores_refused,
+            "scoring_failures": stats.scoring_failures,
             "transitions": stats.transitions,
             "store_errors": stats.store_errors,
         },
@@ -171,6 +173,7 @@ class _WorkerCollector:
             ("scores_judged", "scores folded into the breaker"),
             ("duplicates", "redelivered scores dropped by pair_id dedupe"),
             ("scores_refused", "unsigned, forged or stale scores dead-lettered by the judge"),
+            ("scoring_failures", "pairs whose scoring raised, dead-lettered one by one"),
             ("transitions", "breaker transitions made by this worker"),
             ("store_errors", "Redis breaker store errors"),
         )

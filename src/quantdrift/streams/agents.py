@@ -51,7 +51,6 @@ class WorkerStats:
     duplicates: int = 0
     scores_refused: int = 0
     scoring_failures: int = 0
-    crashes: int = 0
     transitions: int = 0
     store_errors: int = 0
     batches: int = 0
@@ -185,7 +184,6 @@ def attach_agents(
         data's fault (the broker refusing a send, a bug), where a crash is visible and
         a retry is right.
         """
-        stats.crashes += 1
         log.critical(
             "%s: unexpected failure with %d records not acknowledged; exiting (code %d) so "
             "they are redelivered",
