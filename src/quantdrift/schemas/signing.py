@@ -46,8 +46,10 @@ DEFAULT_MAX_AGE_S = 300.0
 DEFAULT_MAX_SKEW_S = 30.0
 # Domain separation: what a score's HMAC covers starts with this, a command's does not.
 SCORE_DOMAIN = b"quantdrift.score.v1\n"
-# A ScoreEvent is a few kB (metrics, reasons); 64 kB leaves room and bounds the parse.
-MAX_SCORE_PAYLOAD = 64 * 1024
+# A ScoreEvent is a few kB (metrics, short reasons). The bound is generous on
+# purpose: a genuine score must never be refused for its size. It only caps what
+# one record can make the judge parse.
+MAX_SCORE_PAYLOAD = 1024 * 1024
 
 
 class SignedCommand(Message):
