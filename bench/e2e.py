@@ -47,7 +47,7 @@ from quantdrift.config import KafkaSettings, RedisSettings, Settings, WorkerSett
 from quantdrift.demo import synthetic
 from quantdrift.demo.workers import WorkerProcess
 from quantdrift.gateway.controller import RouteController
-from quantdrift.gateway.kafka_config import consumer_kwargs, producer_kwargs
+from quantdrift.kafka_clients import consumer_kwargs, producer_kwargs
 from quantdrift.schemas import PairEvent, RouteCommand
 from quantdrift.schemas.keys import route_key
 from quantdrift.schemas.record_keys import pair_record_key
@@ -137,7 +137,8 @@ class Loop:
         async for record in self.scores:
             now = time.monotonic()
             # The pair id is all we need; a full parse would add its cost to the latency.
-            pair_id = json.loads(record.value)["pair_id"]
+            # Scores travel in a SignedScore envelope: the ScoreEvent is its payload.
+            pair_id = json.loads(json.loads(record.value)["payload"])["pair_id"]
             self.scored_at.setdefault(pair_id, now)
 
     def reader_failure(self) -> str | None:

@@ -2,7 +2,7 @@
 //
 //   node examples/verify_command.js KEYS_JSON < envelope.json
 //
-// KEYS_JSON maps key ids to keys, e.g. '{"k1": "secret"}'. The control topic's
+// KEYS_JSON maps key ids to keys of 32+ bytes, e.g. '{"k1": "<openssl rand -hex 32>"}'. The control topic's
 // record value (and the route's Redis key) is a SignedCommand envelope:
 //   {"schema_version": 1, "key_id": "k1", "signature": "<hex>", "payload": "<command JSON>"}
 // The signature is HMAC-SHA256 over the payload string's UTF-8 bytes: verify those

@@ -63,7 +63,10 @@ class RedisSettings(BaseModel):
     ssl_ca_certs: Path | None = None
 
 
-DEV_KEY = "quantdrift-dev-key-change-me"
+DEV_KEY = "quantdrift-dev-key-change-me-loopback-only"
+# HMAC-SHA256 keys shorter than its 32-byte output are guessable offline from one
+# signed record; every key in the ring verifies, so every key must be this long.
+MIN_SIGNING_KEY_BYTES = 32
 
 
 class SigningSettings(BaseModel):
@@ -123,8 +126,24 @@ class WorkerSettings(BaseModel):
     # slow broker's ack, short enough that a crashed worker's commands go out soon
     # (gateways have the Redis copy meanwhile).
     outbox_claim_ttl_ms: int = Field(default=10_000, ge=100)
+    # SIGTERM/SIGINT to exit: a clean stop commits offsets and leaves the group; past
+    # this the worker exits anyway (a broker that is gone would hold it ~60 s). Under
+    # Docker's 10 s grace, so the stop is never a SIGKILL; compose's stop_grace_period
+    # must stay above it.
+    stop_timeout_s: float = Field(default=8.0, gt=0)
     # Test-only crash points (tests/faults): the worker SIGKILLs itself there.
     failpoints: tuple[str, ...] = ()
+
+
+class AlertsSettings(BaseModel):
+    """``alerts forward``'s secrets: never on argv, where ``ps`` shows them to every user.
+
+    ``slack_webhook_url`` (env ``QUANTDRIFT_ALERTS__SLACK_WEBHOOK_URL``) or
+    ``slack_webhook_file`` (a file holding the URL, e.g. a mounted secret).
+    """
+
+    slack_webhook_url: SecretStr | None = None
+    slack_webhook_file: Path | None = None
 
 
 class Settings(BaseSettings):
@@ -139,6 +158,7 @@ class Settings(BaseSettings):
     signing: SigningSettings = SigningSettings()
     embedding: EmbeddingSettings = EmbeddingSettings()
     worker: WorkerSettings = WorkerSettings()
+    alerts: AlertsSettings = AlertsSettings()
     policy_file: Path | None = None
     hash_prompts: bool = False
     # The salt of the one prompt hash (schemas/privacy.py): the worker's DLQ, and the
@@ -167,7 +187,10 @@ def _bootstrap_hosts(servers: str) -> list[str]:
 
 
 def require_safe_signing(settings: Settings, redis_url: str) -> None:
-    """Refuse to run with no signing key, or with the dev key beyond loopback.
+    """Refuse to run with no signing key, a short one, or the dev key beyond loopback.
+
+    Every key of the ring must be at least ``MIN_SIGNING_KEY_BYTES`` (UTF-8) long:
+    a gateway accepts any key in the ring, so one short key is enough to forge.
 
     The dev key is public (it is in this file): anyone could sign a rollback or a
     restore with it. It is fine for the embedded stack on loopback and nowhere
@@ -188,6 +211,14 @@ def require_safe_signing(settings: Settings, redis_url: str) -> None:
             "refusing to start: no command signing key (set QUANTDRIFT_SIGNING__KEYS "
             "and QUANTDRIFT_SIGNING__ACTIVE_KEY_ID)"
         )
+    for key_id, secret in keys.items():
+        size = len(secret.get_secret_value().encode("utf-8"))
+        if size < MIN_SIGNING_KEY_BYTES:
+            raise ConfigError(
+                f"refusing to start: signing key {key_id!r} is {size} bytes, "
+                f"needs at least {MIN_SIGNING_KEY_BYTES} (set QUANTDRIFT_SIGNING__KEYS to "
+                "random keys, e.g. from `openssl rand -hex 32`)"
+            )
     uses_dev = any(v.get_secret_value() == DEV_KEY for v in keys.values())
     if not uses_dev:
         return

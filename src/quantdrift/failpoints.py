@@ -5,7 +5,12 @@ Lua commit, after the send but before the ack, before the commit), a window of
 microseconds that a kill from outside would hit by luck only. Off unless
 ``worker.failpoints`` names the points (``QUANTDRIFT_WORKER__FAILPOINTS``).
 
-Points: ``before_commit``, ``after_commit`` (store), ``after_send`` (relay).
+Points: ``before_commit``, ``after_commit`` (store), ``after_send`` (relay),
+``score:<pair_id>`` (scoring one pair, in the embedder thread), ``send_score``
+(a scored batch, before its scores are sent).
+
+A name prefixed ``raise:`` raises ``InjectedFault`` there instead of killing: an
+unexpected exception, for the tests that check what a failure inside an agent does.
 """
 
 from __future__ import annotations
@@ -18,6 +23,10 @@ from collections.abc import Callable, Collection
 Failpoint = Callable[[str], None]
 
 
+class InjectedFault(RuntimeError):
+    """Raised at a ``raise:`` failpoint; deliberately not a QuantdriftError (unexpected)."""
+
+
 def no_failpoint(name: str) -> None:
     """The production failpoint: nothing happens."""
 
@@ -27,8 +36,13 @@ def failpoints(names: Collection[str]) -> Failpoint:
     armed = frozenset(names)
     if not armed:
         return no_failpoint
+    raising = frozenset(n.removeprefix("raise:") for n in armed if n.startswith("raise:"))
 
     def hit(name: str) -> None:
+        if name in raising:
+            sys.stderr.write(f"quantdrift failpoint raise:{name}: raising InjectedFault\n")
+            sys.stderr.flush()
+            raise InjectedFault(f"failpoint {name}")
         if name in armed:
             # The line is the test's proof that the crash happened at this point.
             sys.stderr.write(f"quantdrift failpoint {name}: SIGKILL pid {os.getpid()}\n")

@@ -23,7 +23,7 @@ from quantdrift.schemas.keys import route_key
 from quantdrift.schemas.signing import CommandSigner, CommandVerifier
 from quantdrift.stack.redis_server import LocalRedis, resolve_redis
 
-KEY = b"contract-key"
+KEY = b"contract-test-key-of-at-least-32-bytes"
 SIGNER = CommandSigner("k1", KEY)
 ROUTE = "contract/int4"
 POLICY = RoutePolicy(cooldown_s=5.0)

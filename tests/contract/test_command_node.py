@@ -21,7 +21,7 @@ from quantdrift.breaker.state import RouteState, Transition
 from quantdrift.schemas.signing import CommandSigner
 
 VERIFIER = Path(__file__).resolve().parents[2] / "examples" / "verify_command.js"
-KEYS = {"k1": "node-test-key"}
+KEYS = {"k1": "node-test-key-of-at-least-32-bytes"}
 SIGNER = CommandSigner("k1", KEYS["k1"].encode())
 NODE = shutil.which("node")
 

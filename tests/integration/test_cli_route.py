@@ -70,4 +70,4 @@ def test_bad_arguments_get_one_line(capsys) -> None:  # type: ignore[no-untyped-
 
 def test_schema_export(tmp_path: Path, capsys) -> None:  # type: ignore[no-untyped-def]
     assert main(["schema", "export", "--out", str(tmp_path / "schemas")]) == 0
-    assert len(list((tmp_path / "schemas").glob("*.v1.schema.json"))) == 7
+    assert len(list((tmp_path / "schemas").glob("*.v1.schema.json"))) == 8

@@ -24,7 +24,7 @@ except ImportError:
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(60)]
 
-KEY = b"control-test-key"
+KEY = b"control-test-key-of-at-least-32-bytes"
 SIGNER = CommandSigner("k1", KEY)
 
 

@@ -47,7 +47,7 @@ except ImportError:
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
 
 ROUTE = "chat/int4"
-KEY = b"gateway-test-key"
+KEY = b"gateway-test-key-of-at-least-32-bytes"
 
 # -- the scripted upstream ---------------------------------------------------------------
 

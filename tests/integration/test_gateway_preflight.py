@@ -42,7 +42,7 @@ from quantdrift.stack import free_port
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
 
-KEYS = {"ops": "ops-approval-key-for-tests", "ml": "ml-approval-key-for-tests"}
+KEYS = {"ops": "ops-approval-key-for-tests-32-bytes+", "ml": "ml-approval-key-for-tests-32-bytes+"}
 
 
 def cli(*args: str, env: dict[str, str], cwd: Path) -> subprocess.CompletedProcess[str]:

@@ -141,7 +141,7 @@ def test_settings_parse_from_the_compose_environment(
     the operator's own values for the required ${VAR:?message})."""
     operator = {
         "QUANTDRIFT_SIGNING__ACTIVE_KEY_ID": "k2026",
-        "QUANTDRIFT_SIGNING__KEYS": '{"k2026": "a-real-secret"}',
+        "QUANTDRIFT_SIGNING__KEYS": '{"k2026": "a-real-secret-of-at-least-32-bytes"}',
     }
     env = environment(compose["services"]["worker"])
     for name, value in env.items():

@@ -95,7 +95,8 @@ def test_html_has_inline_svg_plots_and_no_network() -> None:
 
 def _signing(*ids: str, active: str | None = None) -> SigningSettings:
     return SigningSettings(
-        active_key_id=active or ids[0], keys={i: SecretStr(f"secret-{i}") for i in ids}
+        active_key_id=active or ids[0],
+        keys={i: SecretStr(f"secret-{i}-key-of-at-least-32-bytes") for i in ids},
     )
 
 
@@ -136,7 +137,9 @@ def test_tampered_report_or_forged_approval_fails(tmp_path: Path) -> None:
     v = signoff.verify(raw, forged, keys)
     assert not v.ok and "carol: bad signature" in v.problems
     wrong_ring = signoff.key_ring(
-        _signing("ops", active="ops").model_copy(update={"keys": {"ops": SecretStr("other")}})
+        _signing("ops", active="ops").model_copy(
+            update={"keys": {"ops": SecretStr("other-key-of-at-least-32-bytes-long")}}
+        )
     )[1]
     assert not signoff.verify(raw, approvals, wrong_ring).ok
     assert not signoff.verify(raw, approvals, {}).ok  # unknown key id

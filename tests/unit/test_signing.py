@@ -11,7 +11,7 @@ import pytest
 from quantdrift.errors import SchemaError, SignatureError, StaleCommand
 from quantdrift.schemas import CommandSigner, CommandVerifier, RouteCommand, SignedCommand
 
-KEY = b"k1-secret"
+KEY = b"k1-secret-key-of-at-least-32-bytes"
 SIGNER = CommandSigner("k1", KEY)
 NOW = 1_700_000_000.25
 

@@ -23,6 +23,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
+from urllib.parse import urlsplit
 
 import httpx
 
@@ -163,17 +164,42 @@ def slack_payload(group: AlertGroup) -> dict[str, Any]:
     return {"text": head}
 
 
+def redact_url(url: str) -> str:
+    """The URL as logs may show it: scheme and host, never credentials or the path.
+
+    A Slack incoming-webhook URL *is* its secret (the path is the token), and any URL
+    may carry ``user:password@``.
+
+    >>> redact_url("https://hooks.slack.com/services/T000/B000/XXXXSECRET")
+    'https://hooks.slack.com/…'
+    >>> redact_url("http://am:pw@alertmanager:9093/api/v2/alerts")
+    'http://alertmanager:9093/…'
+    """
+    parts = urlsplit(url)
+    host = parts.hostname or "?"
+    port = f":{parts.port}" if parts.port else ""
+    return f"{parts.scheme}://{host}{port}/…"
+
+
 @dataclass
 class WebhookSink:
-    """POST each group to a URL in one of the two shapes; retries with backoff."""
+    """POST each group to a URL in one of the two shapes; retries with backoff.
 
-    url: str
+    ``url`` is a secret for Slack: logs show ``display`` (host only), and ``repr``
+    leaves the URL out.
+    """
+
+    url: str = field(repr=False)
     kind: str  # "alertmanager" | "slack"
     client: httpx.AsyncClient | None = None
     retries: int = 3
     timeout_s: float = 5.0
     sent: int = 0
     failed: int = 0
+
+    @property
+    def display(self) -> str:
+        return redact_url(self.url)
 
     def body(self, group: AlertGroup) -> Any:
         if self.kind == "alertmanager":
@@ -193,9 +219,22 @@ class WebhookSink:
                     if resp.status_code < 300:
                         self.sent += 1
                         return True
-                    log.warning("%s sink: HTTP %s from %s", self.kind, resp.status_code, self.url)
+                    log.warning(
+                        "%s sink: HTTP %s from %s (attempt %d)",
+                        self.kind,
+                        resp.status_code,
+                        self.display,
+                        attempt,
+                    )
                 except httpx.HTTPError as exc:
-                    log.warning("%s sink: %s (attempt %d)", self.kind, exc, attempt)
+                    # The exception's text may quote the URL: name its type only.
+                    log.warning(
+                        "%s sink: %s from %s (attempt %d)",
+                        self.kind,
+                        type(exc).__name__,
+                        self.display,
+                        attempt,
+                    )
                 if attempt < self.retries:
                     await asyncio.sleep(delay)
                     delay *= 2

@@ -66,7 +66,7 @@ async def read_alerts(
     """
     from aiokafka import AIOKafkaConsumer, TopicPartition
 
-    from quantdrift.gateway.kafka_config import start_client
+    from quantdrift.kafka_clients import start_client
 
     options = {
         **consumer_options,

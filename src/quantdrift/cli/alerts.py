@@ -2,7 +2,10 @@
 
 ``tail`` prints one coloured line per alert (``--evidence`` for the why,
 ``--json`` for machines); ``forward`` posts grouped, deduped alerts to an
-Alertmanager (``/api/v2/alerts``) and/or a Slack-compatible webhook.
+Alertmanager (``/api/v2/alerts``) and/or a Slack-compatible webhook. The Slack
+URL is a secret: it comes from ``QUANTDRIFT_ALERTS__SLACK_WEBHOOK_URL`` or a file
+(``--slack-file`` / ``QUANTDRIFT_ALERTS__SLACK_WEBHOOK_FILE``); ``--slack URL``
+still works but puts the secret on the command line, and says so.
 """
 
 from __future__ import annotations
@@ -11,8 +14,10 @@ import argparse
 import asyncio
 import json
 import sys
+from pathlib import Path
+from typing import Any
 
-from quantdrift.cli.common import add_seconds, load_settings, with_stack
+from quantdrift.cli.common import add_seconds, load_settings, positive_int, with_stack
 from quantdrift.cli.replay import parse_time
 
 
@@ -28,7 +33,19 @@ def register(sub: argparse._SubParsersAction) -> None:
     t.set_defaults(func=run_tail)
     f = cmds.add_parser("forward", help="post alerts to Alertmanager / Slack webhooks")
     f.add_argument("--alertmanager", help="Alertmanager base URL (POST {URL}/api/v2/alerts)")
-    f.add_argument("--slack", help="Slack-compatible incoming webhook URL")
+    f.add_argument(
+        "--slack",
+        help="deprecated (visible in ps): use QUANTDRIFT_ALERTS__SLACK_WEBHOOK_URL or --slack-file",
+    )
+    f.add_argument(
+        "--slack-file", type=Path, help="file holding the Slack-compatible incoming webhook URL"
+    )
+    f.add_argument(
+        "--max-attempts",
+        type=positive_int,
+        default=20,
+        help="deliveries tried per sink before the alerts go to the DLQ (default 20)",
+    )
     f.add_argument("--group", default=None, help="consumer group (default <app_id>-alerts)")
     add_seconds(f, "group-wait", 10.0, "seconds to wait for siblings")
     add_seconds(f, "group-interval", 300.0, "seconds between updates")
@@ -41,7 +58,7 @@ def run_tail(args: argparse.Namespace) -> int:
     from rich.console import Console
 
     from quantdrift.alerts.tail import format_alert, read_alerts
-    from quantdrift.gateway.kafka_config import consumer_kwargs
+    from quantdrift.kafka_clients import consumer_kwargs
 
     settings = with_stack(load_settings())
     console = Console(highlight=False, soft_wrap=True)
@@ -72,32 +89,73 @@ def run_tail(args: argparse.Namespace) -> int:
     return 0
 
 
+def slack_url(args: argparse.Namespace, settings: Any) -> str | None:
+    """The Slack webhook URL from a file, the environment, or (deprecated) argv."""
+    path = args.slack_file or settings.alerts.slack_webhook_file
+    if path is not None:
+        try:
+            url = Path(path).read_text().strip()
+        except OSError as exc:
+            raise SystemExit(
+                f"quantdrift: error: cannot read the Slack webhook file: {exc}"
+            ) from None
+        if not url:
+            raise SystemExit(f"quantdrift: error: the Slack webhook file {path} is empty")
+        return url
+    if settings.alerts.slack_webhook_url is not None:
+        return str(settings.alerts.slack_webhook_url.get_secret_value())
+    if args.slack:
+        sys.stderr.write(
+            "quantdrift: warning: --slack puts the webhook URL (a secret) on the command "
+            "line; set QUANTDRIFT_ALERTS__SLACK_WEBHOOK_URL or use --slack-file\n"
+        )
+        return str(args.slack)
+    return None
+
+
 def run_forward(args: argparse.Namespace) -> int:
+    from quantdrift.alerts.forward import kafka_dead_letters, supervise_forward
     from quantdrift.alerts.forward import run_forward as forward
     from quantdrift.alerts.sinks import AlertGrouper, WebhookSink
-    from quantdrift.gateway.kafka_config import consumer_kwargs
+    from quantdrift.kafka_clients import consumer_kwargs, producer_kwargs
 
-    if not args.alertmanager and not args.slack:
-        raise SystemExit("quantdrift: error: alerts forward needs --alertmanager and/or --slack")
     settings = with_stack(load_settings())
+    slack = slack_url(args, settings)
+    if not args.alertmanager and not slack:
+        raise SystemExit(
+            "quantdrift: error: alerts forward needs --alertmanager and/or a Slack webhook "
+            "(QUANTDRIFT_ALERTS__SLACK_WEBHOOK_URL or --slack-file)"
+        )
     sinks = []
     if args.alertmanager:
         url = args.alertmanager.rstrip("/")
         if not url.endswith("/api/v2/alerts"):
             url += "/api/v2/alerts"
         sinks.append(WebhookSink(url, "alertmanager"))
-    if args.slack:
-        sinks.append(WebhookSink(args.slack, "slack"))
-    stats = asyncio.run(
-        forward(
-            consumer_kwargs(settings.kafka),
-            settings.kafka.topics.alerts,
-            sinks,
-            AlertGrouper(group_wait_s=args.group_wait, group_interval_s=args.group_interval),
-            group_id=args.group or f"{settings.worker.app_id}-alerts",
-            max_alerts=args.max_alerts,
-            idle_exit_s=args.idle_exit,
+    if slack:
+        sinks.append(WebhookSink(slack, "slack"))
+    grouper = AlertGrouper(group_wait_s=args.group_wait, group_interval_s=args.group_interval)
+
+    async def go() -> Any:
+        dead_letters = kafka_dead_letters(
+            producer_kwargs(settings.kafka), settings.kafka.topics.dlq, settings.kafka.topics.alerts
         )
-    )
+        async with dead_letters as dead_letter:
+            return await supervise_forward(
+                lambda stats: forward(
+                    consumer_kwargs(settings.kafka),
+                    settings.kafka.topics.alerts,
+                    sinks,
+                    grouper,
+                    group_id=args.group or f"{settings.worker.app_id}-alerts",
+                    max_alerts=args.max_alerts,
+                    idle_exit_s=args.idle_exit,
+                    max_attempts=args.max_attempts,
+                    dead_letter=dead_letter,
+                    stats=stats,
+                )
+            )
+
+    stats = asyncio.run(go())
     print(json.dumps(stats.__dict__))
     return 0

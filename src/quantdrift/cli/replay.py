@@ -93,7 +93,7 @@ def run(args: argparse.Namespace) -> int:
             lines = list(src.archive_lines(args.archive, topic, since, until))
             source = f"archive {args.archive} topic={topic}"
         else:
-            from quantdrift.gateway.kafka_config import consumer_kwargs
+            from quantdrift.kafka_clients import consumer_kwargs
 
             topic = args.topic or settings.kafka.topics.pairs
             rng = src.TopicRange(

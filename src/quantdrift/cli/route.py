@@ -131,7 +131,7 @@ async def _publish(settings: Settings, store: RedisBreakerStore, route: str) -> 
 
     from quantdrift.breaker.outbox import OutboxItem
     from quantdrift.breaker.relay import OutboxRelay
-    from quantdrift.gateway.kafka_config import producer_kwargs
+    from quantdrift.kafka_clients import producer_kwargs
 
     producer = AIOKafkaProducer(**producer_kwargs(settings.kafka))
     topics = settings.kafka.topics

@@ -19,8 +19,8 @@ from quantdrift.config import Settings
 from quantdrift.demo.workers import WorkerProcess
 from quantdrift.errors import QuantdriftError
 from quantdrift.gateway.controller import RouteController
-from quantdrift.gateway.kafka_config import consumer_kwargs, producer_kwargs
-from quantdrift.schemas import PairEvent, RouteCommand, ScoreEvent
+from quantdrift.kafka_clients import consumer_kwargs, producer_kwargs
+from quantdrift.schemas import PairEvent, RouteCommand, ScoreEvent, unverified_score
 from quantdrift.schemas.record_keys import pair_record_key
 from quantdrift.schemas.signing import verifier_from_settings
 from quantdrift.stack import EmbeddedStack
@@ -260,7 +260,7 @@ async def _read_scores(
 ) -> None:
     async for record in consumer:
         try:
-            score = ScoreEvent.parse(record.value)
+            score = unverified_score(record.value)
         except QuantdriftError:
             continue
         seen[score.pair_id] = score

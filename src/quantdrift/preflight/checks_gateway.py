@@ -145,8 +145,8 @@ async def roundtrip(ctx: Context, pair: PairEvent, route: str, timeout_s: float)
     """Publish one pair on the probe route; seconds until its ScoreEvent is on the scores topic."""
     from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
-    from quantdrift.gateway.kafka_config import consumer_kwargs, producer_kwargs
-    from quantdrift.schemas import ScoreEvent
+    from quantdrift.kafka_clients import consumer_kwargs, producer_kwargs
+    from quantdrift.schemas import unverified_score
 
     assert ctx.settings is not None
     kafka = ctx.settings.kafka
@@ -179,7 +179,7 @@ async def roundtrip(ctx: Context, pair: PairEvent, route: str, timeout_s: float)
                 for records in batches.values():
                     for rec in records:
                         try:
-                            score = ScoreEvent.parse(rec.value)
+                            score = unverified_score(rec.value)
                         except SchemaError:
                             continue
                         if score.pair_id == pair_id:

@@ -136,7 +136,7 @@ async def run_archive(
     """
     from aiokafka import AIOKafkaConsumer
 
-    from quantdrift.gateway.kafka_config import start_client
+    from quantdrift.kafka_clients import start_client
 
     stats = ArchiveStats()
     consumer = AIOKafkaConsumer(

@@ -22,7 +22,7 @@ from typing import Any
 import orjson
 
 from quantdrift.errors import ConfigError, SchemaError
-from quantdrift.schemas import PairEvent, ScoreEvent
+from quantdrift.schemas import PairEvent, ScoreEvent, unverified_score
 
 _PART = re.compile(r"part-(\d+)\.jsonl(\.gz)?$")
 
@@ -46,9 +46,10 @@ def split_records(
             data = orjson.loads(line)
             if not isinstance(data, dict):
                 raise SchemaError("not a JSON object")
-            # A score carries metrics; anything else must be a pair.
+            # A score carries metrics (or is a signed score's envelope); else a pair.
+            is_score = "metrics" in data or "payload" in data
             record: PairEvent | ScoreEvent = (
-                ScoreEvent.parse(data) if "metrics" in data else PairEvent.parse(data)
+                unverified_score(data) if is_score else PairEvent.parse(data)
             )
         except (orjson.JSONDecodeError, SchemaError) as exc:
             out.skipped.append(f"record {n}: {exc}")
@@ -132,7 +133,7 @@ async def topic_values(
     """
     from aiokafka import AIOKafkaConsumer, TopicPartition
 
-    from quantdrift.gateway.kafka_config import start_client
+    from quantdrift.kafka_clients import start_client
 
     options = {
         **consumer_options,

@@ -11,8 +11,10 @@ from quantdrift.schemas.signing import (
     CommandSigner,
     CommandVerifier,
     SignedCommand,
+    SignedScore,
     command_bytes,
     signer_from_settings,
+    unverified_score,
     verifier_from_settings,
 )
 
@@ -35,9 +37,11 @@ __all__ = [
     "ScoreEvent",
     "Severity",
     "SignedCommand",
+    "SignedScore",
     "Target",
     "Verdict",
     "command_bytes",
     "signer_from_settings",
+    "unverified_score",
     "verifier_from_settings",
 ]

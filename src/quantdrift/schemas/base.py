@@ -2,14 +2,19 @@
 
 from __future__ import annotations
 
-from typing import Any, ClassVar, Final, Self
+from typing import Annotated, Any, ClassVar, Final, Self
 
 import orjson
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from quantdrift.errors import SchemaError
 
 SCHEMA_VERSION: Final = 1
+
+# A route names a Redis key, a partition key and a label on every metric: bounded and
+# plain, on every message a worker reads (a 10 MB route would be a 10 MB Redis key).
+RouteName = Annotated[str, Field(min_length=1, max_length=200, pattern=r"^[A-Za-z0-9._:/@-]+$")]
+PairId = Annotated[str, Field(min_length=1, max_length=128)]
 
 
 class Message(BaseModel):

@@ -12,13 +12,14 @@ from quantdrift.schemas.dead_letter import DeadLetter
 from quantdrift.schemas.degradation import DegradationEvent
 from quantdrift.schemas.pair import PairEvent
 from quantdrift.schemas.score import ScoreEvent
-from quantdrift.schemas.signing import SignedCommand
+from quantdrift.schemas.signing import SignedCommand, SignedScore
 
 MESSAGES: dict[str, type[Message]] = {
     "PairEvent": PairEvent,
     "ScoreEvent": ScoreEvent,
     "RouteCommand": RouteCommand,
     "SignedCommand": SignedCommand,
+    "SignedScore": SignedScore,
     "AlertEvent": AlertEvent,
     "DeadLetter": DeadLetter,
     "DegradationEvent": DegradationEvent,

@@ -7,7 +7,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from quantdrift.schemas.base import SCHEMA_VERSION, Message
+from quantdrift.schemas.base import SCHEMA_VERSION, Message, PairId, RouteName
 
 PairKind = Literal["shadow", "noise"]
 PrecisionPreference = Literal["cost_optimized", "high_precision"]
@@ -114,9 +114,9 @@ class PairEvent(Message):
     """
 
     schema_version: Literal[1] = SCHEMA_VERSION
-    pair_id: str = Field(min_length=1, max_length=128)
+    pair_id: PairId
     ts: float = Field(ge=0)
-    route: str = Field(min_length=1, max_length=200, pattern=r"^[A-Za-z0-9._:/@-]+$")
+    route: RouteName
     kind: PairKind = "shadow"
     candidate: ModelOutput
     reference: ModelOutput

@@ -6,7 +6,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from quantdrift.schemas.base import SCHEMA_VERSION, Message
+from quantdrift.schemas.base import SCHEMA_VERSION, Message, PairId, RouteName
 from quantdrift.schemas.pair import PairKind
 
 Verdict = Literal["ok", "drift", "anomaly"]
@@ -58,11 +58,17 @@ class Metrics(BaseModel):
 
 
 class ScoreEvent(Message):
-    """Published to ``quantdrift.scores.v1`` (key = route) by the score agent."""
+    """Published to ``quantdrift.scores.v1`` (key = route) by the score agent.
+
+    On the topic it travels inside a ``SignedScore`` envelope (``schemas/signing.py``):
+    the judge folds only scores a worker's key signed. ``scored_at`` is when the worker
+    signed it; the judge refuses one older than its pair-id dedupe window, where a
+    replayed genuine score could no longer be told from a new one.
+    """
 
     schema_version: Literal[1] = SCHEMA_VERSION
-    pair_id: str
-    route: str
+    pair_id: PairId
+    route: RouteName
     kind: PairKind
     ts: float
     # Unknown decoding counts as sampled, as in RequestInfo.decoding.
@@ -73,4 +79,5 @@ class ScoreEvent(Message):
     reasons: list[str] = Field(default_factory=list)
     # A drift score against the route's noise floor (0 ~ noise); None before calibration.
     drift_score: float | None = None
-    label: str | None = None
+    label: str | None = Field(default=None, max_length=64)
+    scored_at: float | None = None

@@ -16,6 +16,15 @@ A verified command is applied only if its epoch is newer than the one applied
 for the route and its ``issued_at`` is within the freshness window. A stale
 command may still move users *to the reference* (a replay cannot make a route
 less safe), never back onto the candidate.
+
+Scores are signed the same way, with the same key ring, in a ``SignedScore``
+envelope on the scores topic. Why sign rather than have the judge fold only the
+scores its own process computed: scoring spreads over every worker whatever the
+route, while judging is single-writer per route (scores are keyed by route), so a
+score is usually judged by another worker than the one that computed it. Signing
+keeps that split, lets replay and analysts check where a score came from, and
+costs one HMAC per score. A score's MAC covers ``SCORE_DOMAIN`` followed by the
+payload, so a signed score is never a valid command envelope, nor the reverse.
 """
 
 from __future__ import annotations
@@ -24,14 +33,23 @@ import hashlib
 import hmac
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Literal, NoReturn
+from typing import Any, Literal, NoReturn
+
+from pydantic import Field
 
 from quantdrift.errors import SchemaError, SignatureError, StaleCommand
 from quantdrift.schemas.base import SCHEMA_VERSION, Message
 from quantdrift.schemas.command import RouteCommand
+from quantdrift.schemas.score import ScoreEvent
 
 DEFAULT_MAX_AGE_S = 300.0
 DEFAULT_MAX_SKEW_S = 30.0
+# Domain separation: what a score's HMAC covers starts with this, a command's does not.
+SCORE_DOMAIN = b"quantdrift.score.v1\n"
+# A ScoreEvent is a few kB (metrics, short reasons). The bound is generous on
+# purpose: a genuine score must never be refused for its size. It only caps what
+# one record can make the judge parse.
+MAX_SCORE_PAYLOAD = 1024 * 1024
 
 
 class SignedCommand(Message):
@@ -45,6 +63,15 @@ class SignedCommand(Message):
     def command(self) -> RouteCommand:
         """The command inside, *unverified*: for tools that display, never for obeying."""
         return RouteCommand.parse(self.payload)
+
+
+class SignedScore(Message):
+    """The envelope of a ScoreEvent on the scores topic; the MAC covers SCORE_DOMAIN + payload."""
+
+    schema_version: Literal[1] = SCHEMA_VERSION
+    key_id: str = Field(max_length=64)
+    signature: str = Field(max_length=128)
+    payload: str = Field(max_length=MAX_SCORE_PAYLOAD)
 
 
 def command_bytes(command: RouteCommand) -> bytes:
@@ -67,6 +94,16 @@ class CommandSigner:
         payload = command_bytes(command)
         envelope = SignedCommand(
             key_id=self.key_id, signature=self.signature(payload), payload=payload.decode()
+        )
+        return envelope.dumps()
+
+    def seal_score(self, score: ScoreEvent, now: float) -> bytes:
+        """The SignedScore bytes for ``score``, stamped ``scored_at=now``: a scores record."""
+        payload = score.model_copy(update={"scored_at": now}).dumps()
+        envelope = SignedScore(
+            key_id=self.key_id,
+            signature=self.signature(SCORE_DOMAIN + payload),
+            payload=payload.decode(),
         )
         return envelope.dumps()
 
@@ -106,6 +143,56 @@ class CommandVerifier:
             return RouteCommand.parse(payload)
         except SchemaError as exc:
             self.refuse("unreadable", f"signed payload is not a RouteCommand: {exc}", SchemaError)
+
+    def open_score(self, raw: bytes | str, now: float, max_age_s: float) -> ScoreEvent:
+        """A score the judge may fold: signed by a known key, and recent.
+
+        ``max_age_s`` is the judge's pair-id dedupe window: an older score may be a
+        replay that dedupe no longer catches, so it is refused (``stale_score``).
+        Raises SchemaError for unreadable bytes, SignatureError otherwise; every
+        refusal is counted under ``score_<reason>``.
+        """
+        try:
+            envelope = SignedScore.parse(raw)
+        except SchemaError as exc:
+            try:
+                ScoreEvent.parse(raw)
+            except SchemaError as bare:
+                self.refuse(
+                    "score_unreadable",
+                    f"not a signed score ({exc}), nor a ScoreEvent ({bare})",
+                    SchemaError,
+                )
+            self.refuse("score_unsigned", "a bare ScoreEvent, not in a SignedScore envelope")
+        if not envelope.signature:
+            self.refuse("score_unsigned", "score has no signature")
+        key = self.keys.get(envelope.key_id)
+        if key is None:
+            self.refuse("score_unknown_key", f"score signed by unknown key id {envelope.key_id!r}")
+        payload = envelope.payload.encode("utf-8", "surrogatepass")
+        expected = hmac.new(key, SCORE_DOMAIN + payload, hashlib.sha256).hexdigest()
+        if not hmac.compare_digest(expected, envelope.signature):
+            self.refuse("score_bad_signature", "score signature does not match the payload")
+        try:
+            score = ScoreEvent.parse(payload)
+        except SchemaError as exc:
+            self.refuse(
+                "score_unreadable", f"signed payload is not a ScoreEvent: {exc}", SchemaError
+            )
+        if score.scored_at is None or score.scored_at < now - max_age_s:
+            self.refuse(
+                "score_stale",
+                f"score {score.pair_id}: signed more than {max_age_s:g} s ago "
+                "(outside the dedupe window, so it could be a replay)",
+                StaleCommand,
+            )
+        if score.scored_at > now + self.max_skew_s:
+            self.refuse(
+                "score_future",
+                f"score {score.pair_id}: signed {score.scored_at - now:.0f} s in the future",
+                StaleCommand,
+            )
+        return score
 
     def check(self, command: RouteCommand, last_epoch: int, now: float) -> None:
         """Raise StaleCommand unless ``command`` may apply after ``last_epoch`` at ``now``."""
@@ -157,6 +244,19 @@ def verifier_from_settings(
 def unverified_command(raw: bytes | str) -> RouteCommand:
     """The command inside an envelope, without verifying (status pages, replay, tests)."""
     return SignedCommand.parse(raw).command()
+
+
+def unverified_score(raw: bytes | str | dict[str, Any]) -> ScoreEvent:
+    """The score on a scores-topic record, *unverified*: for tools that display or replay.
+
+    Reads the SignedScore envelope, and a bare ScoreEvent too (archives written before
+    scores were signed). The judge never uses this: it calls ``open_score``.
+    """
+    try:
+        envelope = SignedScore.parse(raw)
+    except SchemaError:
+        return ScoreEvent.parse(raw)
+    return ScoreEvent.parse(envelope.payload)
 
 
 def _raw(secret: object) -> bytes:

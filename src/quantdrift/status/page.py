@@ -25,6 +25,8 @@ class StatsLike(Protocol):
     dead_letters: int
     scores_judged: int
     duplicates: int
+    scores_refused: int
+    scoring_failures: int
     transitions: int
     store_errors: int
     batches: int
@@ -103,6 +105,8 @@ def status_json(
             "dead_letters": stats.dead_letters,
             "scores_judged": stats.scores_judged,
             "duplicates": stats.duplicates,
+            "scores_refused": stats.scores_refused,
+            "scoring_failures": stats.scoring_failures,
             "transitions": stats.transitions,
             "store_errors": stats.store_errors,
         },
@@ -168,6 +172,8 @@ class _WorkerCollector:
             ("dead_letters", "records sent to the DLQ by this worker"),
             ("scores_judged", "scores folded into the breaker"),
             ("duplicates", "redelivered scores dropped by pair_id dedupe"),
+            ("scores_refused", "unsigned, forged or stale scores dead-lettered by the judge"),
+            ("scoring_failures", "pairs whose scoring raised, dead-lettered one by one"),
             ("transitions", "breaker transitions made by this worker"),
             ("store_errors", "Redis breaker store errors"),
         )

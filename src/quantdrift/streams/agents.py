@@ -1,7 +1,10 @@
 """The agents: read, call a pure step, write, send. Nothing more.
 
-* score agent: pairs -> (batched embeddings) -> scores; bad records -> DLQ.
+* score agent: pairs -> (batched embeddings) -> signed scores; bad records -> DLQ.
 * judge agent: scores -> one atomic Redis step per score -> commands + alerts.
+  It folds only scores a worker's key signed (see ``schemas/signing.py`` for why
+  signing, not "fold only what this process scored"); an unsigned, forged or stale
+  score is dead-lettered with its reason and counted in ``scores_refused``.
 * a 0.5 s timer: cool-downs (open -> half_open) and any outbox left unsent.
 """
 
@@ -11,11 +14,13 @@ import asyncio
 import logging
 import os
 import socket
+import sys
 import time
 import uuid
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from typing import Any, NoReturn
 
 import faust
 import redis.asyncio as aioredis
@@ -29,11 +34,12 @@ from quantdrift.embedding.factory import score_with
 from quantdrift.errors import BreakerStoreError
 from quantdrift.failpoints import Failpoint, no_failpoint
 from quantdrift.integrations import otel
-from quantdrift.schemas import DeadLetter, ScoreEvent
+from quantdrift.schemas import CommandSigner, CommandVerifier, DeadLetter, PairEvent, ScoreEvent
 from quantdrift.streams.app import Topics
 from quantdrift.streams.handlers import RawRecord, parse_batch, parse_score, to_scores
 
 log = logging.getLogger("quantdrift.worker")
+EX_SOFTWARE = 70  # sysexits.h: an internal error; the orchestrator restarts the worker
 
 
 @dataclass
@@ -44,6 +50,8 @@ class WorkerStats:
     dead_letters: int = 0
     scores_judged: int = 0
     duplicates: int = 0
+    scores_refused: int = 0
+    scoring_failures: int = 0
     transitions: int = 0
     store_errors: int = 0
     batches: int = 0
@@ -60,6 +68,9 @@ def attach_agents(
     *,
     policy: Policy,
     store_factory: Callable[[], RedisBreakerStore],
+    signer: CommandSigner,
+    verifier: CommandVerifier,
+    score_max_age_s: float,
     embedder_factory: Callable[[], Embedder | None],
     batch_max: int,
     batch_within_s: float,
@@ -104,61 +115,124 @@ def attach_agents(
                 RawRecord(e.value, e.key, e.message.topic, e.message.partition, e.message.offset)
                 for e in events
             ]
-            pairs, dead = parse_batch(records, clock(), prompt_salt)
-            await dead_letter(dead)
-            if not pairs:
-                continue
-            started = time.perf_counter()
             try:
-                metrics = await asyncio.get_running_loop().run_in_executor(
-                    executor, score_with, embedder(), pairs
-                )
-            except Exception as exc:
-                log.exception("scoring failed for a batch of %d pairs", len(pairs))
-                await dead_letter(
-                    [
-                        DeadLetter.of(
-                            p.dumps(),
-                            topic=topics.pairs.get_topic_name(),
-                            key=p.route,
-                            error=f"scoring failed: {exc!r}",
-                            now=clock(),
-                        )
-                        for p in pairs
-                    ]
-                )
-                continue
-            stats.scoring_seconds.append((time.perf_counter() - started) / len(pairs))
-            del stats.scoring_seconds[:-2048]
-            stats.batches += 1
-            by_route: dict[str, FailureThresholds] = {}
-            for p in pairs:
-                by_route.setdefault(p.route, thresholds_for(policy, p.route))
-            for pair, score in zip(pairs, _scores(pairs, metrics, by_route), strict=True):
-                await topics.scores.send(key=pair.route.encode(), value=score.dumps())
-                stats.pairs_scored += 1
+                await score_batch(records)
+            except Exception:
+                crash_unacked("score agent", len(records))
+
+    def score_pairs(pairs: list[PairEvent]) -> list[ScoreEvent]:
+        """Metrics and verdicts of ``pairs`` (in the embedder thread): all or an exception."""
+        for p in pairs:
+            failpoint(f"score:{p.pair_id}")
+        metrics = score_with(embedder(), pairs)
+        by_route: dict[str, FailureThresholds] = {}
+        for p in pairs:
+            by_route.setdefault(p.route, thresholds_for(policy, p.route))
+        return _scores(pairs, metrics, by_route)
+
+    async def score_batch(records: list[RawRecord]) -> None:
+        """Score a batch; a pair whose scoring raises is dead-lettered alone, with the reason.
+
+        One failing pair must not cost its 63 neighbours: when the batch fails, every
+        pair is scored on its own, and only those that still fail go to the DLQ.
+        """
+        pairs, dead = parse_batch(records, clock(), prompt_salt)
+        await dead_letter(dead)
+        if not pairs:
+            return
+        loop = asyncio.get_running_loop()
+        started = time.perf_counter()
+        scored: list[tuple[PairEvent, ScoreEvent]] = []
+        try:
+            scores = await loop.run_in_executor(executor, score_pairs, pairs)
+            scored = list(zip(pairs, scores, strict=True))
+        except Exception:
+            log.exception("scoring failed for a batch of %d pairs; scoring each alone", len(pairs))
+            for pair in pairs:
+                try:
+                    alone = await loop.run_in_executor(executor, score_pairs, [pair])
+                    scored.append((pair, alone[0]))
+                except Exception as exc:
+                    stats.scoring_failures += 1
+                    log.exception("scoring failed for pair %s; dead-lettered", pair.pair_id)
+                    letter = DeadLetter.of(
+                        pair.dumps(),
+                        topic=topics.pairs.get_topic_name(),
+                        key=pair.route,
+                        error=f"scoring failed: {type(exc).__name__}: {exc}",
+                        now=clock(),
+                    )
+                    await dead_letter([letter])
+        if not scored:
+            return
+        stats.scoring_seconds.append((time.perf_counter() - started) / len(pairs))
+        del stats.scoring_seconds[:-2048]
+        stats.batches += 1
+        failpoint("send_score")
+        for pair, score in scored:
+            value = signer.seal_score(score, clock())
+            await topics.scores.send(key=pair.route.encode(), value=value)
+            stats.pairs_scored += 1
+
+    def crash_unacked(agent: str, n: int) -> NoReturn:
+        """An unexpected failure inside a batch: exit *before* Faust acknowledges it.
+
+        ``take_events`` acknowledges a batch in a ``finally``, so an exception that
+        leaves the agent would commit the offsets of records never scored or judged,
+        and they would be lost. Exiting the process instead leaves them uncommitted:
+        the next worker (or this one, restarted) reads them again, and the judge drops
+        any pair id it already folded. A poison *pair* never gets here (scoring
+        failures are dead-lettered one by one above); this is for what is not the
+        data's fault (the broker refusing a send, a bug), where a crash is visible and
+        a retry is right.
+        """
+        log.critical(
+            "%s: unexpected failure with %d records not acknowledged; exiting (code %d) so "
+            "they are redelivered",
+            agent,
+            n,
+            EX_SOFTWARE,
+            exc_info=True,
+        )
+        for handler in logging.getLogger().handlers:
+            handler.flush()
+        sys.stderr.flush()
+        os._exit(EX_SOFTWARE)
 
     @app.agent(topics.scores)
     async def judge_agent(stream: faust.StreamT[bytes]) -> None:
         # Batches: two Redis round trips per route per batch, not two per score.
         batches = stream.take_events(batch_max, within=batch_within_s)  # type: ignore[attr-defined]
         async for events in batches:
-            scores: list[ScoreEvent] = []
-            for event in events:
-                rec = RawRecord(
-                    event.value,
-                    event.key,
-                    event.message.topic,
-                    event.message.partition,
-                    event.message.offset,
+            try:
+                await judge_batch(events)
+            except Exception:
+                crash_unacked("judge agent", len(events))
+
+    async def judge_batch(events: list[Any]) -> None:
+        scores: list[ScoreEvent] = []
+        for event in events:
+            rec = RawRecord(
+                event.value,
+                event.key,
+                event.message.topic,
+                event.message.partition,
+                event.message.offset,
+            )
+            parsed = parse_score(rec, clock(), verifier, score_max_age_s)
+            if isinstance(parsed, DeadLetter):
+                stats.scores_refused += 1
+                log.warning(
+                    "score refused (partition %s offset %s): %s",
+                    rec.partition,
+                    rec.offset,
+                    parsed.error[:300],
                 )
-                parsed = parse_score(rec, clock())
-                if isinstance(parsed, DeadLetter):
-                    await dead_letter([parsed])
-                else:
-                    scores.append(parsed)
-            if scores:
-                await _fold_until_done(scores)
+                await dead_letter([parsed])
+            else:
+                scores.append(parsed)
+        if scores:
+            await _fold_until_done(scores)
 
     async def _fold_until_done(scores: list[ScoreEvent]) -> None:
         """Redis down: wait and retry, so no decision is lost (the offsets are not acked).

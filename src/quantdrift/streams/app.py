@@ -8,11 +8,11 @@ budget: producers linger 5 ms, consumers wait at most ``fetch_max_wait_ms``
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 import faust
 
-from quantdrift.config import KafkaSettings, Settings
+from quantdrift.config import Settings
+from quantdrift.kafka_clients import faust_credentials
 from quantdrift.streams import transport
 
 
@@ -24,26 +24,6 @@ class Topics:
     alerts: faust.TopicT
     dlq: faust.TopicT
     degradations: faust.TopicT
-
-
-def broker_credentials(k: KafkaSettings) -> Any:
-    """Kafka TLS/SASL settings as Faust credentials (None for PLAINTEXT)."""
-    if k.security_protocol == "PLAINTEXT":
-        return None
-    from faust.auth import SASLCredentials, SSLCredentials
-
-    from quantdrift.gateway.kafka_config import consumer_kwargs
-
-    kwargs = consumer_kwargs(k)  # validates, and builds the SSL context once
-    ssl_context = kwargs.get("ssl_context")
-    if k.security_protocol == "SSL":
-        return SSLCredentials(ssl_context)
-    return SASLCredentials(
-        username=kwargs.get("sasl_plain_username"),
-        password=kwargs.get("sasl_plain_password"),
-        ssl_context=ssl_context,
-        mechanism=kwargs.get("sasl_mechanism", "PLAIN"),
-    )
 
 
 def create_app(settings: Settings, web_port: int | None = None) -> tuple[faust.App, Topics]:
@@ -71,7 +51,7 @@ def create_app(settings: Settings, web_port: int | None = None) -> tuple[faust.A
         broker_request_timeout=max(30.0, w.broker_session_timeout_s + 5),
         broker_commit_interval=0.5,
         stream_wait_empty=False,
-        broker_credentials=broker_credentials(k),
+        broker_credentials=faust_credentials(k),
         web_enabled=port > 0,
         web_port=port if port > 0 else 6066,
         # Containers set 0.0.0.0 so Prometheus can scrape /metrics (status page, issue 5).

@@ -12,8 +12,8 @@ import orjson
 
 from quantdrift.detectors import FailureThresholds
 from quantdrift.detectors.suite import score_event
-from quantdrift.errors import SchemaError
-from quantdrift.schemas import DeadLetter, Metrics, PairEvent, ScoreEvent
+from quantdrift.errors import SchemaError, SignatureError
+from quantdrift.schemas import CommandVerifier, DeadLetter, Metrics, PairEvent, ScoreEvent
 from quantdrift.schemas.privacy import prompt_hash
 from quantdrift.schemas.record_keys import pair_key_error
 
@@ -96,13 +96,27 @@ def to_scores(
     return [score_event(p, m, thresholds) for p, m in zip(pairs, metrics, strict=True)]
 
 
-def parse_score(rec: RawRecord, now: float) -> ScoreEvent | DeadLetter:
-    """A score the judge cannot read is dead-lettered like a bad pair."""
+def parse_score(
+    rec: RawRecord, now: float, verifier: CommandVerifier, max_age_s: float
+) -> ScoreEvent | DeadLetter:
+    """A score the judge may fold, or a dead letter saying why not.
+
+    Only a score signed by a worker's key, recent enough for dedupe to catch a
+    replay, is folded: anyone who can write to the topic could otherwise make the
+    breaker sign rollbacks. Unreadable, unsigned, forged and stale scores are
+    dead-lettered whole with the reason (the verifier counts each reason).
+    """
     try:
         if rec.value is None:
             raise SchemaError("empty record (tombstone)")
-        return ScoreEvent.parse(rec.value)
-    except SchemaError as exc:
+        score = verifier.open_score(rec.value, now, max_age_s)
+        if rec.key is not None and rec.key.decode("utf-8", "replace") != score.route:
+            raise SchemaError(
+                f"record key {rec.key[:200]!r} differs from route {score.route!r}: "
+                "scores must be keyed by route so one partition judges a route"
+            )
+        return score
+    except (SchemaError, SignatureError) as exc:
         return DeadLetter.of(
             rec.value,
             topic=rec.topic,

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import logging
 import os
+import sys
+import threading
+from typing import Any
 
 import faust
 
@@ -11,7 +14,7 @@ from quantdrift.breaker.policy import Policy, load_policy
 from quantdrift.config import Settings
 from quantdrift.detectors import Embedder
 from quantdrift.failpoints import failpoints
-from quantdrift.schemas.signing import signer_from_settings
+from quantdrift.schemas.signing import signer_from_settings, verifier_from_settings
 from quantdrift.streams.agents import WorkerStats, attach_agents, redis_store_factory
 from quantdrift.streams.app import Topics, create_app
 
@@ -41,6 +44,12 @@ def build_worker_app(
             settings.worker.dedupe_ttl_s,
             failpoint,
         ),
+        signer=signer,
+        verifier=verifier_from_settings(
+            settings.signing.keys, max_skew_s=settings.signing.max_clock_skew_s
+        ),
+        # A score older than the pair-id dedupe window could be a replay it cannot catch.
+        score_max_age_s=float(settings.worker.dedupe_ttl_s),
         failpoint=failpoint,
         embedder_factory=lambda: make_embedder(settings),
         batch_max=settings.worker.batch_max,
@@ -51,13 +60,75 @@ def build_worker_app(
     return app, topics, stats
 
 
+log = logging.getLogger("quantdrift.worker")
+
+
+class BoundedStopWorker(faust.Worker):
+    """A Faust worker that exits within ``stop_timeout_s`` of SIGTERM/SIGINT, broker or not.
+
+    Faust's clean stop commits offsets, leaves the group and flushes the producer;
+    with the broker gone aiokafka retries each of those, and the process took 61 s
+    to exit: Docker SIGKILLs at 10 s. The signal arms a deadline on a thread (so a
+    busy event loop cannot delay it); if the clean stop has not finished by then the
+    process logs what that means and exits. Nothing is lost by it: offsets not
+    committed are redelivered and the judge drops pair ids it already folded, and
+    commands not yet published stay in the route's Redis outbox for the next worker
+    (the same guarantees that make ``kill -9`` safe, tested in tests/faults).
+    """
+
+    def __init__(self, *args: Any, stop_timeout_s: float, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.stop_timeout_s = stop_timeout_s
+        self._stop_deadline: threading.Timer | None = None
+
+    def _on_sigterm(self) -> None:
+        self._arm_stop_deadline("SIGTERM")
+        super()._on_sigterm()
+
+    def _on_sigint(self) -> None:
+        self._arm_stop_deadline("SIGINT")
+        super()._on_sigint()
+
+    def _arm_stop_deadline(self, signal_name: str) -> None:
+        if self._stop_deadline is not None:
+            return
+        log.warning("%s: stopping (at most %.1f s)", signal_name, self.stop_timeout_s)
+        self._stop_deadline = threading.Timer(
+            self.stop_timeout_s, _stop_overdue, args=(signal_name, self.stop_timeout_s)
+        )
+        self._stop_deadline.daemon = True
+        self._stop_deadline.start()
+
+
+def _stop_overdue(signal_name: str, timeout_s: float) -> None:
+    log.error(
+        "clean stop not finished %.1f s after %s (broker unreachable?): exiting now; "
+        "uncommitted offsets will be redelivered and deduped by pair id, unsent "
+        "commands stay in the Redis outbox",
+        timeout_s,
+        signal_name,
+    )
+    for handler in logging.getLogger().handlers:
+        handler.flush()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    # os._exit, not sys.exit: the main thread is the one stuck in Faust's stop.
+    os._exit(0)
+
+
 def run_worker(settings: Settings, redis_url: str, loglevel: str = "warning") -> None:
-    """Run until SIGTERM/SIGINT; Faust owns the event loop and the signals."""
+    """Run until SIGTERM/SIGINT (then exit within ``worker.stop_timeout_s``)."""
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     logging.basicConfig(
         level=loglevel.upper(), format="%(asctime)s %(name)s %(levelname)s %(message)s"
     )
     app, _, _ = build_worker_app(settings, redis_url)
     # Load the embedder before joining the group, so the first batch is not a 5 s stall.
-    worker = faust.Worker(app, loglevel=loglevel, quiet=True, redirect_stdouts=False)
+    worker = BoundedStopWorker(
+        app,
+        loglevel=loglevel,
+        quiet=True,
+        redirect_stdouts=False,
+        stop_timeout_s=settings.worker.stop_timeout_s,
+    )
     worker.execute_from_commandline()
