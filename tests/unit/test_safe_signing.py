@@ -104,10 +104,10 @@ def test_short_key_refusal_is_one_line_from_the_cli(tmp_path: Path) -> None:
         text=True,
         timeout=60,
     )
-    assert proc.returncode == 1, proc.stderr
+    assert proc.returncode == 2, proc.stderr  # malformed settings: bad input (docs/cli.md)
     lines = proc.stderr.strip().splitlines()
     assert lines == [
-        "quantdrift: refusing to start: signing key 'prod' is 0 bytes, needs at least 32 "
+        "quantdrift: error: refusing to start: signing key 'prod' is 0 bytes, needs at least 32 "
         "(set QUANTDRIFT_SIGNING__KEYS to random keys, e.g. from `openssl rand -hex 32`)"
     ], proc.stderr
 
