@@ -6,7 +6,7 @@ STAMP_RUN := $(VENV)/.installed-run
 STAMP_DEV := $(VENV)/.installed-dev
 PYTEST_ARGS ?=
 
-.PHONY: help install dev demo browser test test-faults lint typecheck bench bench-long lab-pairs clean
+.PHONY: help install dev demo browser test test-fast test-faults lint typecheck bench bench-long lab-pairs clean
 MINUTES ?= 30
 
 help:  ## list the targets
@@ -45,6 +45,10 @@ browser:  ## install chromium for the status-page test (needs root and Debian's 
 
 test: $(STAMP_DEV) browser  ## the whole suite, on the real embedded broker and Redis
 	$(BIN)/pytest -q $(PYTEST_ARGS)
+
+# Tiers are marked by folder in tests/conftest.py.
+test-fast: $(STAMP_DEV)  ## unit and pure contract tests plus every module's doctests (< 1 min)
+	$(BIN)/pytest -q -p no:cacheprovider -m "(unit or pure) and not slow" tests/unit tests/contract $(PYTEST_ARGS)
 
 lint: $(STAMP_DEV)  ## ruff and format check
 	$(BIN)/ruff check src tests bench
