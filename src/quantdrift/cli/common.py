@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
+import time
+from datetime import datetime
 from pathlib import Path
 
 from pydantic import ValidationError
@@ -58,3 +61,32 @@ def positive_int(text: str) -> int:
     if value < 1:
         raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
     return value
+
+
+_DURATION = re.compile(r"^(\d+(?:\.\d+)?)\s*([smhdw])$")
+_UNIT = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
+
+
+def parse_time(value: str | None, now: float | None = None) -> float | None:
+    """``1h`` / ``30m`` (ago), an ISO date-time, or epoch seconds -> epoch seconds.
+
+    >>> parse_time("2h", now=10_000.0)
+    2800.0
+    >>> parse_time("1700000000")
+    1700000000.0
+    """
+    if value is None:
+        return None
+    now = time.time() if now is None else now
+    m = _DURATION.match(value.strip())
+    if m:
+        return now - float(m.group(1)) * _UNIT[m.group(2)]
+    try:
+        return float(value)
+    except ValueError:
+        pass
+    try:
+        dt = datetime.fromisoformat(value)
+    except ValueError as exc:
+        raise ConfigError(f"cannot read time {value!r}: use 1h, 30m, ISO 8601 or epoch") from exc
+    return dt.timestamp()

@@ -10,45 +10,13 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import re
 import sys
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from quantdrift.cli.common import load_settings, with_stack
-from quantdrift.errors import ConfigError
-
-_DURATION = re.compile(r"^(\d+(?:\.\d+)?)\s*([smhdw])$")
-_UNIT = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
-
-
-def parse_time(value: str | None, now: float | None = None) -> float | None:
-    """``1h`` / ``30m`` (ago), an ISO date-time, or epoch seconds -> epoch seconds.
-
-    >>> parse_time("2h", now=10_000.0)
-    2800.0
-    >>> parse_time("1700000000")
-    1700000000.0
-    """
-    if value is None:
-        return None
-    now = time.time() if now is None else now
-    m = _DURATION.match(value.strip())
-    if m:
-        return now - float(m.group(1)) * _UNIT[m.group(2)]
-    try:
-        return float(value)
-    except ValueError:
-        pass
-    try:
-        dt = datetime.fromisoformat(value)
-    except ValueError as exc:
-        raise ConfigError(f"cannot read time {value!r}: use 1h, 30m, ISO 8601 or epoch") from exc
-    return dt.timestamp()
+from quantdrift.cli.common import load_settings, parse_time, with_stack
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -129,7 +97,7 @@ def run(args: argparse.Namespace) -> int:
             lines = list(src.archive_lines(args.archive, topic, since, until))
             source = f"archive {args.archive} topic={topic}"
         else:
-            from quantdrift.gateway.kafka_config import consumer_kwargs
+            from quantdrift.kafka_settings import consumer_kwargs
 
             topic = args.topic or settings.kafka.topics.pairs
             rng = src.TopicRange(

@@ -9,18 +9,11 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import getpass
 import json
-import os
-import time
 
-from aiokafka.errors import KafkaError
-
-from quantdrift.breaker.store import RedisBreakerStore
-from quantdrift.cli.common import load_settings, redis_url, signing_settings, with_stack
+from quantdrift.cli.common import load_settings, signing_settings, with_stack
 from quantdrift.config import Settings
-from quantdrift.errors import BreakerStoreError
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -39,90 +32,25 @@ def run(args: argparse.Namespace) -> int:
 
 
 async def _run(settings: Settings, args: argparse.Namespace) -> int:
-    import redis.asyncio as aioredis
+    # Deferred: the console loads aiokafka and redis, which `quantdrift --help` never needs.
+    from quantdrift.services.console import manual_step, route_status
 
-    from quantdrift.breaker.policy import load_policy
-    from quantdrift.schemas.signing import signer_from_settings
-
-    client = aioredis.Redis.from_url(redis_url(settings), socket_timeout=3)
-    signer = signer_from_settings(settings.signing.active_key_id, settings.signing.keys)
-    store = RedisBreakerStore(client, signer, key_prefix=settings.redis.key_prefix)
-    try:
-        if args.action == "status":
-            routes = [args.route] if args.route else await store.routes()
-            rows = []
-            for route in routes:
-                state, _ = await store.read(route)
-                rows.append(
-                    {
-                        "route": route,
-                        "state": state.state,
-                        "target": state.target,
-                        "epoch": state.epoch,
-                        "locked": state.locked,
-                        "pairs_seen": state.pairs_seen,
-                        "last_decision": state.last_decision,
-                        "last_similarity": state.last_similarity,
-                    }
+    if args.action == "status":
+        rows = await route_status(settings, args.route)
+        if args.json:
+            print(json.dumps(rows))
+        else:
+            for r in rows:
+                lock = " LOCKED" if r["locked"] else ""
+                print(
+                    f"{r['route']}: {r['state']}{lock} target={r['target'] or '-'} "
+                    f"epoch={r['epoch']} pairs={r['pairs_seen']} last={r['last_decision']}"
                 )
-            if args.json:
-                print(json.dumps(rows))
-            else:
-                for r in rows:
-                    lock = " LOCKED" if r["locked"] else ""
-                    print(
-                        f"{r['route']}: {r['state']}{lock} target={r['target'] or '-'} "
-                        f"epoch={r['epoch']} pairs={r['pairs_seen']} last={r['last_decision']}"
-                    )
-                if not rows:
-                    print("no routes yet")
-            return 0
-        policy = load_policy(settings.policy_file).for_route(args.route)
-        result = await store.manual(
-            args.route, args.action, policy, time.time(), who=f"{getpass.getuser()}@cli"
-        )
-        await _publish(settings, store, args.route)
-        after = result.state
-        if after is None:  # only a duplicate fold has no state; manual steps never are
-            raise BreakerStoreError(f"{args.route}: no state after {args.action}")
-        print(
-            f"{args.route}: {args.action} -> {after.state} target={after.target} "
-            f"epoch={after.epoch}{' (locked)' if after.locked else ''}"
-        )
+            if not rows:
+                print("no routes yet")
         return 0
-    finally:
-        await client.aclose()
-
-
-async def _publish(settings: Settings, store: RedisBreakerStore, route: str) -> None:
-    """Send the outbox now, through the same relay as the worker.
-
-    If Kafka is down the Redis route key still steers gateways, and the worker's
-    clock sends the queued command once the broker is back.
-    """
-    from aiokafka import AIOKafkaProducer
-
-    from quantdrift.breaker.outbox import OutboxItem
-    from quantdrift.breaker.relay import OutboxRelay
-    from quantdrift.gateway.kafka_config import producer_kwargs
-
-    producer = AIOKafkaProducer(**producer_kwargs(settings.kafka))
-    topics = settings.kafka.topics
-
-    async def send(item: OutboxItem) -> None:
-        topic = topics.control if item.topic == "control" else topics.alerts
-        await producer.send_and_wait(topic, key=route.encode(), value=item.value)
-
-    relay = OutboxRelay(store, send, owner=f"cli:{os.getpid()}")
-    try:
-        await asyncio.wait_for(producer.start(), timeout=10)
-    except (TimeoutError, OSError, KafkaError) as exc:
-        print(f"warning: could not publish to Kafka ({exc!r}); the Redis route key is set")
-        with contextlib.suppress(Exception):
-            await producer.stop()
-        return
-    try:
-        if await relay.flush(route) == 0 and relay.stats.send_failures:
-            print("warning: could not publish to Kafka; the Redis route key is set")
-    finally:
-        await producer.stop()
+    step = await manual_step(settings, args.route, args.action, who=f"{getpass.getuser()}@cli")
+    if step.warning:
+        print(f"warning: {step.warning}")
+    print(step.summary())
+    return 0

@@ -19,7 +19,7 @@ from quantdrift.config import Settings
 from quantdrift.demo.workers import WorkerProcess
 from quantdrift.errors import QuantdriftError
 from quantdrift.gateway.controller import RouteController
-from quantdrift.gateway.kafka_config import consumer_kwargs, producer_kwargs
+from quantdrift.kafka_settings import consumer_kwargs, producer_kwargs
 from quantdrift.schemas import PairEvent, RouteCommand, ScoreEvent
 from quantdrift.schemas.signing import verifier_from_settings
 from quantdrift.stack import EmbeddedStack

@@ -26,8 +26,8 @@ from aiokafka import AIOKafkaProducer
 
 from quantdrift.config import KafkaSettings
 from quantdrift.errors import SchemaError
-from quantdrift.gateway.kafka_config import producer_kwargs
 from quantdrift.gateway.sampling import sampled
+from quantdrift.kafka_settings import producer_kwargs
 from quantdrift.schemas.pair import PairEvent
 
 log = logging.getLogger(__name__)

@@ -144,7 +144,7 @@ async def roundtrip(ctx: Context, pair: PairEvent, route: str, timeout_s: float)
     """Publish one pair on the probe route; seconds until its ScoreEvent is on the scores topic."""
     from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
-    from quantdrift.gateway.kafka_config import consumer_kwargs, producer_kwargs
+    from quantdrift.kafka_settings import consumer_kwargs, producer_kwargs
     from quantdrift.schemas import ScoreEvent
 
     assert ctx.settings is not None

@@ -11,8 +11,10 @@ from dataclasses import dataclass
 from typing import Any
 
 import faust
+from faust.auth import SASLCredentials, SSLCredentials
 
 from quantdrift.config import KafkaSettings, Settings
+from quantdrift.kafka_settings import consumer_kwargs
 from quantdrift.streams import transport
 
 
@@ -30,10 +32,6 @@ def broker_credentials(k: KafkaSettings) -> Any:
     """Kafka TLS/SASL settings as Faust credentials (None for PLAINTEXT)."""
     if k.security_protocol == "PLAINTEXT":
         return None
-    from faust.auth import SASLCredentials, SSLCredentials
-
-    from quantdrift.gateway.kafka_config import consumer_kwargs
-
     kwargs = consumer_kwargs(k)  # validates, and builds the SSL context once
     ssl_context = kwargs.get("ssl_context")
     if k.security_protocol == "SSL":

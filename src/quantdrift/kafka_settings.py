@@ -1,0 +1,88 @@
+"""aiokafka keyword arguments from ``KafkaSettings``: one place for TLS, SASL and latency.
+
+Below both the gateway and the worker (and every CLI that reads a topic), so none of
+them reaches into another for its client settings.
+
+Latency is a budget. The guard loop (pair -> score -> judge -> command ->
+gateway) must close in well under a second, and every Kafka hop spends part
+of it. aiokafka's defaults are tuned for throughput, not for this:
+
+* ``linger_ms`` 5 (aiokafka's default is 0; the Java client's is 5 since
+  Kafka 4.0): a producer waits at most 5 ms to fill a batch. Shadow pairs arrive in
+  bursts, so 5 ms buys real batching for a cost no user sees (the publisher is
+  off the request path) and the command path pays it once.
+* ``fetch_max_wait_ms`` 20 (default 500): when a partition has no new data the
+  broker holds the fetch this long before answering empty. With 500 ms a
+  command that lands just after an empty fetch waits half a second before the
+  gateway even asks again; with 20 ms a produce->consume hop is ~20 ms p99 on
+  the embedded broker, at the price of ~50 cheap empty fetches per second per
+  idle consumer.
+
+``acks="all"`` always: a rollback command or a pair acknowledged by only one
+replica can vanish with that broker, and the guard would never know.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from aiokafka.helpers import create_ssl_context
+
+from quantdrift.config import KafkaSettings
+from quantdrift.errors import ConfigError
+
+# aiokafka's own default for a partition's fetch; raised to max_request_size so a
+# large pair (a long looping output) never wedges a consumer behind it.
+_DEFAULT_PARTITION_FETCH = 1024 * 1024
+
+
+def _security_kwargs(k: KafkaSettings) -> dict[str, Any]:
+    """TLS and SASL settings, passed through; inconsistent ones are a ConfigError."""
+    kwargs: dict[str, Any] = {"security_protocol": k.security_protocol}
+    if k.security_protocol in ("SSL", "SASL_SSL"):
+        if k.ssl_keyfile is not None and k.ssl_certfile is None:
+            raise ConfigError("kafka.ssl_keyfile is set without kafka.ssl_certfile")
+        # No cafile: the system's CAs, which is what a managed Kafka with a public CA needs.
+        kwargs["ssl_context"] = create_ssl_context(
+            cafile=str(k.ssl_cafile) if k.ssl_cafile else None,
+            certfile=str(k.ssl_certfile) if k.ssl_certfile else None,
+            keyfile=str(k.ssl_keyfile) if k.ssl_keyfile else None,
+        )
+    if k.security_protocol in ("SASL_PLAINTEXT", "SASL_SSL"):
+        mechanism = k.sasl_mechanism or "PLAIN"
+        kwargs["sasl_mechanism"] = mechanism
+        if mechanism in ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"):
+            if not k.sasl_username or k.sasl_password is None:
+                raise ConfigError(
+                    f"kafka.sasl_mechanism {mechanism} needs sasl_username and sasl_password"
+                )
+            # aiokafka uses the "plain" names for SCRAM too.
+            kwargs["sasl_plain_username"] = k.sasl_username
+            kwargs["sasl_plain_password"] = k.sasl_password.get_secret_value()
+    return kwargs
+
+
+def producer_kwargs(k: KafkaSettings) -> dict[str, Any]:
+    """Keyword arguments for ``AIOKafkaProducer``: acks=all, the latency budget, TLS/SASL."""
+    return {
+        "bootstrap_servers": k.bootstrap_servers,
+        "acks": "all",
+        "linger_ms": k.linger_ms,
+        "enable_idempotence": k.enable_idempotence,
+        "max_request_size": k.max_request_size,
+        "request_timeout_ms": k.request_timeout_ms,
+        **_security_kwargs(k),
+    }
+
+
+def consumer_kwargs(k: KafkaSettings) -> dict[str, Any]:
+    """Keyword arguments for ``AIOKafkaConsumer`` (no group settings: callers choose those)."""
+    partition_fetch = max(_DEFAULT_PARTITION_FETCH, k.max_request_size)
+    return {
+        "bootstrap_servers": k.bootstrap_servers,
+        "fetch_max_wait_ms": k.fetch_max_wait_ms,
+        "max_partition_fetch_bytes": partition_fetch,
+        "fetch_max_bytes": max(50 * 1024 * 1024, partition_fetch),
+        "request_timeout_ms": k.request_timeout_ms,
+        **_security_kwargs(k),
+    }

@@ -1,0 +1,201 @@
+"""Arrows point one way: every import in ``src/quantdrift`` obeys ARCHITECTURE.md's table.
+
+The walk reads every ``import`` with ``ast``, function-local ones included, so an
+arrow cannot hide inside a function. The table below is ARCHITECTURE.md's package
+table in code; where this reading adds to it, the reason is written beside it.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+import quantdrift
+
+ROOT = Path(quantdrift.__file__).resolve().parent
+
+# Shared leaves below every package: the error tree and settings (built at the entry
+# point, passed down), the failpoint seam, packaged data (the lab's prompt set, which
+# eval splits recorded pairs by), and the Kafka client settings that the gateway, the
+# worker and every topic-reading command share.
+ERRORS = {"errors"}
+BASE = ERRORS | {"config", "failpoints", "data"}
+KAFKA = {"kafka_settings"}
+
+PURE = {"schemas", "detectors"}
+MODELS = PURE | {"embedding"}
+BREAKER = PURE | {"breaker"}
+
+# package -> the quantdrift packages it may import (itself always allowed).
+ALLOWED: dict[str, set[str]] = {
+    "errors": set(),
+    "config": ERRORS,
+    "failpoints": set(),
+    "data": set(),
+    "kafka_settings": ERRORS | {"config"},
+    "schemas": ERRORS,
+    "detectors": ERRORS | {"schemas"},
+    "embedding": BASE | PURE,
+    "breaker": BASE | PURE,
+    # The worker also serves the status page on its own web server: status sits
+    # beside streams and imports only schemas and breaker, so no cycle can form.
+    "streams": BASE | KAFKA | MODELS | BREAKER | {"status"},
+    "gateway": BASE | KAFKA | PURE,
+    "replay": BASE | KAFKA | MODELS | BREAKER,
+    "evaluation": BASE | MODELS | BREAKER,
+    # Preflight scores probe pairs through the one scorer factory (embedding), and
+    # its switch drill runs the console's manual step exactly as on-call does.
+    "preflight": BASE | KAFKA | MODELS | {"gateway", "services"},
+    "lab": BASE | PURE,
+    "alerts": BASE | KAFKA | BREAKER,
+    "status": BASE | BREAKER,
+    "stack": BASE,
+    "integrations": BASE | KAFKA | BREAKER | {"gateway"},
+    "services": BASE
+    | KAFKA
+    | MODELS
+    | BREAKER
+    | {"streams", "gateway", "replay", "evaluation", "alerts", "status", "stack"},
+    # The demo composes a whole guard loop, like a service (not a production path).
+    "demo": BASE
+    | KAFKA
+    | MODELS
+    | BREAKER
+    | {"streams", "gateway", "replay", "evaluation", "alerts", "status", "stack", "services"},
+    "cli": {p.name.removesuffix(".py") for p in ROOT.iterdir()} - {"__pycache__"},
+    "__main__": {"cli"},
+}
+# Imported by the command line (and the lab's own tooling) only.
+LAB_ONLY = {"lab"}
+
+
+@dataclass(frozen=True, slots=True)
+class Arrow:
+    source: str  # dotted module that imports
+    target: str  # dotted module imported
+    line: int
+    local: bool  # inside a function
+
+    @property
+    def where(self) -> str:
+        return f"{self.source}:{self.line} -> {self.target}"
+
+
+def module_name(path: Path) -> str:
+    parts = path.relative_to(ROOT.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def arrows(path: Path) -> Iterator[Arrow]:
+    """Every quantdrift import in ``path``, with relative imports resolved."""
+    source = module_name(path)
+    package = source if path.name == "__init__.py" else source.rpartition(".")[0]
+    tree = ast.parse(path.read_text(), str(path))
+    top = {id(node) for node in tree.body}
+    for node in ast.walk(tree):
+        targets: list[str] = []
+        if isinstance(node, ast.Import):
+            targets = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = package.split(".")[: len(package.split(".")) - (node.level - 1)]
+                base = ".".join([*anchor, *([base] if base else [])])
+            # ``from quantdrift.x import y`` may name a submodule y: count both.
+            targets = [base, *(f"{base}.{alias.name}" for alias in node.names)]
+        for target in targets:
+            if target == "quantdrift" or target.startswith("quantdrift."):
+                yield Arrow(source, target, node.lineno, id(node) not in top)
+
+
+def all_arrows() -> list[Arrow]:
+    return [a for path in sorted(ROOT.rglob("*.py")) for a in arrows(path)]
+
+
+def package_of(module: str) -> str:
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else ""
+
+
+def is_module(dotted: str) -> bool:
+    rel = Path(*dotted.split(".")[1:])
+    return (ROOT / rel).with_suffix(".py").exists() or (ROOT / rel / "__init__.py").exists()
+
+
+def test_every_package_is_in_the_table() -> None:
+    packages = {p.name.removesuffix(".py") for p in ROOT.iterdir() if p.name != "__pycache__"}
+    packages -= {"__init__", "py.typed"}
+    missing = sorted(p for p in packages if (ROOT / p).is_dir() or p.endswith(".py"))
+    assert not [p for p in missing if p not in ALLOWED], "add the new package to ALLOWED"
+
+
+def test_the_walk_sees_function_local_imports() -> None:
+    """Guard the guard: a known function-local import is found as local."""
+    found = list(arrows(ROOT / "embedding" / "minilm.py"))
+    assert found and all(a.source == "quantdrift.embedding.minilm" for a in found)
+    assert any(a.local for a in all_arrows())
+
+
+def test_no_arrow_the_table_forbids() -> None:
+    bad = []
+    for a in all_arrows():
+        src, dst = package_of(a.source), package_of(a.target)
+        if not dst or src == dst or not is_module(a.target):
+            continue
+        if dst not in ALLOWED.get(src, set()):
+            bad.append(a.where)
+    assert not bad, "imports ARCHITECTURE.md's table forbids:\n" + "\n".join(sorted(set(bad)))
+
+
+def test_lab_only_code_stays_out_of_production_packages() -> None:
+    bad = {
+        a.where
+        for a in all_arrows()
+        if package_of(a.target) in LAB_ONLY and package_of(a.source) not in {"cli", *LAB_ONLY}
+    }
+    assert not bad, "\n".join(sorted(bad))
+
+
+def test_commands_do_not_import_each_other() -> None:
+    """A CLI module parses, calls a service and prints; shared code is not in another command."""
+    bad = {
+        a.where
+        for a in all_arrows()
+        if a.source.startswith("quantdrift.cli.")
+        and a.target.startswith("quantdrift.cli.")
+        and a.target.split(".")[2] != "common"
+        and is_module(a.target)
+    }
+    assert not bad, "\n".join(sorted(bad))
+
+
+def test_no_private_name_crosses_a_package() -> None:
+    """``from quantdrift.x import _y`` in another package is an arrow to a detail."""
+    bad = {
+        a.where
+        for a in all_arrows()
+        if a.target.rpartition(".")[2].startswith("_")
+        and not a.target.rpartition(".")[2].startswith("__")
+        and package_of(a.source) != package_of(a.target)
+        and not is_module(a.target)
+    }
+    assert not bad, "\n".join(sorted(bad))
+
+
+@pytest.mark.parametrize(
+    ("source", "target", "forbidden"),
+    [
+        ("gateway", "preflight", True),
+        ("streams", "gateway", True),
+        ("evaluation", "lab", True),
+        ("schemas", "breaker", True),
+        ("cli", "lab", False),
+        ("streams", "breaker", False),
+    ],
+)
+def test_the_table_reads_as_the_document_says(source: str, target: str, forbidden: bool) -> None:
+    assert (target not in ALLOWED[source]) is forbidden
