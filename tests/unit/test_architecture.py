@@ -199,3 +199,14 @@ def test_no_private_name_crosses_a_package() -> None:
 )
 def test_the_table_reads_as_the_document_says(source: str, target: str, forbidden: bool) -> None:
     assert (target not in ALLOWED[source]) is forbidden
+
+
+def test_one_definition_of_the_verdict_thresholds() -> None:
+    """The worker, replay and eval attach the same per-pair thresholds: one function."""
+    defs = [
+        module_name(path)
+        for path in sorted(ROOT.rglob("*.py"))
+        for node in ast.walk(ast.parse(path.read_text()))
+        if isinstance(node, ast.FunctionDef) and node.name == "thresholds_for"
+    ]
+    assert defs == ["quantdrift.breaker.policy"]
