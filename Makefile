@@ -5,6 +5,7 @@ BIN := $(VENV)/bin
 STAMP_RUN := $(VENV)/.installed-run
 STAMP_DEV := $(VENV)/.installed-dev
 PYTEST_ARGS ?=
+FAST_WORKERS ?= auto
 
 .PHONY: help install dev demo browser test test-fast test-faults lint typecheck bench bench-long lab-pairs clean
 MINUTES ?= 30
@@ -48,7 +49,8 @@ test: $(STAMP_DEV) browser  ## the whole suite, on the real embedded broker and 
 
 # Tiers are marked by folder in tests/conftest.py.
 test-fast: $(STAMP_DEV)  ## unit and pure contract tests plus every module's doctests (< 1 min)
-	$(BIN)/pytest -q -p no:cacheprovider -m "(unit or pure) and not slow" tests/unit tests/contract $(PYTEST_ARGS)
+	$(BIN)/pytest -q -p no:cacheprovider -n $(FAST_WORKERS) -m "(unit or pure) and not slow" \
+	  tests/unit tests/contract $(PYTEST_ARGS)
 
 lint: $(STAMP_DEV)  ## ruff and format check
 	$(BIN)/ruff check src tests bench

@@ -15,6 +15,8 @@ from urllib.parse import urlsplit
 from pydantic import BaseModel, Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from quantdrift.errors import ConfigError
+
 
 class TopicNames(BaseModel):
     """Topic names; versioned so a breaking schema change gets new topics."""
@@ -177,8 +179,6 @@ def require_safe_signing(settings: Settings, redis_url: str) -> None:
     ...
     quantdrift.errors.ConfigError: refusing to start: the built-in dev signing key ...
     """
-    from quantdrift.errors import ConfigError
-
     keys = settings.signing.keys
     if not keys:
         raise ConfigError(

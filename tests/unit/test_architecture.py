@@ -210,3 +210,38 @@ def test_one_definition_of_the_verdict_thresholds() -> None:
         if isinstance(node, ast.FunctionDef) and node.name == "thresholds_for"
     ]
     assert defs == ["quantdrift.breaker.policy"]
+
+
+def _local_import_blocks(path: Path) -> Iterator[ast.stmt]:
+    """The first statement of each run of function-local imports (TYPE_CHECKING aside)."""
+    tree = ast.parse(path.read_text())
+    for owner in ast.walk(tree):
+        if owner is tree or (
+            isinstance(owner, ast.If) and "TYPE_CHECKING" in ast.unparse(owner.test)
+        ):
+            continue
+        for field_name in ("body", "orelse", "finalbody", "handlers"):
+            body = getattr(owner, field_name, None)
+            if not isinstance(body, list):
+                continue
+            for i, stmt in enumerate(body):
+                is_import = isinstance(stmt, (ast.Import, ast.ImportFrom))
+                starts_run = i == 0 or not isinstance(body[i - 1], (ast.Import, ast.ImportFrom))
+                if is_import and starts_run:
+                    yield stmt
+
+
+def test_function_local_imports_say_why() -> None:
+    """A function-local import hides an arrow; one stays only to defer a heavy or optional
+    dependency, with a one-line reason above it. The command modules are exempt: every
+    command defers its imports so that ``quantdrift --help`` stays fast (cli/__init__)."""
+    bad = []
+    for path in sorted(ROOT.rglob("*.py")):
+        if path.parent.name == "cli":
+            continue
+        lines = path.read_text().splitlines()
+        for stmt in _local_import_blocks(path):
+            above = lines[stmt.lineno - 2].strip() if stmt.lineno >= 2 else ""
+            if not above.startswith("#") and "#" not in lines[stmt.lineno - 1]:
+                bad.append(f"{module_name(path)}:{stmt.lineno}: {ast.unparse(stmt)}")
+    assert not bad, "function-local imports without a reason:\n" + "\n".join(bad)

@@ -12,6 +12,7 @@ from collections.abc import AsyncIterator, Callable
 from datetime import datetime
 from typing import Any
 
+from aiokafka import AIOKafkaConsumer, TopicPartition
 from rich.text import Text
 
 from quantdrift.errors import SchemaError
@@ -63,8 +64,6 @@ async def read_alerts(
     every poll, so a caller can run its timers when no alert arrives;
     ``to_commit`` (group consumers) returns the offsets safe to commit now.
     """
-    from aiokafka import AIOKafkaConsumer, TopicPartition
-
     options = {
         **consumer_options,
         "group_id": group_id,

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import orjson
+from aiokafka import AIOKafkaConsumer
 
 log = logging.getLogger("quantdrift.archive")
 _PART = re.compile(r"^\.?part-(\d+)\.jsonl\.gz(\.tmp)?$")
@@ -134,8 +135,6 @@ async def run_archive(
     Stops after ``max_records`` records, or after ``idle_exit_s`` seconds
     without a record, or on cancellation (open files are closed and committed).
     """
-    from aiokafka import AIOKafkaConsumer
-
     stats = ArchiveStats()
     consumer = AIOKafkaConsumer(
         *topics,

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import orjson
+from aiokafka import AIOKafkaConsumer, TopicPartition
 
 from quantdrift.errors import ConfigError, SchemaError
 from quantdrift.schemas import PairEvent, ScoreEvent
@@ -130,8 +131,6 @@ async def topic_values(
     Records are returned partition by partition in offset order: a route lives
     in one partition, so each route keeps its order (the breaker is per route).
     """
-    from aiokafka import AIOKafkaConsumer, TopicPartition
-
     options = {
         **consumer_options,
         "group_id": None,

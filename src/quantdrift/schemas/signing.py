@@ -26,7 +26,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Literal, NoReturn
 
-from quantdrift.errors import SchemaError, SignatureError, StaleCommand
+from quantdrift.errors import ConfigError, SchemaError, SignatureError, StaleCommand
 from quantdrift.schemas.base import SCHEMA_VERSION, Message
 from quantdrift.schemas.command import RouteCommand
 
@@ -140,8 +140,6 @@ def signer_from_settings(active_key_id: str, keys: Mapping[str, object]) -> Comm
     """Build the signer from SigningSettings-like values (SecretStr or str)."""
     secret = keys.get(active_key_id)
     if secret is None:
-        from quantdrift.errors import ConfigError
-
         raise ConfigError(f"signing.active_key_id {active_key_id!r} is not in signing.keys")
     return CommandSigner(active_key_id, _raw(secret))
 
