@@ -47,7 +47,7 @@ from quantdrift.config import KafkaSettings, RedisSettings, Settings, WorkerSett
 from quantdrift.demo import synthetic
 from quantdrift.demo.workers import WorkerProcess
 from quantdrift.gateway.controller import RouteController
-from quantdrift.kafka_settings import consumer_kwargs, producer_kwargs
+from quantdrift.kafka_clients import consumer_kwargs, producer_kwargs
 from quantdrift.schemas import PairEvent, RouteCommand
 from quantdrift.schemas.keys import route_key
 from quantdrift.schemas.signing import verifier_from_settings

@@ -14,7 +14,7 @@ from quantdrift.alerts.forward import run_forward
 from quantdrift.alerts.sinks import AlertGroup, AlertGrouper, WebhookSink
 from quantdrift.cli import main
 from quantdrift.config import KafkaSettings
-from quantdrift.kafka_settings import consumer_kwargs
+from quantdrift.kafka_clients import consumer_kwargs
 from quantdrift.schemas import AlertEvent
 
 try:

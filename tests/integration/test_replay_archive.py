@@ -12,7 +12,7 @@ import pytest
 from quantdrift.cli import main
 from quantdrift.config import KafkaSettings
 from quantdrift.demo import synthetic
-from quantdrift.kafka_settings import consumer_kwargs
+from quantdrift.kafka_clients import consumer_kwargs
 from quantdrift.replay.archive import ArchiveWriter, run_archive
 from quantdrift.replay.sources import TopicRange, archive_files, split_records, topic_values
 

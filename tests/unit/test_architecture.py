@@ -24,7 +24,7 @@ ROOT = Path(quantdrift.__file__).resolve().parent
 # worker and every topic-reading command share.
 ERRORS = {"errors"}
 BASE = ERRORS | {"config", "failpoints", "data"}
-KAFKA = {"kafka_settings"}
+KAFKA = {"kafka_clients"}
 
 PURE = {"schemas", "detectors"}
 MODELS = PURE | {"embedding"}
@@ -36,7 +36,7 @@ ALLOWED: dict[str, set[str]] = {
     "config": ERRORS,
     "failpoints": set(),
     "data": set(),
-    "kafka_settings": ERRORS | {"config"},
+    "kafka_clients": ERRORS | {"config"},
     "schemas": ERRORS,
     "detectors": ERRORS | {"schemas"},
     "embedding": BASE | PURE,

@@ -40,7 +40,7 @@ def run_tail(args: argparse.Namespace) -> int:
     from rich.console import Console
 
     from quantdrift.alerts.tail import format_alert, read_alerts
-    from quantdrift.kafka_settings import consumer_kwargs
+    from quantdrift.kafka_clients import consumer_kwargs
 
     settings = with_stack(load_settings())
     console = Console(highlight=False, soft_wrap=True)
@@ -74,7 +74,7 @@ def run_tail(args: argparse.Namespace) -> int:
 def run_forward(args: argparse.Namespace) -> int:
     from quantdrift.alerts.forward import run_forward as forward
     from quantdrift.alerts.sinks import AlertGrouper, WebhookSink
-    from quantdrift.kafka_settings import consumer_kwargs
+    from quantdrift.kafka_clients import consumer_kwargs
 
     if not args.alertmanager and not args.slack:
         raise SystemExit("quantdrift: error: alerts forward needs --alertmanager and/or --slack")

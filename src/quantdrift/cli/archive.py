@@ -29,7 +29,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from quantdrift.kafka_settings import consumer_kwargs
+    from quantdrift.kafka_clients import consumer_kwargs
     from quantdrift.replay.archive import ArchiveWriter, run_archive
 
     settings = with_stack(load_settings())

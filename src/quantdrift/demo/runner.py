@@ -24,7 +24,7 @@ from quantdrift.embedding import build_scorer
 from quantdrift.errors import QuantdriftError
 from quantdrift.evaluation import ScoreCache, floor_seed, to_score
 from quantdrift.gateway.controller import RouteController
-from quantdrift.kafka_settings import consumer_kwargs, producer_kwargs
+from quantdrift.kafka_clients import consumer_kwargs, producer_kwargs
 from quantdrift.schemas import PairEvent, RouteCommand, ScoreEvent
 from quantdrift.schemas.signing import signer_from_settings, verifier_from_settings
 from quantdrift.stack import EmbeddedStack

@@ -13,7 +13,7 @@ from quantdrift.gateway.controller import (
 )
 from quantdrift.gateway.publisher import PublisherStats, ShadowPublisher, prompt_sha256
 from quantdrift.gateway.sampling import bucket, sampled
-from quantdrift.kafka_settings import consumer_kwargs, producer_kwargs
+from quantdrift.kafka_clients import consumer_kwargs, producer_kwargs
 
 __all__ = [
     "AppliedCommand",

@@ -27,7 +27,7 @@ from aiokafka import AIOKafkaProducer
 from quantdrift.config import KafkaSettings
 from quantdrift.errors import SchemaError
 from quantdrift.gateway.sampling import sampled
-from quantdrift.kafka_settings import producer_kwargs
+from quantdrift.kafka_clients import producer_kwargs
 from quantdrift.schemas.pair import PairEvent
 
 log = logging.getLogger(__name__)

@@ -25,7 +25,7 @@ from quantdrift.detectors.suite import score_event
 from quantdrift.embedding.factory import build_scorer, score_with
 from quantdrift.errors import ConfigError, SchemaError
 from quantdrift.gateway.gateway_config import load_config
-from quantdrift.kafka_settings import consumer_kwargs, producer_kwargs
+from quantdrift.kafka_clients import consumer_kwargs, producer_kwargs
 from quantdrift.preflight.context import Context
 from quantdrift.preflight.report import Item, judged, skipped
 from quantdrift.schemas import PairEvent, ScoreEvent

@@ -28,7 +28,7 @@ from quantdrift.breaker.state import RouteState
 from quantdrift.breaker.store import RedisBreakerStore
 from quantdrift.config import Settings
 from quantdrift.errors import BreakerStoreError
-from quantdrift.kafka_settings import producer_kwargs
+from quantdrift.kafka_clients import producer_kwargs
 from quantdrift.schemas.signing import signer_from_settings
 
 DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/0"

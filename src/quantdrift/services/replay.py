@@ -19,7 +19,7 @@ from typing import Any
 from quantdrift.breaker.policy import load_policy
 from quantdrift.config import Settings
 from quantdrift.detectors import verdict
-from quantdrift.kafka_settings import consumer_kwargs
+from quantdrift.kafka_clients import consumer_kwargs
 from quantdrift.replay import ReplayReport, build_report, render, rescore_stream, score_rows
 from quantdrift.replay import sources as src
 from quantdrift.schemas import ScoreEvent

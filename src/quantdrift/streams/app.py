@@ -14,7 +14,7 @@ import faust
 from faust.auth import SASLCredentials, SSLCredentials
 
 from quantdrift.config import KafkaSettings, Settings
-from quantdrift.kafka_settings import consumer_kwargs
+from quantdrift.kafka_clients import consumer_kwargs
 from quantdrift.streams import transport
 
 
