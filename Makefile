@@ -5,8 +5,9 @@ BIN := $(VENV)/bin
 STAMP_RUN := $(VENV)/.installed-run
 STAMP_DEV := $(VENV)/.installed-dev
 PYTEST_ARGS ?=
+FAST_WORKERS ?= auto
 
-.PHONY: help install dev demo browser promtool docs test test-faults lint typecheck bench bench-long bench-litellm lab-pairs settings-docs clean litellm
+.PHONY: help install dev demo browser promtool docs test test-fast test-faults lint typecheck bench bench-long bench-litellm lab-pairs settings-docs clean litellm
 MINUTES ?= 30
 
 help:  ## list the targets
@@ -73,6 +74,11 @@ litellm: $(STAMP_LITELLM)  ## the LiteLLM proxy's own virtualenv (.venv-litellm)
 
 test: $(STAMP_DEV) browser promtool $(STAMP_LITELLM)  ## the whole suite, on the real embedded broker and Redis
 	$(BIN)/pytest -q $(PYTEST_ARGS)
+
+# Tiers are marked by folder in tests/conftest.py.
+test-fast: $(STAMP_DEV)  ## unit and pure contract tests plus every module's doctests (< 1 min)
+	$(BIN)/pytest -q -p no:cacheprovider -n $(FAST_WORKERS) -m "(unit or pure) and not slow" \
+	  tests/unit tests/contract $(PYTEST_ARGS)
 
 lint: $(STAMP_DEV)  ## ruff and format check
 	$(BIN)/ruff check src tests bench

@@ -15,6 +15,8 @@ from urllib.parse import urlsplit
 from pydantic import BaseModel, Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from quantdrift.errors import ConfigError
+
 
 class TopicNames(BaseModel):
     """Topic names; versioned so a breaking schema change gets new topics."""
@@ -203,8 +205,6 @@ def require_safe_signing(settings: Settings, redis_url: str) -> None:
     ...
     quantdrift.errors.ConfigError: refusing to start: the built-in dev signing key ...
     """
-    from quantdrift.errors import ConfigError
-
     keys = settings.signing.keys
     if not keys:
         raise ConfigError(
@@ -231,3 +231,17 @@ def require_safe_signing(settings: Settings, redis_url: str) -> None:
             f"and {remote[0]} is not (set QUANTDRIFT_SIGNING__KEYS and "
             "QUANTDRIFT_SIGNING__ACTIVE_KEY_ID to your own keys)"
         )
+
+
+def configured_redis_url(settings: Settings) -> str:
+    """The Redis this process was configured with; never a guess.
+
+    Falling back to whatever answers on :6379 once made a command read and write
+    another stack's breaker state without a word, so no URL is an error.
+    """
+    if not settings.redis.url:
+        raise ConfigError(
+            "no Redis configured: set QUANTDRIFT_REDIS__URL, or run `quantdrift stack up` "
+            "in this directory"
+        )
+    return settings.redis.url

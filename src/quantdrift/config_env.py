@@ -156,6 +156,7 @@ def _comments(model: type[BaseModel]) -> dict[str, str]:
     The models document their fields in comments (read in code review); reading
     them here puts the same words in the reference instead of a second copy.
     """
+    # Deferred: introspection only for the settings reference.
     import inspect
     import re
 
@@ -294,6 +295,7 @@ def masked(f: Field, value: Any) -> str:
         return "********"
     text = render(value)
     if "://" in text and "@" in text:
+        # Deferred: the stack package is only needed to redact a URL being shown.
         from quantdrift.stack.redis_server import redact
 
         return redact(text)
@@ -349,6 +351,7 @@ def _cell(text: str) -> str:
 
 def read_yaml(path: Path) -> Any:
     """A YAML file's data; ConfigError (one line) when it cannot be read or parsed."""
+    # Deferred: yaml only when a config file is validated.
     import yaml
 
     from quantdrift.errors import ConfigError

@@ -91,6 +91,7 @@ def faust_credentials(k: KafkaSettings) -> Any:
     kwargs = _security_kwargs(k)  # validates, and builds the SSL context once
     if k.security_protocol == "PLAINTEXT":
         return None
+    # Deferred: faust only in the worker; the gateway and the CLI never load it.
     from faust.auth import SASLCredentials, SSLCredentials
 
     ssl_context = kwargs.get("ssl_context")

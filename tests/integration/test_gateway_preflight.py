@@ -37,7 +37,8 @@ except ImportError:
         serving,
     )
 
-from quantdrift.cli.gateway import build_gateway
+from quantdrift.config import Settings
+from quantdrift.services.gateway import build_gateway
 from quantdrift.stack import free_port
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
@@ -127,7 +128,7 @@ async def test_candidate_waits_for_a_verified_preflight(
     def verified_by_cli() -> bool:
         return cli("preflight", "verify", str(report), env=env, cwd=tmp_path).returncode == 0
 
-    gw = build_gateway(config, control=False)
+    gw = build_gateway(config, Settings(), control=False)
     async with serving(gw) as client:
         sdk = openai.AsyncOpenAI(
             base_url=f"{str(client.base_url).rstrip('/')}/v1", api_key="unused", max_retries=0

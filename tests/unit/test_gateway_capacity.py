@@ -54,9 +54,9 @@ def test_admin_token(token: str | None, ok: bool) -> None:
 def test_keys_from_the_environment_join_the_configs() -> None:
     import json
 
-    from quantdrift.cli.gateway import ENV_KEYS, with_env_keys
     from quantdrift.errors import ConfigError
     from quantdrift.gateway.gateway_config import parse_config
+    from quantdrift.services.gateway import ENV_KEYS, with_env_keys
 
     base = {
         "precisions": {"a": ["http://a"]},

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from quantdrift.lab.prompts import PROMPTS
+from quantdrift.data.prompts import PROMPTS
 from quantdrift.lab.quality import (
     format_table,
     json_valid,

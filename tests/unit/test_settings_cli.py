@@ -154,8 +154,8 @@ def test_worker_config_file_errors_are_one_line_and_exit_2(tmp_path: Path) -> No
 def test_the_old_gateway_api_keys_name_still_works(tmp_path: Path) -> None:
     import yaml
 
-    from quantdrift.cli.gateway import OLD_ENV_KEYS, with_env_keys
     from quantdrift.gateway.gateway_config import load_config
+    from quantdrift.services.gateway import OLD_ENV_KEYS, with_env_keys
 
     # Keys need an admin token (the gateway refuses keys without one): the example plus one.
     raw = yaml.safe_load((ROOT / "examples" / "gateway.yaml").read_text())

@@ -186,6 +186,7 @@ async def kafka_dead_letters(
 ) -> AsyncIterator[DeadLetterAlerts]:
     """``dead_letter(group, reason)``: each alert of the group to the DLQ, acknowledged by
     the broker before it returns (only then may the forwarder commit past it)."""
+    # Deferred: the DLQ producer is needed only once a delivery has failed for good.
     from aiokafka import AIOKafkaProducer
 
     producer = AIOKafkaProducer(**producer_options)

@@ -13,9 +13,11 @@ from collections.abc import AsyncIterator, Callable
 from datetime import datetime
 from typing import Any
 
+from aiokafka import AIOKafkaConsumer, TopicPartition
 from rich.text import Text
 
 from quantdrift.errors import SchemaError
+from quantdrift.kafka_clients import start_client
 from quantdrift.schemas import AlertEvent
 
 SEVERITY_STYLE = {"P0": "bold white on red", "P1": "bold red", "P2": "yellow", "P3": "cyan"}
@@ -64,10 +66,6 @@ async def read_alerts(
     every poll, so a caller can run its timers when no alert arrives;
     ``to_commit`` (group consumers) returns the offsets safe to commit now.
     """
-    from aiokafka import AIOKafkaConsumer, TopicPartition
-
-    from quantdrift.kafka_clients import start_client
-
     options = {
         **consumer_options,
         "group_id": group_id,

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from quantdrift.breaker.machine import tick
 from quantdrift.breaker.policy import Policy
 from quantdrift.breaker.state import RouteState, Transition
-from quantdrift.breaker.step import floor_key_suffix, fold
+from quantdrift.breaker.step import floor_key_suffix, fold_many
 from quantdrift.detectors.noise_floor import NoiseFloor, NoiseFloorState, metric_values
 from quantdrift.schemas.score import ScoreEvent
 
@@ -50,11 +50,18 @@ class MemoryBreaker:
         state = self.states.get(score.route, RouteState())
         key = (score.route, floor_key_suffix(score))
         floor = self.floors.get(key, self.noise_floor.init())
+        # Replay has no 0.5 s clock: time moves with the scores, so a cool-down is
+        # ticked at each score's time before the score folds (the stores' timer does
+        # this live). A tick on a noise pair is recorded but, as before, not stored.
         ticked = tick(route_policy, state, now)
         if ticked.transition is not None:
             state = ticked.state
             self._record(score, ticked.transition, state)
-        folded = fold(route_policy, state, floor, score, now, self.noise_floor)
+        step = fold_many(
+            route_policy, state, {key[1]: floor}, [False], [score], now, self.noise_floor
+        )
+        folded = step.outcomes[0]
+        assert folded is not None
         if folded.floor is not None:
             self.floors[key] = folded.floor
             return None

@@ -15,9 +15,9 @@ from dataclasses import dataclass, field
 from quantdrift.breaker.machine import Decision, manual, tick
 from quantdrift.breaker.outbox import OutboxItem, build_outbox
 from quantdrift.breaker.policy import RoutePolicy
-from quantdrift.breaker.protocol import Claim, FoldResult
+from quantdrift.breaker.protocol import Claim, FoldResult, result_of
 from quantdrift.breaker.state import RouteState, Transition
-from quantdrift.breaker.step import floor_key_suffix, fold
+from quantdrift.breaker.step import fold_many
 from quantdrift.detectors.noise_floor import NoiseFloor, NoiseFloorState
 from quantdrift.schemas.score import ScoreEvent
 from quantdrift.schemas.signing import CommandSigner
@@ -57,20 +57,8 @@ class MemoryBreakerStore:
         return self.dups.get(route, 0)
 
     async def fold(self, score: ScoreEvent, policy: RoutePolicy, now: float) -> FoldResult:
-        ident = (score.route, score.kind, score.pair_id)
-        if ident in self.seen:
-            self.dups[score.route] = self.dups.get(score.route, 0) + 1
-            return FoldResult("dup")
-        self.seen.add(ident)
-        key = (score.route, floor_key_suffix(score))
-        floor = self.floors.get(key, self.noise_floor.init())
-        state = self.states.get(score.route, RouteState())
-        folded = fold(policy, state, floor, score, now, self.noise_floor)
-        if folded.floor is not None:
-            self.floors[key] = folded.floor
-            return FoldResult("ok")
-        assert folded.route_state is not None
-        return self._commit(score.route, folded.route_state, folded.transition, now, "breaker")
+        """A batch of one, as in the Redis store."""
+        return (await self.fold_batch([score], lambda _route: policy, now))[0]
 
     async def fold_batch(
         self,
@@ -78,7 +66,38 @@ class MemoryBreakerStore:
         policy_for: Callable[[str], RoutePolicy],
         now: float,
     ) -> list[FoldResult]:
-        return [await self.fold(score, policy_for(score.route), now) for score in scores]
+        """Per route: read, :func:`fold_many` a prefix up to its first transition, write;
+        the Redis store's loop, with dicts for the reads and the commit."""
+        results: list[FoldResult] = [FoldResult("dup")] * len(scores)
+        by_route: dict[str, list[int]] = {}
+        for i, score in enumerate(scores):
+            by_route.setdefault(score.route, []).append(i)
+        for route, pending in by_route.items():
+            policy = policy_for(route)
+            while pending:
+                batch = [scores[i] for i in pending]
+                step = fold_many(
+                    policy,
+                    self.states.get(route, RouteState()),
+                    {mode: f for (r, mode), f in self.floors.items() if r == route},
+                    [(route, s.kind, s.pair_id) in self.seen for s in batch],
+                    batch,
+                    now,
+                    self.noise_floor,
+                )
+                self.seen.update((route, batch[i].kind, batch[i].pair_id) for i in step.marked)
+                dups = step.outcomes.count(None)
+                if dups:
+                    self.dups[route] = self.dups.get(route, 0) + dups
+                for mode, floor in step.floors.items():
+                    self.floors[(route, mode)] = floor
+                outbox = None
+                if step.state is not None:
+                    outbox = self._commit(route, step.state, step.transition, now, "breaker").outbox
+                for i, outcome in zip(pending, step.outcomes, strict=False):
+                    results[i] = result_of(outcome, outbox)
+                pending = pending[step.consumed :]
+        return results
 
     async def tick(self, route: str, policy: RoutePolicy, now: float) -> FoldResult:
         return self._decide(route, tick(policy, self.states.get(route, RouteState()), now), now)

@@ -128,6 +128,12 @@ def failure_thresholds(policy: RoutePolicy) -> FailureThresholds:
     )
 
 
+def thresholds_for(policy: Policy, route: str) -> FailureThresholds:
+    """The per-pair verdict's thresholds for ``route``: what the score agent, replay and
+    eval attach to each score, so all of them judge a pair alike."""
+    return failure_thresholds(policy.for_route(route))
+
+
 class Policy(BaseModel):
     """The default policy plus per-route overrides (only the fields they name)."""
 
@@ -143,7 +149,7 @@ class Policy(BaseModel):
         return RoutePolicy.model_validate({**self.default.model_dump(), **override})
 
     def thresholds(self, route: str) -> FailureThresholds:
-        return failure_thresholds(self.for_route(route))
+        return thresholds_for(self, route)
 
     def validate_routes(self) -> Policy:
         """Fail at load, not at the first pair of a misconfigured route."""

@@ -14,6 +14,7 @@ from typing import Protocol
 from quantdrift.breaker.outbox import Outbox, OutboxItem
 from quantdrift.breaker.policy import RoutePolicy
 from quantdrift.breaker.state import RouteState
+from quantdrift.breaker.step import Folded
 from quantdrift.schemas.score import ScoreEvent
 
 MAX_ATTEMPTS = 20
@@ -26,6 +27,17 @@ class FoldResult:
     status: str
     state: RouteState | None = None
     outbox: Outbox | None = None
+
+
+def result_of(folded: Folded | None, outbox: Outbox | None) -> FoldResult:
+    """A store's answer for one score of a :func:`~quantdrift.breaker.step.fold_many` step:
+    a duplicate, a floor update, or the route's new state (with the outbox on the
+    score that made the transition)."""
+    if folded is None:
+        return FoldResult("dup")
+    if folded.floor is not None:
+        return FoldResult("ok")
+    return FoldResult("ok", folded.route_state, outbox if folded.transition is not None else None)
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,8 +1,15 @@
-"""The one fold both stores share: a score in, new states and maybe a transition out."""
+"""The one fold every store shares: scores in, new states and maybe a transition out.
+
+:func:`fold_many` is the only place a score changes a route. It is pure. A store
+reads the route's state, its floors and which pairs it has seen, calls
+``fold_many``, and writes what comes back; the Redis store, the memory store and
+the in-memory breaker of replay and eval all do exactly that.
+"""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 
 from quantdrift.breaker.machine import Decision, judge
 from quantdrift.breaker.policy import RoutePolicy
@@ -41,6 +48,77 @@ def fold(
         return Folded(floor=noise_floor.update(floor, metric_values(score.metrics)))
     decision: Decision = judge(policy, route_state, score, now, floor, noise_floor)
     return Folded(route_state=decision.state, transition=decision.transition)
+
+
+@dataclass(frozen=True, slots=True)
+class FoldedMany:
+    """What a prefix of one route's scores changed.
+
+    ``outcomes[i]`` is None for a duplicate (seen before, or earlier in the batch),
+    else what ``scores[i]`` changed; there are ``consumed`` of them. ``state`` is the
+    route's state after the prefix (None: no shadow pair folded), ``floors`` the
+    floors it changed by decoding mode, ``marked`` the indices folded for the first
+    time. A prefix ends after its first transition, so one commit carries at most
+    one command; the caller folds the rest onto the new state.
+    """
+
+    consumed: int
+    outcomes: tuple[Folded | None, ...]
+    state: RouteState | None = None
+    floors: dict[str, NoiseFloorState] = field(default_factory=dict)
+    marked: tuple[int, ...] = ()
+    transition: Transition | None = None
+
+
+def fold_many(
+    policy: RoutePolicy,
+    state: RouteState,
+    floors: Mapping[str, NoiseFloorState],
+    seen: Sequence[bool],
+    scores: Sequence[ScoreEvent],
+    now: float,
+    noise_floor: NoiseFloor,
+) -> FoldedMany:
+    """Fold ``scores`` (one route's, in order) up to and including the first transition.
+
+    ``seen[i]`` says whether the store already folded ``scores[i]``; a pair that
+    comes twice in the batch folds once. ``floors`` holds the route's floor for every
+    decoding mode in the batch (a missing one starts empty).
+    """
+    outcomes: list[Folded | None] = []
+    new_floors: dict[str, NoiseFloorState] = {}
+    new_state: RouteState | None = None
+    marked: list[int] = []
+    idents: set[tuple[str, str]] = set()
+    for i, (score, seen_before) in enumerate(zip(scores, seen, strict=True)):
+        ident = (score.kind, score.pair_id)
+        if seen_before or ident in idents:
+            outcomes.append(None)
+            continue
+        idents.add(ident)
+        marked.append(i)
+        mode = floor_key_suffix(score)
+        if mode in new_floors:
+            floor = new_floors[mode]
+        else:
+            floor = floors[mode] if mode in floors else noise_floor.init()
+        folded = fold(policy, new_state or state, floor, score, now, noise_floor)
+        outcomes.append(folded)
+        if folded.floor is not None:
+            new_floors[mode] = folded.floor
+            continue
+        new_state = folded.route_state
+        if folded.transition is not None:
+            break
+    last = outcomes[-1] if outcomes else None
+    return FoldedMany(
+        consumed=len(outcomes),
+        outcomes=tuple(outcomes),
+        state=new_state,
+        floors=new_floors,
+        marked=tuple(marked),
+        transition=last.transition if last is not None else None,
+    )
 
 
 def _echo(score: ScoreEvent) -> bool:

@@ -26,9 +26,9 @@ from redis.exceptions import RedisError
 from quantdrift.breaker.machine import Decision, manual, tick
 from quantdrift.breaker.outbox import OutboxItem, build_outbox
 from quantdrift.breaker.policy import RoutePolicy
-from quantdrift.breaker.protocol import MAX_ATTEMPTS, Claim, FoldResult
+from quantdrift.breaker.protocol import MAX_ATTEMPTS, Claim, FoldResult, result_of
 from quantdrift.breaker.state import RouteState, Transition
-from quantdrift.breaker.step import floor_key_suffix, fold
+from quantdrift.breaker.step import floor_key_suffix, fold_many
 from quantdrift.detectors.noise_floor import NoiseFloor, NoiseFloorState
 from quantdrift.errors import BreakerStoreError
 from quantdrift.schemas.keys import route_key, routes_key
@@ -200,35 +200,18 @@ class RedisBreakerStore:
             raise BreakerStoreError(f"redis: {exc}") from exc
         state, version = _decode(raw[0], RouteState.from_json)
         floors = {m: _decode(raw[1 + j], NoiseFloorState.from_json) for j, m in enumerate(modes)}
-        already = raw[1 + len(modes) :]
-        new_floors: dict[str, NoiseFloorState] = {}
-        new_state: RouteState | None = None
-        results: list[FoldResult] = []
-        marked: list[str] = []
-        dups = 0
+        already = [bool(x) for x in raw[1 + len(modes) :]]
+        step = fold_many(
+            policy, state, {m: f for m, (f, _) in floors.items()}, already, batch, now, self._floor
+        )
+        new_floors, new_state = step.floors, step.state
+        marked = [seen_keys[i] for i in step.marked]
+        dups = step.outcomes.count(None)
         outbox = None
-        for score, key, seen_before in zip(batch, seen_keys, already, strict=True):
-            if seen_before or key in marked:
-                dups += 1
-                results.append(FoldResult("dup"))
-                continue
-            marked.append(key)
-            mode = floor_key_suffix(score)
-            floor = new_floors.get(mode, floors[mode][0])
-            folded = fold(policy, new_state or state, floor, score, now, self._floor)
-            if folded.floor is not None:
-                new_floors[mode] = folded.floor
-                results.append(FoldResult("ok"))
-                continue
-            assert folded.route_state is not None
-            new_state = folded.route_state
-            if folded.transition is not None:
-                outbox = build_outbox(
-                    route, folded.transition, new_state, self._signer, now, "breaker"
-                )
-                results.append(FoldResult("ok", new_state, outbox))
-                break
-            results.append(FoldResult("ok", new_state))
+        if step.transition is not None:
+            assert new_state is not None
+            outbox = build_outbox(route, step.transition, new_state, self._signer, now, "breaker")
+        results = [result_of(o, outbox) for o in step.outcomes]
         if outbox is not None:
             self._failpoint("before_commit")
         keys = [

@@ -17,8 +17,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from quantdrift.cli.common import add_seconds, load_settings, positive_int, with_stack
-from quantdrift.cli.replay import parse_time
+from quantdrift.cli.common import add_seconds, load_settings, parse_time, positive_int, with_stack
 
 
 def register(sub: argparse._SubParsersAction) -> None:

@@ -69,8 +69,8 @@ def run(args: argparse.Namespace) -> int:
         return _fail("--route must not be empty")
     settings = with_stack(load_settings())
     policy = load_policy(settings.policy_file)
-    from quantdrift.cli.evaluate import build_embedder
     from quantdrift.evaluation.modes import select
+    from quantdrift.services.scoring import build_embedder
 
     pairs = select(read_pairs(args.pairs), part=args.part)
     noise = [p for p in pairs if p.kind == "noise"]
@@ -78,7 +78,7 @@ def run(args: argparse.Namespace) -> int:
     blessed = select(pairs, labels=labels, kinds=("shadow",)) if labels else []
     if not noise and not blessed:
         return _fail(f"{args.pairs}: no noise pairs (kind = noise) or blessed pairs")
-    embedder, _tier = build_embedder(args.embedder)
+    embedder, _tier = build_embedder(settings.embedding, args.embedder)
     from quantdrift.cli.progress import self_closing
 
     cache = ScoreCache(embedder, progress=self_closing(not args.no_progress, "score pairs"))

@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
+import time
+from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -121,17 +124,11 @@ def with_stack(settings: Settings, state_path: Path = STACK_STATE) -> Settings:
 
 
 def redis_url(settings: Settings) -> str:
-    """The Redis this command was configured with; never a guess.
+    """The Redis this command was configured with; never a guess (one rule for every
+    caller: :func:`quantdrift.config.configured_redis_url`)."""
+    from quantdrift.config import configured_redis_url
 
-    Falling back to whatever answers on :6379 once made a command read and write
-    another stack's breaker state without a word, so no URL is an error.
-    """
-    if not settings.redis.url:
-        raise ConfigError(
-            "no Redis configured: set QUANTDRIFT_REDIS__URL, or run `quantdrift stack up` "
-            "in this directory"
-        )
-    return settings.redis.url
+    return configured_redis_url(settings)
 
 
 def signing_settings(settings: Settings) -> Settings:
@@ -198,3 +195,32 @@ def add_seconds(
         const=f"--{name}-s",
         help=argparse.SUPPRESS,
     )
+
+
+_DURATION = re.compile(r"^(\d+(?:\.\d+)?)\s*([smhdw])$")
+_UNIT = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
+
+
+def parse_time(value: str | None, now: float | None = None) -> float | None:
+    """``1h`` / ``30m`` (ago), an ISO date-time, or epoch seconds -> epoch seconds.
+
+    >>> parse_time("2h", now=10_000.0)
+    2800.0
+    >>> parse_time("1700000000")
+    1700000000.0
+    """
+    if value is None:
+        return None
+    now = time.time() if now is None else now
+    m = _DURATION.match(value.strip())
+    if m:
+        return now - float(m.group(1)) * _UNIT[m.group(2)]
+    try:
+        return float(value)
+    except ValueError:
+        pass
+    try:
+        dt = datetime.fromisoformat(value)
+    except ValueError as exc:
+        raise ConfigError(f"cannot read time {value!r}: use 1h, 30m, ISO 8601 or epoch") from exc
+    return dt.timestamp()

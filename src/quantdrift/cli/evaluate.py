@@ -119,23 +119,14 @@ def _fail(message: str) -> int:
     return 2
 
 
-def build_embedder(name: str | None):  # type: ignore[no-untyped-def]
-    """Exactly the scorer ``name`` names (None: the worker's), from the same factory."""
-    from quantdrift.cli.common import load_settings
-    from quantdrift.embedding.factory import build_scorer
-
-    e = load_settings().embedding
-    if name is not None:
-        e = e.model_copy(update={"tier": name})
-    return build_scorer(e), e.tier
-
-
 def run(args: argparse.Namespace) -> int:
     from quantdrift.breaker.policy import load_policy
+    from quantdrift.cli.common import load_settings
     from quantdrift.demo.sources import read_pairs
     from quantdrift.evaluation import ScoreCache, standard_policies
     from quantdrift.evaluation.modes import select as pick
     from quantdrift.evaluation.modes import strip
+    from quantdrift.services.scoring import build_embedder
 
     for path in (args.healthy, args.drifted, args.calibrate, args.policy):
         if path is not None and not path.exists():
@@ -158,7 +149,7 @@ def run(args: argparse.Namespace) -> int:
     calibrate = load(args.calibrate, None, cal_part)
     if not healthy:
         return _fail(f"{args.healthy}: no pairs (after --healthy-label / --decoding / --holdout)")
-    embedder, tier = build_embedder(args.embedder)
+    embedder, tier = build_embedder(load_settings().embedding, args.embedder)
     from quantdrift.cli.progress import self_closing
 
     cache = ScoreCache(embedder, progress=self_closing(not args.no_progress, "score pairs"))

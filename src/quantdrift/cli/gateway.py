@@ -13,19 +13,14 @@ secret store can inject them without editing the file). The old name
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 from pathlib import Path
-from typing import Any
 
-from quantdrift.cli.common import (
-    add_log_level,
-    load_settings,
-    redis_url,
-    signing_settings,
-    with_stack,
-)
+from quantdrift.cli.common import add_log_level, load_settings, signing_settings, with_stack
+
+# Seconds open HTTP requests get after SIGTERM before uvicorn closes them.
+GRACEFUL_S = 2
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -40,79 +35,6 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run, service=True)
 
 
-def build_gateway(config_path: Path, *, control: bool = True):  # type: ignore[no-untyped-def]
-    """The Gateway from a config file and the environment's settings."""
-    from quantdrift.gateway.app import DegradationPublisher, Gateway
-    from quantdrift.gateway.controller import RouteController
-    from quantdrift.gateway.gateway_config import load_config
-    from quantdrift.gateway.publisher import ShadowPublisher
-    from quantdrift.gateway.targets import resolver_for
-    from quantdrift.schemas.signing import verifier_from_settings
-
-    config = with_env_keys(load_config(config_path), os.environ)
-    settings = signing_settings(with_stack(load_settings()))
-    if not config.prompt_salt and settings.prompt_salt.get_secret_value():
-        config = config.model_copy(update={"prompt_salt": settings.prompt_salt.get_secret_value()})
-    publisher = ShadowPublisher(
-        settings.kafka,
-        config.shadow_sample_rate,
-        queue_size=config.shadow_queue,
-        hash_prompts=settings.hash_prompts,
-    )
-    controller = None
-    if control:
-        controller = RouteController(
-            settings.kafka,
-            redis_url(settings),
-            verifier_from_settings(
-                settings.signing.keys,
-                settings.signing.max_command_age_s,
-                settings.signing.max_clock_skew_s,
-            ),
-            key_prefix=settings.redis.key_prefix,
-            routes=config.routes,
-            resolve=resolver_for(config),
-        )
-    from quantdrift.preflight.signoff import key_ring
-
-    return Gateway(
-        config,
-        publisher=publisher,
-        degradations=DegradationPublisher(settings.kafka),
-        controller=controller,
-        preflight_keys=key_ring(settings.signing)[1],
-    )
-
-
-ENV_KEYS = "QUANTDRIFT_GATEWAY__API_KEYS"
-OLD_ENV_KEYS = "QUANTDRIFT_GATEWAY_API_KEYS"  # before every variable was SECTION__FIELD
-# Seconds open HTTP requests get after SIGTERM before uvicorn closes them.
-GRACEFUL_S = 2
-
-
-def with_env_keys(config: Any, environ: Any) -> Any:
-    """``config`` with the API keys of ``QUANTDRIFT_GATEWAY__API_KEYS`` added (hashes only).
-
-    The old name is read when the new one is unset (``load_settings`` warns about it).
-    """
-    from quantdrift.errors import ConfigError
-    from quantdrift.gateway.gateway_config import parse_config
-
-    raw = environ.get(ENV_KEYS) or environ.get(OLD_ENV_KEYS)
-    if not raw:
-        return config
-    try:
-        keys = json.loads(raw)
-    except ValueError as exc:
-        raise ConfigError(f"{ENV_KEYS}: not JSON ({exc})") from exc
-    if not isinstance(keys, list):
-        raise ConfigError(f"{ENV_KEYS}: expected a JSON list of keys")
-    data = config.model_dump()
-    auth = data.get("auth") or {"keys": []}
-    auth["keys"] = [*auth.get("keys", []), *keys]
-    return parse_config({**data, "auth": auth})
-
-
 def run(args: argparse.Namespace) -> int:
     if not 0 < args.port < 65536:
         sys.stderr.write(f"quantdrift: error: --port must be in 1..65535, got {args.port}\n")
@@ -122,8 +44,10 @@ def run(args: argparse.Namespace) -> int:
     import uvicorn
 
     from quantdrift.gateway.app import create_admin_app, create_app
+    from quantdrift.services.gateway import build_gateway
 
-    gateway = build_gateway(args.config, control=not args.no_control)
+    settings = signing_settings(with_stack(load_settings()))
+    gateway = build_gateway(args.config, settings, control=not args.no_control, environ=os.environ)
     # Open requests get this long after SIGTERM; then the lifespan drains shadow jobs
     # (shadow_drain_s) and the publisher. Keep stop_grace_period above the sum.
     grace = GRACEFUL_S

@@ -106,9 +106,9 @@ def _decodings(text: str) -> list[str]:
 
 
 def generate(args: argparse.Namespace) -> int:
+    from quantdrift.data.prompts import PROMPTS
     from quantdrift.lab import model as lab_model
     from quantdrift.lab.generate import LabConfig, open_sink, run_lab
-    from quantdrift.lab.prompts import PROMPTS
 
     if args.prompts is not None and args.prompts > len(PROMPTS):
         sys.stderr.write(f"quantdrift: error: --prompts must be <= {len(PROMPTS)}\n")

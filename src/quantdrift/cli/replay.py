@@ -1,52 +1,21 @@
 """``quantdrift replay``: re-score a topic range, an archive or a JSONL file under a policy.
 
 No side effects: its own group-less consumer (never commits), an in-memory
-breaker, no commands, no alerts. Writes ``report.html``, ``scores.csv`` and
-``scores.parquet`` (with pyarrow) to ``--out``.
+breaker, no commands, no alerts. It scores as the worker does (the same scorer
+factory and settings), so by default it reproduces the worker's decisions;
+the orchestration lives in :mod:`quantdrift.services.replay`. Writes
+``report.html``, ``scores.csv`` and ``scores.parquet`` (with pyarrow) to ``--out``.
 """
 
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
-import re
 import sys
-import time
-from datetime import datetime
 from pathlib import Path
 
-from quantdrift.cli.common import add_seconds, load_settings, with_stack
+from quantdrift.cli.common import add_seconds, load_settings, parse_time, with_stack
 from quantdrift.cli.progress import progress_bar
-from quantdrift.errors import ConfigError, InputError
-
-_DURATION = re.compile(r"^(\d+(?:\.\d+)?)\s*([smhdw])$")
-_UNIT = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
-
-
-def parse_time(value: str | None, now: float | None = None) -> float | None:
-    """``1h`` / ``30m`` (ago), an ISO date-time, or epoch seconds -> epoch seconds.
-
-    >>> parse_time("2h", now=10_000.0)
-    2800.0
-    >>> parse_time("1700000000")
-    1700000000.0
-    """
-    if value is None:
-        return None
-    now = time.time() if now is None else now
-    m = _DURATION.match(value.strip())
-    if m:
-        return now - float(m.group(1)) * _UNIT[m.group(2)]
-    try:
-        return float(value)
-    except ValueError:
-        pass
-    try:
-        dt = datetime.fromisoformat(value)
-    except ValueError as exc:
-        raise ConfigError(f"cannot read time {value!r}: use 1h, 30m, ISO 8601 or epoch") from exc
-    return dt.timestamp()
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -62,7 +31,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--to-offset", type=int, help="stop before this offset per partition")
     p.add_argument("--partition", type=int, action="append", help="only these partitions")
     p.add_argument("--policy", type=Path, help="policy YAML (default: settings' policy_file)")
-    p.add_argument("--embedder", choices=["none", "minilm"], default="minilm")
+    p.add_argument(
+        "--embedder",
+        choices=["none", "static", "tiered", "minilm"],
+        default=None,
+        help="semantic scorer; default: the worker's (settings embedding.tier)",
+    )
     p.add_argument("--out", type=Path, default=Path("replay-report"), help="output directory")
     p.add_argument("--no-parquet", action="store_true", help="skip scores.parquet")
     p.add_argument("--batch", type=int, default=64, help="pairs per embedder call")
@@ -74,124 +48,48 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from quantdrift.breaker.policy import load_policy
-    from quantdrift.detectors import verdict
-    from quantdrift.replay import build_report, render, rescore_stream, score_rows
-    from quantdrift.replay import sources as src
+    # Deferred: the replay service loads aiokafka, which `quantdrift --help` never needs.
+    from quantdrift.services.replay import ReplayRequest, run_replay
 
     settings = with_stack(load_settings())
-    policy = load_policy(args.policy or settings.policy_file)
     since, until = parse_time(args.since), parse_time(args.until)
     if args.batch < 1:
         raise SystemExit("quantdrift: error: --batch must be >= 1")
+    request = ReplayRequest(
+        inputs=tuple(args.input or ()),
+        archive=args.archive,
+        archive_topic=args.archive_topic,
+        topic=args.topic,
+        since=since,
+        until=until,
+        from_offset=args.from_offset,
+        to_offset=args.to_offset,
+        partitions=tuple(args.partition) if args.partition else None,
+        policy=args.policy,
+        embedder=args.embedder,
+        out=args.out,
+        parquet=not args.no_parquet,
+        batch=args.batch,
+        worst=args.worst,
+        timeout=args.timeout,
+    )
     with progress_bar(not args.no_progress, "replay") as progress:
-        if args.input:
-            lines: list[bytes] = [ln for path in args.input for ln in src.file_lines(path)]
-            source = ", ".join(map(str, args.input))
-        elif args.archive:
-            topic = args.archive_topic or settings.kafka.topics.pairs
-            lines = list(src.archive_lines(args.archive, topic, since, until))
-            source = f"archive {args.archive} topic={topic}"
-        else:
-            from quantdrift.kafka_clients import consumer_kwargs
-
-            topic = args.topic or settings.kafka.topics.pairs
-            rng = src.TopicRange(
-                args.from_offset,
-                args.to_offset,
-                since,
-                until,
-                tuple(args.partition) if args.partition else None,
-            )
-
-            def read_progress(total: int | None = None, advance: int = 0) -> None:
-                progress(desc="read topic", total=total, advance=advance)
-
-            lines = asyncio.run(
-                src.topic_values(
-                    consumer_kwargs(settings.kafka),
-                    topic,
-                    rng,
-                    timeout=args.timeout,
-                    progress=read_progress,
-                )
-            )
-            source = f"topic {topic} @ {settings.kafka.bootstrap_servers}"
-        records = src.split_records(lines, since, until)
-        if not records.pairs and not records.scores:
-            # An empty report would read as "no trips": say there was nothing to judge.
-            why = f"{len(records.skipped)} unreadable records" if records.skipped else "no records"
-            raise InputError(f"nothing to replay from {source}: {why} in the range")
-        embedder = None
-        if args.embedder == "minilm" and records.pairs:
-            from quantdrift.embedding import SentenceTransformerEmbedder
-
-            e = settings.embedding
-            embedder = SentenceTransformerEmbedder(
-                model=e.model if e.model != "none" else "packaged:all-MiniLM-L6-v2",
-                batch_size=e.batch_size,
-                threads=e.threads,
-                cache_size=e.cache_size,
-            )
-        progress(desc="score", total=len(records.pairs))
-        scores = rescore_stream(
-            records.pairs,
-            embedder,
-            policy,
-            batch=args.batch,
-            progress=lambda n: progress(desc="score", advance=n),
-        )
-    # Recorded scores are re-judged: the verdict follows this policy's thresholds.
-    for s in records.scores:
-        v, reasons = verdict(s.metrics, policy.thresholds(s.route))
-        scores.append(s.model_copy(update={"verdict": v, "reasons": reasons}))
-    report = build_report(scores, policy, worst_n=args.worst, source=source)
-    args.out.mkdir(parents=True, exist_ok=True)
-    rows = score_rows(scores)
-    (args.out / "report.html").write_text(render.render_html(report), encoding="utf-8")
-    render.write_csv(rows, args.out / "scores.csv")
-    parquet_note = "skipped (--no-parquet)"
-    if not args.no_parquet:
-        if render.parquet_available():
-            render.write_parquet(rows, args.out / "scores.parquet")
-            parquet_note = str(args.out / "scores.parquet")
-        else:
-            parquet_note = (
-                "NOT written: pyarrow is not installed (pip install 'quantdrift[report]')"
-            )
-            sys.stderr.write(f"quantdrift: scores.parquet {parquet_note}\n")
-    summary = {
-        "source": source,
-        "pairs_rescored": len(records.pairs),
-        "scores_rejudged": len(records.scores),
-        "skipped": len(records.skipped),
-        "out": str(args.out),
-        "parquet": parquet_note,
-        "routes": {
-            route: {
-                "shadow_pairs": r.shadow_pairs,
-                "noise_pairs": r.noise_pairs,
-                "false_rollbacks": r.false_rollbacks,
-                "trips": [
-                    {"index": t.index, "pair_id": t.pair_id, "rule": t.rule, "to": t.to_state}
-                    for t in r.trips
-                ],
-            }
-            for route, r in report.routes.items()
-        },
-    }
+        outcome = run_replay(settings, request, progress)
+    if outcome.parquet_missing:
+        sys.stderr.write(f"quantdrift: scores.parquet {outcome.parquet_note}\n")
+    report = outcome.report
     if args.json:
-        print(json.dumps(summary))
+        print(json.dumps(outcome.summary(args.out)))
     else:
-        print(f"replayed {len(scores)} scores from {source}")
+        print(f"replayed {len(outcome.scores)} scores from {outcome.source}")
         for route, r in sorted(report.routes.items()):
             trips = ", ".join(f"#{t.index} {t.rule}->{t.to_state}" for t in r.trips) or "none"
             print(
                 f"  {route}: {r.shadow_pairs} shadow, {r.noise_pairs} noise; "
                 f"transitions: {trips}; false rollbacks: {r.false_rollbacks}"
             )
-        if records.skipped:
-            print(f"  skipped {len(records.skipped)} unreadable records")
+        if outcome.skipped:
+            print(f"  skipped {outcome.skipped} unreadable records")
         print(f"report: {args.out / 'report.html'}; scores: {args.out / 'scores.csv'}")
-        print(f"parquet: {parquet_note}")
+        print(f"parquet: {outcome.parquet_note}")
     return 0

@@ -63,11 +63,12 @@ def run(args: argparse.Namespace) -> int:
         reference = read_text(args.reference, sys.stdin)
     except ValueError as exc:
         return _fail(str(exc))
-    from quantdrift.cli.evaluate import build_embedder
+    from quantdrift.cli.common import load_settings
     from quantdrift.embedding.factory import score_with
     from quantdrift.schemas import ModelOutput, PairEvent
+    from quantdrift.services.scoring import build_embedder
 
-    embedder, _tier = build_embedder(args.embedder)
+    embedder, _tier = build_embedder(load_settings().embedding, args.embedder)
     if embedder is None:
         metrics = score_text_pair(candidate, reference, None)
     else:

@@ -13,16 +13,21 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+import redis.asyncio as aioredis
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 
+from quantdrift.breaker.policy import load_policy
+from quantdrift.breaker.store import RedisBreakerStore
 from quantdrift.config import Settings
 from quantdrift.demo.workers import WorkerProcess
+from quantdrift.embedding import build_scorer
 from quantdrift.errors import QuantdriftError
+from quantdrift.evaluation import ScoreCache, floor_seed, to_score
 from quantdrift.gateway.controller import RouteController
 from quantdrift.kafka_clients import consumer_kwargs, producer_kwargs
 from quantdrift.schemas import PairEvent, RouteCommand, ScoreEvent, unverified_score
 from quantdrift.schemas.record_keys import pair_record_key
-from quantdrift.schemas.signing import verifier_from_settings
+from quantdrift.schemas.signing import signer_from_settings, verifier_from_settings
 from quantdrift.stack import EmbeddedStack
 from quantdrift.stack.broker import create_topics
 
@@ -125,14 +130,6 @@ async def _calibrate(settings: Settings, redis_url: str, pairs: list[PairEvent])
     The floor is seeded from noise pairs and the blessed int8 run of the calibration
     prompts, scored by the worker's own scorer, before any shadow pair is sent.
     """
-    import redis.asyncio as aioredis
-
-    from quantdrift.breaker.policy import load_policy
-    from quantdrift.breaker.store import RedisBreakerStore
-    from quantdrift.embedding import build_scorer
-    from quantdrift.evaluation import ScoreCache, floor_seed, to_score
-    from quantdrift.schemas.signing import signer_from_settings
-
     policy = load_policy(settings.policy_file).for_route(ROUTE)
     noise = [p for p in pairs if p.kind == "noise"]
     blessed = [p for p in pairs if p.kind == "shadow"]

@@ -10,6 +10,7 @@ from pathlib import Path
 
 from quantdrift.demo import synthetic as generated
 from quantdrift.errors import ConfigError
+from quantdrift.evaluation.modes import select
 from quantdrift.schemas import PairEvent
 
 LAB_PAIRS = "lab_pairs.jsonl.gz"
@@ -58,8 +59,6 @@ def demo_streams(
             if path is not None:
                 raise ConfigError(f"pairs file not found: {path}") from None
             pairs = []
-        from quantdrift.evaluation.modes import select
-
         shown = select(pairs, part="evaluation") or pairs
         calibration = select(pairs, part="calibration", labels=("int8", "noise"))
         healthy = [p for p in shown if p.label in ("int8", "noise")]

@@ -156,3 +156,13 @@ def first_divergence(candidate: Sequence[str], reference: Sequence[str]) -> int 
         if candidate[i] != reference[i]:
             return i
     return None if len(candidate) == len(reference) else n
+
+
+def needle_hit(text: str, answer: str) -> bool:
+    """The expected answer appears in ``text`` (case-insensitive substring): the recall
+    rule shared by the lab's quality table and preflight's needle-in-a-haystack check.
+
+    >>> needle_hit("The code is 7319.", "7319")
+    True
+    """
+    return answer.casefold() in text.casefold()

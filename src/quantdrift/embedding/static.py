@@ -31,6 +31,8 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from quantdrift.detectors.semantic import cosine_pairs
+from quantdrift.embedding.minilm import PACKAGED_MINILM, resolve_model_path
 from quantdrift.errors import ConfigError
 
 PACKAGED_STATIC = "packaged:static-minilm"
@@ -68,6 +70,7 @@ class StaticEmbedder:
     tier = "static"
 
     def __init__(self, path: str | Path = PACKAGED_STATIC, max_tokens: int = MAX_TOKENS) -> None:
+        # Deferred: the tokenizer and weights libraries load only when a static model does.
         from safetensors.numpy import load_file
         from tokenizers import Tokenizer
 
@@ -95,6 +98,7 @@ class StaticEmbedder:
             self._table[int(unk)] = 0.0
         self.texts_embedded = 0
         try:
+            # Deferred: torch (seconds to import) loads with the first static model.
             import torch
 
             self._torch_table: Any = torch.from_numpy(self._table)
@@ -113,6 +117,7 @@ class StaticEmbedder:
         ids = self.token_ids(texts)
         # Sums, not means: the mean's 1/n cancels in the normalization.
         if self._torch_table is not None:
+            # Deferred: already loaded by __init__ when the torch table exists; a name, not a cost.
             import torch
 
             lengths = np.fromiter((len(x) for x in ids), dtype=np.int64, count=len(ids))
@@ -206,6 +211,7 @@ def load_calibration(model_dir: Path, override: str | Path | None = None) -> Cal
 def _isotonic(y: npt.NDArray[np.float64], w: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
     """The non-decreasing least-squares fit of ``y`` (in order) with weights ``w``:
     scikit-learn's pool-adjacent-violators, not a hand-written one."""
+    # Deferred: scikit-learn takes about a second to import; only calibration fits need it.
     from sklearn.isotonic import IsotonicRegression
 
     x = np.arange(len(y), dtype=np.float64)
@@ -216,6 +222,7 @@ def _isotonic(y: npt.NDArray[np.float64], w: npt.NDArray[np.float64]) -> npt.NDA
 def spearman(a: npt.ArrayLike, b: npt.ArrayLike) -> float:
     """Spearman's rank correlation (average ranks for ties), from scipy; NaN when
     either side is constant."""
+    # Deferred: scipy.stats is slow to import; only calibration reports need it.
     from scipy.stats import spearmanr
 
     x, y = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
@@ -295,11 +302,11 @@ def distill_static(out_dir: Path, *, pca_dims: int = 256, threads: int = 1) -> P
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
     os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
+    # Deferred: only distillation needs torch (seconds to import).
     import torch
 
-    from quantdrift.embedding.minilm import PACKAGED_MINILM, resolve_model_path
-
     try:
+        # Deferred: model2vec (and torch under it) is needed only to distill.
         from model2vec.distill import distill
         from safetensors.numpy import save_file
     except ImportError as exc:
@@ -353,8 +360,6 @@ def calibrate(
     fraction whose drift decision (cosine < threshold) differs between the
     tiered result (full cosine inside the band, mapped static outside) and full.
     """
-    from quantdrift.detectors.semantic import cosine_pairs
-
     s = cosine_pairs(static, cands, refs).astype(np.float64)
     m = cosine_pairs(full, cands, refs).astype(np.float64)
     cal = fit_calibration(s, m, threshold=threshold, fitted_on=fitted_on)

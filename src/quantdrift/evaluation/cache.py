@@ -16,22 +16,17 @@ from dataclasses import dataclass, field
 import orjson
 
 from quantdrift.breaker.policy import RoutePolicy, failure_thresholds
-from quantdrift.detectors import Embedder, FailureThresholds
+from quantdrift.detectors import Embedder
 from quantdrift.detectors.suite import score_event
 from quantdrift.embedding.factory import score_with
 from quantdrift.schemas import Metrics, PairEvent, ScoreEvent
-
-
-def thresholds_for(policy: RoutePolicy) -> FailureThresholds:
-    """The verdict's thresholds under a route policy (as the score agent builds them)."""
-    return failure_thresholds(policy)
 
 
 def to_score(
     pair: PairEvent, metrics: Metrics, policy: RoutePolicy, route: str | None = None
 ) -> ScoreEvent:
     """The ScoreEvent of ``pair`` under ``policy``, optionally on another route."""
-    return score_event(pair, metrics, thresholds_for(policy), route)
+    return score_event(pair, metrics, failure_thresholds(policy), route)
 
 
 # What a pair's metrics depend on: everything but its identity, time and labels.

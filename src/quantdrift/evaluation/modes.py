@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Literal
 
+from quantdrift.data.prompts import part_of
 from quantdrift.schemas import PairEvent
 
 LogprobMode = Literal["full", "no-teacher-forcing", "none"]
@@ -47,11 +48,9 @@ def select(
 ) -> list[PairEvent]:
     """Pairs by label (or candidate precision), decoding mode, prompt part and kind.
 
-    ``part`` follows :func:`quantdrift.lab.prompts.part_of`: the lab's own split
+    ``part`` follows :func:`quantdrift.data.prompts.part_of`: the lab's own split
     for its prompts, a stable hash split for any other prompt.
     """
-    from quantdrift.lab.prompts import part_of
-
     out = []
     for p in pairs:
         if p.kind not in kinds:

@@ -11,9 +11,9 @@ from quantdrift.gateway.controller import (
     RouteController,
     command_key,
 )
-from quantdrift.gateway.kafka_config import consumer_kwargs, producer_kwargs
 from quantdrift.gateway.publisher import PublisherStats, ShadowPublisher
 from quantdrift.gateway.sampling import bucket, sampled
+from quantdrift.kafka_clients import consumer_kwargs, producer_kwargs
 
 __all__ = [
     "AppliedCommand",

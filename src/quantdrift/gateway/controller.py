@@ -31,7 +31,7 @@ from redis.exceptions import RedisError
 
 from quantdrift.config import KafkaSettings
 from quantdrift.errors import SchemaError, SignatureError, StaleCommand, UnmappableCommand
-from quantdrift.gateway.kafka_config import consumer_kwargs
+from quantdrift.kafka_clients import consumer_kwargs
 from quantdrift.schemas.command import Action, RouteCommand
 from quantdrift.schemas.keys import COMMAND_KEY_GLOB, route_of_command_key
 from quantdrift.schemas.keys import command_key as _command_key

@@ -3,7 +3,7 @@
 A route with ``preflight: {report: ...}`` in the gateway config serves its
 candidate to at most ``canary_percent`` of requests until the report says
 ``go`` and carries enough valid approvals (``quantdrift preflight sign``),
-checked with :func:`quantdrift.preflight.signoff.verify` under the gateway's
+checked with :func:`quantdrift.schemas.signoff.verify` under the gateway's
 own signing key ring: the same rule as ``quantdrift preflight verify``, so a
 report that verifies on the launcher's desk opens the gate and nothing else
 does. The files are re-read every ``preflight_refresh_s``, so a second
@@ -27,7 +27,7 @@ from functools import cached_property
 
 from quantdrift.errors import ConfigError
 from quantdrift.gateway.gateway_config import GatewayConfig, PreflightGateConfig
-from quantdrift.preflight.signoff import read_approvals, verify
+from quantdrift.schemas.signoff import read_approvals, verify
 from quantdrift.supervision import Supervisor
 
 log = logging.getLogger(__name__)

@@ -25,8 +25,8 @@ from aiokafka import AIOKafkaProducer
 
 from quantdrift.config import KafkaSettings
 from quantdrift.errors import SchemaError
-from quantdrift.gateway.kafka_config import producer_kwargs
 from quantdrift.gateway.sampling import sampled
+from quantdrift.kafka_clients import producer_kwargs
 from quantdrift.schemas.pair import PairEvent
 from quantdrift.schemas.privacy import prompt_hash
 from quantdrift.schemas.record_keys import pair_record_key

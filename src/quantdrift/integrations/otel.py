@@ -154,6 +154,7 @@ class Telemetry:
         )
 
     def call(self, plan: Plan, trace: Trace, completion: Completion) -> None:
+        # Deferred: opentelemetry is optional; loaded only when export is on.
         from opentelemetry.trace import SpanKind
 
         model = str(plan.body.get("model") or completion.model or "")
@@ -179,6 +180,7 @@ class Telemetry:
         ):
             if isinstance(usage.get(theirs), int):
                 attrs[ours] = usage[theirs]
+        # Deferred: keeps this hook module a leaf that any package may import.
         from quantdrift.schemas.pair import pair_id_for
 
         if plan.shadow:
@@ -211,6 +213,7 @@ def build(
     ``batch=False`` exports synchronously (tests with the in-memory exporters);
     production batches, so exporting never happens on a caller's path.
     """
+    # Deferred: opentelemetry is optional; loaded only when export is on.
     from opentelemetry.sdk._logs import LoggerProvider
     from opentelemetry.sdk._logs.export import BatchLogRecordProcessor, SimpleLogRecordProcessor
     from opentelemetry.sdk.resources import Resource
@@ -262,6 +265,7 @@ def sample_rate(env: Mapping[str, str]) -> float:
     except ValueError:
         rate = -1.0
     if not 0.0 <= rate <= 1.0:
+        # Deferred: keeps this hook module a leaf that any package may import.
         from quantdrift.errors import ConfigError
 
         raise ConfigError(f"{SAMPLE_ENV}={raw!r}: a share between 0 and 1 is needed")
@@ -280,9 +284,11 @@ def from_env(env: Mapping[str, str]) -> Telemetry | None:
         return None
     rate = sample_rate(env)
     try:
+        # Deferred: opentelemetry is optional; loaded only when export is on.
         from opentelemetry.exporter.otlp.proto.http._log_exporter import OTLPLogExporter
         from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
     except ImportError as exc:
+        # Deferred: keeps this hook module a leaf that any package may import.
         from quantdrift.errors import ConfigError
 
         raise ConfigError(

@@ -47,7 +47,6 @@ from quantdrift.integrations.verdict import (
     flagger_answer,
     route_verdict,
 )
-from quantdrift.preflight.signoff import key_ring, read_approvals, verify
 from quantdrift.schemas.command import RouteCommand
 from quantdrift.schemas.keys import route_key
 from quantdrift.schemas.signing import (
@@ -55,6 +54,7 @@ from quantdrift.schemas.signing import (
     signer_from_settings,
     verifier_from_settings,
 )
+from quantdrift.schemas.signoff import key_ring, read_approvals, verify
 
 log = logging.getLogger(__name__)
 API = "/api/v1"
@@ -105,7 +105,7 @@ class VerdictService:
         """(verified, problems) for the route's report; (None, ()) when none is configured.
 
         The same check as ``quantdrift preflight verify`` and the gateway's launch
-        gate (``preflight.signoff.verify``), re-read on every call.
+        gate (``schemas.signoff.verify``), re-read on every call.
         """
         rule = self.preflight.get(route)
         if rule is None:

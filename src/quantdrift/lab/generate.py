@@ -28,8 +28,8 @@ from typing import Any, TextIO
 
 import torch
 
+from quantdrift.data.prompts import PROMPTS, Prompt
 from quantdrift.lab.model import MODEL_NAME, REFERENCE_PRECISION
-from quantdrift.lab.prompts import PROMPTS, Prompt
 from quantdrift.lab.quant import quantize_model, variant
 from quantdrift.schemas import PairEvent
 from quantdrift.schemas.pair import ModelOutput, RequestInfo

@@ -38,6 +38,7 @@ def load(threads: int | None = None) -> tuple[Any, Any]:
     """(model, tokenizer): the dequantized float32 reference, in eval mode."""
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+    # Deferred: torch and transformers (the lab extra) load only with the model.
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
     from transformers.utils import logging as hf_logging

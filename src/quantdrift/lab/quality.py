@@ -21,7 +21,8 @@ import json
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 
-from quantdrift.lab.prompts import PROMPTS
+from quantdrift.data.prompts import PROMPTS
+from quantdrift.detectors.lexical import needle_hit
 from quantdrift.schemas import PairEvent
 
 _NEEDLE_ANSWERS = {p.text: p.answer for p in PROMPTS if p.task == "needle" and p.answer}
@@ -47,15 +48,6 @@ def json_valid(text: str, expected_keys: Iterable[str] | None) -> bool:
     except ValueError:
         return False
     return isinstance(obj, dict) and all(k in obj for k in (expected_keys or ()))
-
-
-def needle_hit(text: str, answer: str) -> bool:
-    """The expected answer appears in ``text`` (case-insensitive substring).
-
-    >>> needle_hit("The code is 7319.", "7319")
-    True
-    """
-    return answer.casefold() in text.casefold()
 
 
 def needle_answer(pair: PairEvent) -> str | None:

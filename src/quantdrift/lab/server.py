@@ -278,6 +278,7 @@ def serve(
     precision: str, *, host: str = "127.0.0.1", port: int = 8100, threads: int | None = None
 ) -> None:
     """Load the reference, quantize it to ``precision`` unless ``ref-f32``, and serve."""
+    # Deferred: uvicorn, the model and torch load only when a lab server starts.
     import uvicorn
 
     from quantdrift.lab import model as lab_model

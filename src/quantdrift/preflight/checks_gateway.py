@@ -12,14 +12,23 @@ so the real route's breaker never sees it.
 from __future__ import annotations
 
 import asyncio
+import gzip
 import time
 import uuid
+from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+
+from quantdrift.detectors.suite import score_event
+from quantdrift.embedding.factory import build_scorer, score_with
 from quantdrift.errors import ConfigError, SchemaError
+from quantdrift.gateway.gateway_config import load_config
+from quantdrift.kafka_clients import consumer_kwargs, producer_kwargs
 from quantdrift.preflight.context import Context
 from quantdrift.preflight.report import Item, judged, skipped
+from quantdrift.schemas import PairEvent, unverified_score
 from quantdrift.schemas.record_keys import pair_record_key
 
 if TYPE_CHECKING:
@@ -35,8 +44,6 @@ TITLES = {
 
 
 def _gateway_config(ctx: Context) -> tuple[GatewayConfig | None, str | None]:
-    from quantdrift.gateway.gateway_config import load_config
-
     path = ctx.config.gateway_config
     if path is None:
         return None, "set gateway_config (the gateway's YAML)"
@@ -93,11 +100,6 @@ async def probes(ctx: Context) -> Item:
 
 def read_pairs(path: Path | None, route: str | None, limit: int) -> tuple[list[PairEvent], str]:
     """The route's recorded shadow pairs (all shadow pairs when the route has none)."""
-    import gzip
-    from importlib import resources
-
-    from quantdrift.schemas import PairEvent
-
     try:
         if path is None:  # the lab's recorded pairs, shipped in the package
             raw = resources.files("quantdrift.data").joinpath("lab_pairs.jsonl.gz").read_bytes()
@@ -127,9 +129,6 @@ def p99(values: list[float]) -> float:
 
 def time_scoring(pairs: list[PairEvent], scorer: Any) -> list[float]:
     """Milliseconds to score each pair alone, after a warm-up pass (model load excluded)."""
-    from quantdrift.detectors.suite import score_event
-    from quantdrift.embedding.factory import score_with
-
     for p in pairs[:3]:
         score_with(scorer, [p])
     out = []
@@ -143,11 +142,6 @@ def time_scoring(pairs: list[PairEvent], scorer: Any) -> list[float]:
 
 async def roundtrip(ctx: Context, pair: PairEvent, route: str, timeout_s: float) -> float:
     """Publish one pair on the probe route; seconds until its ScoreEvent is on the scores topic."""
-    from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
-
-    from quantdrift.kafka_clients import consumer_kwargs, producer_kwargs
-    from quantdrift.schemas import unverified_score
-
     assert ctx.settings is not None
     kafka = ctx.settings.kafka
     probe_route = f"preflight-probe/{route}"
@@ -200,8 +194,6 @@ async def shadow_link(ctx: Context) -> Item:
 
     pairs, source = read_pairs(c.recorded_pairs, route, c.max_pairs)
     ctx.progress(f"{SHADOW}: timing the scorer on {source}")
-    from quantdrift.embedding.factory import build_scorer
-
     assert ctx.settings is not None
     scorer = await asyncio.to_thread(build_scorer, ctx.settings.embedding)
     times = await asyncio.to_thread(time_scoring, pairs, scorer)

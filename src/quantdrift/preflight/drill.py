@@ -1,8 +1,8 @@
 """``switch-drill``: a real rollback and restore through the control topic, timed.
 
 The drill goes through exactly what on-call runs, ``quantdrift route
-rollback|restore|release`` (``cli.route._run``: the signed, epoch-bumping Redis
-step, then the outbox published to the control topic), and watches a real
+rollback|restore|release`` (``services.console.manual_step``: the signed,
+epoch-bumping Redis step, then the outbox published to the control topic), and watches a real
 ``RouteController`` (the gateway's) apply each command. A switch counts from
 the moment the command is issued to the moment the controller applied it.
 
@@ -14,39 +14,34 @@ it would change what users see or override an operator's lock.
 
 from __future__ import annotations
 
-import argparse
-import contextlib
-import io
-import json
+import getpass
 import time
 from typing import Any
 
+from quantdrift.config import configured_redis_url
+from quantdrift.errors import InputError
+from quantdrift.gateway.controller import RouteController
 from quantdrift.preflight.context import Context
 from quantdrift.preflight.report import Item, failed, judged, skipped
+from quantdrift.schemas.signing import verifier_from_settings
+from quantdrift.services import console
 
 DRILL = "switch-drill"
 TITLE = "Switch drill: rollback and restore applied by a RouteController in < 1 s each"
 
 
 async def _route(settings: Any, action: str, route: str) -> str:
-    """Run ``quantdrift route ACTION --route R`` in-process; its stdout, not ours."""
-    from quantdrift.cli.route import _run
-
-    buf = io.StringIO()
-    with contextlib.redirect_stdout(buf):
-        code = await _run(settings, argparse.Namespace(action=action, route=route, json=True))
-    if code != 0:
-        raise RuntimeError(f"route {action} exited {code}: {buf.getvalue().strip()}")
-    return buf.getvalue()
+    """One manual step, as ``quantdrift route ACTION --route R`` runs it; its console line."""
+    step = await console.manual_step(settings, route, action, who=f"{getpass.getuser()}@cli")
+    warning = f"warning: {step.warning}\n" if step.warning else ""
+    return f"{warning}{step.summary()}\n"
 
 
 async def route_status(settings: Any, route: str) -> dict[str, Any]:
     """The route's row of ``route status``; {} for a route the breaker has not seen yet
     (closed and unlocked: the candidate serves, as for any new route)."""
-    from quantdrift.errors import InputError
-
     try:
-        rows = json.loads(await _route(settings, "status", route))
+        rows = await console.route_status(settings, route)
     except InputError:  # "unknown route": the CLI refuses it, the drill may start from it
         return {}
     return dict(rows[0]) if rows else {}
@@ -75,10 +70,6 @@ async def _switch(
 
 
 async def switch_drill(ctx: Context) -> Item:
-    from quantdrift.cli.common import redis_url
-    from quantdrift.gateway.controller import RouteController
-    from quantdrift.schemas.signing import verifier_from_settings
-
     c = ctx.config.switch_drill
     settings = ctx.settings
     route = ctx.config.route
@@ -96,7 +87,7 @@ async def switch_drill(ctx: Context) -> Item:
         )
     controller = RouteController(
         settings.kafka,
-        redis_url(settings),  # the configured Redis, never a guess
+        configured_redis_url(settings),  # the configured Redis, never a guess
         verifier_from_settings(settings.signing.keys),
         key_prefix=settings.redis.key_prefix,
         routes=[route],

@@ -139,6 +139,7 @@ async def run_open_loop(
 
 
 async def _watch_rss(pids: dict[str, int], stop: asyncio.Event, every_s: float) -> dict[str, Any]:
+    # Deferred: psutil is a dev extra; only the memory watch needs it.
     import psutil
 
     series: dict[str, list[float]] = {n: [] for n in pids}

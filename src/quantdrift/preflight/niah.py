@@ -4,7 +4,7 @@
 The product side's veto: a 4-bit model can keep its short-prompt quality and
 still lose facts in a long context (recall 99.8 % -> 82 %). Each case hides one
 fact at a depth of a filler text of a nominal length, asks for it, and counts a
-hit when the answer string is in the reply (the lab's ``needle_hit`` rule).
+hit when the answer string is in the reply (``detectors.lexical.needle_hit``, the lab's rule too).
 Haystacks are built from shuffled filler sentences with a fixed seed, so
 reference and candidate see byte-identical prompts and reruns are comparable.
 
@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from quantdrift.lab.quality import needle_hit
+from quantdrift.detectors.lexical import needle_hit
 
 FILLER = (
     "The quarterly operations review covered many routine topics.",

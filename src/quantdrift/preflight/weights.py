@@ -24,6 +24,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from quantdrift.errors import ConfigError
 
 # Bits per element of safetensors dtypes (packed ints are resolved from the config).
@@ -111,6 +113,7 @@ def ggml_bits(type_name: str) -> float:
 
 def inspect_gguf(path: Path) -> Inspection:
     try:
+        # Deferred: gguf is the lab extra; only a GGUF checkpoint needs it.
         from gguf import GGUFReader
     except ImportError as exc:  # the lab extra brings it
         raise ConfigError("inspecting GGUF needs the 'gguf' package (pip install gguf)") from exc
@@ -308,8 +311,6 @@ def scale_stats(name: str, values: Any, lo: float = 1e-4, hi: float = 1e4) -> Sc
     Magnitudes are checked (a negative scale is as wrong as a zero one, so it
     counts as below range).
     """
-    import numpy as np
-
     v = np.asarray(values, dtype=np.float64).ravel()
     nan = np.isnan(v)
     inf = np.isinf(v)
@@ -342,6 +343,7 @@ def is_scale_tensor(name: str) -> bool:
 
 def scan_scales(path: Path, lo: float = 1e-4, hi: float = 1e4) -> list[ScaleStats]:
     """Read every scale tensor of a safetensors checkpoint and check its values."""
+    # Deferred: read only for a safetensors checkpoint.
     from safetensors import safe_open
 
     out = []
@@ -359,6 +361,7 @@ def scan_scales(path: Path, lo: float = 1e-4, hi: float = 1e4) -> list[ScaleStat
 
 
 def _torch_float32() -> Any:
+    # Deferred: torch (seconds to import) only for a bf16/fp8 scale tensor.
     import torch
 
     return torch.float32

@@ -21,6 +21,9 @@ from pathlib import Path
 from typing import Any
 
 import orjson
+from aiokafka import AIOKafkaConsumer
+
+from quantdrift.kafka_clients import start_client
 
 log = logging.getLogger("quantdrift.archive")
 _PART = re.compile(r"^\.?part-(\d+)\.jsonl\.gz(\.tmp)?$")
@@ -134,10 +137,6 @@ async def run_archive(
     Stops after ``max_records`` records, or after ``idle_exit_s`` seconds
     without a record, or on cancellation (open files are closed and committed).
     """
-    from aiokafka import AIOKafkaConsumer
-
-    from quantdrift.kafka_clients import start_client
-
     stats = ArchiveStats()
     consumer = AIOKafkaConsumer(
         *topics,

@@ -1,7 +1,8 @@
 """Re-score pairs and fold them through an in-memory breaker: no I/O, no side effects.
 
 ``rescore`` turns pairs into ScoreEvents the way the score agent does (one
-embedder call per batch, the per-pair verdict with each route's thresholds);
+``embedding.score_with`` call per batch, so a tiered scorer escalates as it does
+live, and the per-pair verdict with each route's thresholds);
 ``build_report`` folds scores through :class:`MemoryBreaker` under a policy
 and returns plain numbers: trips per rule, false rollbacks against labels,
 per-metric quantiles for shadow and noise pairs, the worst pairs. Rendering
@@ -15,9 +16,10 @@ from dataclasses import dataclass, field
 
 from quantdrift.breaker.machine import similarity_of
 from quantdrift.breaker.memory import MemoryBreaker
-from quantdrift.breaker.policy import Policy
-from quantdrift.detectors import Embedder, FailureThresholds, score_pairs
+from quantdrift.breaker.policy import Policy, thresholds_for
+from quantdrift.detectors import Embedder
 from quantdrift.detectors.suite import score_event
+from quantdrift.embedding.factory import score_with
 from quantdrift.schemas import PairEvent, ScoreEvent
 
 # Labels the lab and the demo give pairs that are known not to have drifted.
@@ -27,15 +29,11 @@ REPORT_METRICS = ("cosine", "rougeL", "rouge1", "bleu", "jaccard", "entropy_mean
 QUANTILES = (0.05, 0.25, 0.5, 0.75, 0.95)
 
 
-def thresholds_for(policy: Policy, route: str) -> FailureThresholds:
-    return policy.thresholds(route)
-
-
 def rescore(
     pairs: Sequence[PairEvent], embedder: Embedder | None, policy: Policy
 ) -> list[ScoreEvent]:
     """ScoreEvents for one batch of pairs, as the score agent would publish them."""
-    metrics = score_pairs(pairs, embedder)
+    metrics = score_with(embedder, pairs)
     return [
         score_event(pair, m, thresholds_for(policy, pair.route))
         for pair, m in zip(pairs, metrics, strict=True)

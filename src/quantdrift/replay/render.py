@@ -228,6 +228,7 @@ def write_csv(rows: Sequence[dict[str, object]], path: Path) -> None:
 
 def parquet_available() -> bool:
     try:
+        # Deferred: pyarrow is the optional report extra.
         import pyarrow  # noqa: F401
     except ImportError:
         return False
@@ -236,6 +237,7 @@ def parquet_available() -> bool:
 
 def write_parquet(rows: Sequence[dict[str, object]], path: Path) -> None:
     try:
+        # Deferred: pyarrow is the optional report extra.
         import pyarrow as pa
         import pyarrow.parquet as pq
     except ImportError as exc:

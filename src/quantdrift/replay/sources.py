@@ -20,8 +20,10 @@ from pathlib import Path
 from typing import Any
 
 import orjson
+from aiokafka import AIOKafkaConsumer, TopicPartition
 
 from quantdrift.errors import ConfigError, SchemaError
+from quantdrift.kafka_clients import start_client
 from quantdrift.schemas import PairEvent, ScoreEvent, unverified_score
 
 _PART = re.compile(r"part-(\d+)\.jsonl(\.gz)?$")
@@ -131,10 +133,6 @@ async def topic_values(
     Records are returned partition by partition in offset order: a route lives
     in one partition, so each route keeps its order (the breaker is per route).
     """
-    from aiokafka import AIOKafkaConsumer, TopicPartition
-
-    from quantdrift.kafka_clients import start_client
-
     options = {
         **consumer_options,
         "group_id": None,

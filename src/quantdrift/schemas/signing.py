@@ -37,7 +37,7 @@ from typing import Any, Literal, NoReturn
 
 from pydantic import Field
 
-from quantdrift.errors import SchemaError, SignatureError, StaleCommand
+from quantdrift.errors import ConfigError, SchemaError, SignatureError, StaleCommand
 from quantdrift.schemas.base import SCHEMA_VERSION, Message
 from quantdrift.schemas.command import RouteCommand
 from quantdrift.schemas.score import ScoreEvent
@@ -227,8 +227,6 @@ def signer_from_settings(active_key_id: str, keys: Mapping[str, object]) -> Comm
     """Build the signer from SigningSettings-like values (SecretStr or str)."""
     secret = keys.get(active_key_id)
     if secret is None:
-        from quantdrift.errors import ConfigError
-
         raise ConfigError(f"signing.active_key_id {active_key_id!r} is not in signing.keys")
     return CommandSigner(active_key_id, _raw(secret))
 

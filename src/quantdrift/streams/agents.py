@@ -26,7 +26,7 @@ import faust
 import redis.asyncio as aioredis
 
 from quantdrift.breaker.outbox import OutboxItem
-from quantdrift.breaker.policy import Policy
+from quantdrift.breaker.policy import Policy, thresholds_for
 from quantdrift.breaker.relay import OutboxRelay
 from quantdrift.breaker.store import RedisBreakerStore
 from quantdrift.detectors import Embedder, FailureThresholds
@@ -35,6 +35,7 @@ from quantdrift.errors import BreakerStoreError
 from quantdrift.failpoints import Failpoint, no_failpoint
 from quantdrift.integrations import otel
 from quantdrift.schemas import CommandSigner, CommandVerifier, DeadLetter, PairEvent, ScoreEvent
+from quantdrift.status import attach_status
 from quantdrift.streams.app import Topics
 from quantdrift.streams.handlers import RawRecord, parse_batch, parse_score, to_scores
 
@@ -56,10 +57,6 @@ class WorkerStats:
     store_errors: int = 0
     batches: int = 0
     scoring_seconds: list[float] = field(default_factory=list)
-
-
-def thresholds_for(policy: Policy, route: str) -> FailureThresholds:
-    return policy.thresholds(route)
 
 
 def attach_agents(
@@ -298,8 +295,6 @@ def attach_agents(
         except BreakerStoreError as exc:
             stats.store_errors += 1
             log.warning("breaker clock: store unavailable (%s)", exc)
-
-    from quantdrift.status import attach_status
 
     attach_status(app, stats, store, clock=clock)
     return stats

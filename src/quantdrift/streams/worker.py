@@ -13,6 +13,7 @@ import faust
 from quantdrift.breaker.policy import Policy, load_policy
 from quantdrift.config import Settings
 from quantdrift.detectors import Embedder
+from quantdrift.embedding.factory import build_scorer
 from quantdrift.failpoints import failpoints
 from quantdrift.schemas.signing import signer_from_settings, verifier_from_settings
 from quantdrift.streams.agents import WorkerStats, attach_agents, redis_store_factory
@@ -21,8 +22,6 @@ from quantdrift.streams.app import Topics, create_app
 
 def make_embedder(settings: Settings) -> Embedder | None:
     """The configured scorer (``embedding.tier``: tiered, minilm, static, none)."""
-    from quantdrift.embedding.factory import build_scorer
-
     return build_scorer(settings.embedding)
 
 

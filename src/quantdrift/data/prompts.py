@@ -1,5 +1,7 @@
 """The lab's own prompt set: short Q&A, explanations, summaries, customer service,
 JSON extraction with named keys, long-context needle retrieval, and some Chinese.
+It is data, not lab code: eval splits the recorded pairs by it (``part_of``)
+without importing the lab.
 
 Each prompt keeps what quality scoring needs: ``expected_keys`` for JSON tasks,
 ``answer`` for needle tasks. The needle fillers are ~300 tokens of plausible

@@ -1,0 +1,12 @@
+"""What the command line shares with other packages: composition, not decisions.
+
+* :mod:`~quantdrift.services.console`: the one-click console's manual step
+  (status, rollback, restore, release) and the outbox publish after it, used by
+  ``quantdrift route`` and preflight's switch drill.
+* :mod:`~quantdrift.services.gateway`: builds the gateway from its config and settings.
+* :mod:`~quantdrift.services.scoring`: builds the scorer every scoring caller uses.
+
+A service may import any package below it; no package below imports a service
+except preflight's drill (which runs the console exactly as on-call does), and
+the CLI only parses, calls a service and prints.
+"""

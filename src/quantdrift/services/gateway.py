@@ -1,0 +1,84 @@
+"""The gateway's composition root: config file plus settings -> a :class:`Gateway`.
+
+``quantdrift gateway`` calls it after reading the environment, and tests call it
+with their own settings, so both build the same object the same way.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from pathlib import Path
+
+from quantdrift.config import Settings, configured_redis_url
+from quantdrift.errors import ConfigError
+from quantdrift.gateway.app import DegradationPublisher, Gateway
+from quantdrift.gateway.controller import RouteController
+from quantdrift.gateway.gateway_config import GatewayConfig, load_config, parse_config
+from quantdrift.gateway.publisher import ShadowPublisher
+from quantdrift.gateway.targets import resolver_for
+from quantdrift.schemas.signing import verifier_from_settings
+from quantdrift.schemas.signoff import key_ring
+
+ENV_KEYS = "QUANTDRIFT_GATEWAY__API_KEYS"
+OLD_ENV_KEYS = "QUANTDRIFT_GATEWAY_API_KEYS"  # before every variable was SECTION__FIELD
+
+
+def build_gateway(
+    config_path: Path,
+    settings: Settings,
+    *,
+    control: bool = True,
+    environ: Mapping[str, str] | None = None,
+) -> Gateway:
+    """The Gateway from a config file, the settings, and API keys from ``environ``."""
+    config = with_env_keys(load_config(config_path), environ or {})
+    if not config.prompt_salt and settings.prompt_salt.get_secret_value():
+        config = config.model_copy(update={"prompt_salt": settings.prompt_salt.get_secret_value()})
+    publisher = ShadowPublisher(
+        settings.kafka,
+        config.shadow_sample_rate,
+        queue_size=config.shadow_queue,
+        hash_prompts=settings.hash_prompts,
+    )
+    controller = None
+    if control:
+        controller = RouteController(
+            settings.kafka,
+            configured_redis_url(settings),
+            verifier_from_settings(
+                settings.signing.keys,
+                settings.signing.max_command_age_s,
+                settings.signing.max_clock_skew_s,
+            ),
+            key_prefix=settings.redis.key_prefix,
+            routes=config.routes,
+            resolve=resolver_for(config),
+        )
+    return Gateway(
+        config,
+        publisher=publisher,
+        degradations=DegradationPublisher(settings.kafka),
+        controller=controller,
+        preflight_keys=key_ring(settings.signing)[1],
+    )
+
+
+def with_env_keys(config: GatewayConfig, environ: Mapping[str, str]) -> GatewayConfig:
+    """``config`` with the API keys of ``QUANTDRIFT_GATEWAY__API_KEYS`` added (hashes only).
+
+    The old name is read when the new one is unset (``load_settings`` warns about it).
+    """
+    raw = environ.get(ENV_KEYS) or environ.get(OLD_ENV_KEYS)
+    if not raw:
+        return config
+    try:
+        keys = json.loads(raw)
+    except ValueError as exc:
+        raise ConfigError(f"{ENV_KEYS}: not JSON ({exc})") from exc
+    if not isinstance(keys, list):
+        raise ConfigError(f"{ENV_KEYS}: expected a JSON list of keys")
+    data = config.model_dump()
+    auth = data.get("auth") or {"keys": []}
+    auth["keys"] = [*auth.get("keys", []), *keys]
+    return parse_config({**data, "auth": auth})

@@ -1,0 +1,54 @@
+"""Test tiers, marked by folder here and nowhere else.
+
+``make test-fast`` runs ``-m "(unit or pure) and not slow"``: the unit folder (which
+also holds every module's doctests) and the contract checks that need no server.
+``make test`` runs every tier. A contract test that needs a real server (Redis, a
+gateway process) is marked ``integration`` as well, so the fast tier leaves it out:
+the files are listed below, and the breaker-store contract is split per store.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+TESTS = Path(__file__).resolve().parent
+
+FOLDER_MARKERS = {
+    "unit": "unit",
+    "contract": "contract",
+    "integration": "integration",
+    "faults": "faults",
+    "vllm": "vllm",
+}
+
+# Contract files that start a real server for every test (a gateway process, an
+# upstream). The breaker-store contract runs each check on memory and on Redis:
+# only its Redis half is a server test (see ``_needs_server``).
+CONTRACT_SERVER_FILES = {"test_gateway_openai_sdk.py"}
+CONTRACT_SERVER_PARAMS = {"test_breaker_store.py": "redis"}
+
+
+def _needs_server(item: pytest.Item, path: Path) -> bool:
+    if path.name in CONTRACT_SERVER_FILES:
+        return True
+    param = CONTRACT_SERVER_PARAMS.get(path.name)
+    callspec = getattr(item, "callspec", None)
+    return param is not None and callspec is not None and param in callspec.params.values()
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Add the folder's tier marker to every test collected under ``tests/``."""
+    for item in items:
+        path = Path(str(item.path)).resolve()
+        try:
+            folder = path.relative_to(TESTS).parts[0]
+        except (ValueError, IndexError):
+            continue
+        marker = FOLDER_MARKERS.get(folder)
+        if marker is None:
+            continue
+        item.add_marker(marker)
+        if folder == "contract":
+            item.add_marker("integration" if _needs_server(item, path) else "pure")

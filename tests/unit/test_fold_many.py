@@ -1,0 +1,50 @@
+"""``fold_many``: the one pure step every store (Redis, memory) and the replay breaker call."""
+
+from __future__ import annotations
+
+from quantdrift.breaker import RoutePolicy, RouteState
+from quantdrift.breaker.step import fold_many
+from quantdrift.detectors.noise_floor import NoiseFloor
+from quantdrift.schemas import Metrics, ScoreEvent
+
+POLICY = RoutePolicy(min_pairs=1, consecutive_failures=3, rules=("consecutive",))
+FLOOR = NoiseFloor()
+
+
+def score(i: int, ok: bool = True, kind: str = "shadow", pair: str | None = None) -> ScoreEvent:
+    return ScoreEvent(
+        pair_id=pair or f"p{i}",
+        route="r",
+        kind=kind,  # type: ignore[arg-type]
+        ts=float(i),
+        decoding="greedy",
+        metrics=Metrics(cosine=0.99 if ok else 0.2, rougeL=0.9 if ok else 0.1),
+        verdict="ok" if ok else "drift",
+        reasons=[] if ok else ["cosine 0.20 < 0.88"],
+    )
+
+
+def test_a_prefix_ends_at_its_first_transition() -> None:
+    scores = [score(i, ok=False) for i in range(6)]
+    step = fold_many(POLICY, RouteState(), {}, [False] * 6, scores, 10.0, FLOOR)
+    assert step.consumed == 3  # the third failure trips; the rest fold onto the new state
+    assert step.transition is not None and step.transition.to_state == "open"
+    assert step.state is not None and step.state.state == "open"
+    assert step.marked == (0, 1, 2)
+
+
+def test_duplicates_fold_once_and_noise_feeds_only_the_floor() -> None:
+    scores = [score(0), score(1, pair="p0"), score(2, kind="noise"), score(3)]
+    step = fold_many(POLICY, RouteState(), {}, [False, False, False, True], scores, 1.0, FLOOR)
+    assert step.consumed == 4 and step.transition is None
+    assert [o is None for o in step.outcomes] == [False, True, False, True]  # in-batch, seen
+    assert step.marked == (0, 2)
+    assert set(step.floors) == {"greedy"}
+    assert step.state is not None and step.state.pairs_seen == 1
+
+
+def test_inputs_are_left_alone() -> None:
+    state = RouteState()
+    floors = {"greedy": FLOOR.init()}
+    fold_many(POLICY, state, floors, [False], [score(0, kind="noise")], 1.0, FLOOR)
+    assert state == RouteState() and floors == {"greedy": FLOOR.init()}
