@@ -27,6 +27,10 @@ HEAVY = {
 # module -> why it is not imported at all.
 NOT_IMPORTED = {
     "quantdrift.__main__": "runs the command line when imported; it holds no examples",
+    "quantdrift.integrations.litellm": (
+        "imports litellm, which lives in the proxy's own venv (make litellm); it holds no "
+        "examples, and tests/integration/test_litellm.py runs it inside the real proxy"
+    ),
 }
 
 

@@ -12,10 +12,13 @@ import asyncio
 import getpass
 import json
 import sys
+from typing import TYPE_CHECKING
 
 from quantdrift.cli.common import load_settings, signing_settings, with_stack
-from quantdrift.config import Settings
 from quantdrift.errors import InputError
+
+if TYPE_CHECKING:
+    from quantdrift.config import Settings
 
 
 def register(sub: argparse._SubParsersAction) -> None:
