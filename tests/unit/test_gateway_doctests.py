@@ -18,6 +18,7 @@ MODULES = [
     "quantdrift.gateway.sampling",
     "quantdrift.gateway.shadow",
     "quantdrift.gateway.targets",
+    "quantdrift.gateway.teacher_forcing",
     "quantdrift.status.page",
 ]
 
