@@ -43,7 +43,7 @@ browser:  ## install chromium for the status-page test (needs root and Debian's 
 	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; \
 	  else echo "chromium missing: install it (e.g. apt-get install chromium) for the browser test"; fi; }
 
-test: $(STAMP_DEV) browser  ## the whole suite, on the real embedded broker and Redis
+test: $(STAMP_DEV) $(STAMP_VLLM) browser  ## the whole suite (with the vLLM tier: builds .venv-vllm), on the real embedded broker and Redis
 	$(BIN)/pytest -q $(PYTEST_ARGS)
 
 lint: $(STAMP_DEV)  ## ruff and format check
