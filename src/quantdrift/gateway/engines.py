@@ -26,7 +26,7 @@ async def identify(client: httpx.AsyncClient, url: str, timeout_s: float = 5.0) 
     with contextlib.suppress(httpx.HTTPError, ValueError, KeyError, IndexError, TypeError):
         r = await client.get(f"{url}/v1/models", timeout=timeout_s)
         first = r.json()["data"][0] if r.status_code == 200 else {}
-        model = first.get("root") or first.get("id")
+        model = first.get("id") or first.get("root")
         if engine is None and first.get("owned_by") == "vllm":
             engine = "vllm"
     return EngineInfo(engine=engine, version=version, model=model and str(model))
