@@ -79,3 +79,29 @@ def test_gptq_packing_round_trips_the_symmetric_rtn_grid() -> None:
     assert torch.equal(dequantize_gptq(t, 4, 64), grid)
     assert (grid - w).abs().max() <= scale.max()  # within one step of the float weight
     assert int(t["qzeros"][0, 0]) & 0xFFFFFFFF == 0x77777777  # v1: zero point 8 stored as 7
+
+
+async def test_an_engine_change_under_a_pool_is_counted_and_logged(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    from quantdrift.gateway.shadow import ShadowRunner
+    from quantdrift.gateway.upstreams import Upstreams
+    from quantdrift.schemas.pair import EngineInfo
+
+    config = parse_config(
+        {
+            "precisions": {"int4": ["http://a"], "bf16": ["http://b"]},
+            "routes": {"r": {"candidate": "int4", "reference": "bf16"}},
+        }
+    )
+    upstreams = Upstreams(config, shadow=True)
+    runner = ShadowRunner(config, upstreams, None, lambda _: None, prompt_salt="s")
+    old = EngineInfo(engine="vllm", version="0.32.0", model="int4-g64-gptq")
+    runner._identified("int4", old)
+    runner._identified("int4", old)
+    assert runner.engine_changes == {}
+    with caplog.at_level("WARNING", logger="quantdrift.gateway.shadow"):
+        runner._identified("int4", old.model_copy(update={"version": "0.33.0"}))
+    assert runner.engine_changes == {"int4": 1}
+    assert "0.33.0" in caplog.text and "0.32.0" in caplog.text
+    await upstreams.aclose()

@@ -124,6 +124,7 @@ class ShadowRunner:
         # (1/0, absent while unknown): probed at start, see ``_probe_loop``.
         self.identities: dict[str, EngineInfo] = {}
         self.tf_ready: dict[str, float] = {}
+        self.engine_changes: dict[str, int] = {}
         self._probe_task: asyncio.Task[None] | None = None
 
     # -- the user's side: never blocks, never raises --------------------------------
@@ -213,12 +214,32 @@ class ShadowRunner:
             for name in self.config.order:
                 try:
                     pool = self.upstreams[name]
-                    self.identities[name] = await pool.identify()
+                    self._identified(name, await pool.identify())
                     if name in self.tf_pools and name not in self.tf_ready:
                         await self._probe_tf(name)
                 except Exception:  # a probe must never take the loop down
                     log.exception("probe of pool %s failed", name)
             await asyncio.sleep(PROBE_EVERY_S)
+
+    def _identified(self, name: str, now: EngineInfo) -> None:
+        """Keep a pool's identity; a change of engine, version or model under a running
+        gateway is logged and counted (``engine_changes``): pairs after it are about
+        another candidate. The breaker does not yet restart its evidence on it."""
+        before = self.identities.get(name)
+        self.identities[name] = now
+        if before is not None and before != now and now != EngineInfo():
+            self.engine_changes[name] = self.engine_changes.get(name, 0) + 1
+            log.warning(
+                "pool %s now served by %s %s (%s), was %s %s (%s): pairs from here on are "
+                "about another engine or model",
+                name,
+                now.engine,
+                now.version,
+                now.model,
+                before.engine,
+                before.version,
+                before.model,
+            )
 
     async def _probe_tf(self, name: str) -> None:
         outcome = await self.upstreams[name].probe_teacher_forcing(timeout_s=10.0)
@@ -444,6 +465,12 @@ class ShadowRunner:
             "1 when the pool's server teacher-forces as declared, 0 when it cannot",
             ["pool", "mode"],
             {(p, self.config.pool(p).teacher_forcing): v for p, v in self.tf_ready.items()},
+        )
+        yield counter(
+            "engine_changes",
+            "times a pool's engine, version or served model changed under the gateway",
+            ["pool"],
+            {(p,): n for p, n in self.engine_changes.items()},
         )
         yield gauge("shadow_queue_depth", "shadow jobs waiting", [], {(): len(self._queue)})
         yield gauge("shadow_in_flight", "shadow jobs running", [], {(): self.in_flight})
