@@ -141,6 +141,8 @@ async def test_rollback_on_teacher_forced_evidence_from_vllm(
             served.append(reply.precision)
         rollback = await rolled_back
         assert rollback.command.target == "reference"
+        reasons = rollback.command.evidence["last_reasons"]
+        assert reasons and all("teacher-forced KL" in r for r in reasons), reasons
         assert served[0] == "int4"
 
         # The decisive evidence was teacher-forced, computed by vLLM.
