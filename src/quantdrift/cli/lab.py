@@ -4,6 +4,9 @@
   (shadow pairs per variant, plus ``--noise-pairs`` reference-vs-reference pairs).
 * ``lab quality PAIRS`` prints JSON validity and needle recall per variant.
 * ``lab serve --precision VARIANT`` serves one variant over an OpenAI-compatible API.
+* ``lab export --variant VARIANT --out DIR`` writes a model folder vLLM serves.
+* ``lab vllm --variant VARIANT --port P`` serves one variant from a real vLLM engine
+  (the ``.venv-vllm`` that ``make vllm`` builds), exporting it first if needed.
 """
 
 from __future__ import annotations
@@ -16,7 +19,7 @@ import time
 from pathlib import Path
 
 from quantdrift.cli.progress import enabled as progress_enabled
-from quantdrift.lab.variants import VARIANTS  # names only: quant.py needs torch
+from quantdrift.lab.variants import EXPORT_VARIANTS, VARIANTS  # names only: no torch
 
 SERVE_PRECISIONS = ("ref-f32", *VARIANTS)
 
@@ -65,6 +68,34 @@ def register(sub: argparse._SubParsersAction) -> None:
     s.add_argument("--host", default="127.0.0.1", help="loopback only (127.0.0.1 or localhost)")
     s.add_argument("--threads", type=_positive, default=None, help="torch threads")
     s.set_defaults(func=serve)
+
+    e = lab_sub.add_parser("export", help="write a variant as a model folder vLLM serves")
+    e.add_argument("--variant", choices=EXPORT_VARIANTS, required=True)
+    e.add_argument("--out", type=Path, required=True, help="the folder to write")
+    e.set_defaults(func=export)
+
+    v = lab_sub.add_parser("vllm", help="serve a variant from a real vLLM engine (.venv-vllm)")
+    v.add_argument("--variant", choices=EXPORT_VARIANTS, required=True)
+    v.add_argument("--port", type=_positive, default=8000)
+    v.add_argument("--host", default="127.0.0.1")
+    v.add_argument(
+        "--model-dir",
+        type=Path,
+        default=None,
+        help="the exported folder (default: ~/.cache/quantdrift/vllm-models/VARIANT)",
+    )
+    v.add_argument(
+        "--python",
+        type=Path,
+        default=None,
+        help="vLLM's python (default: $QUANTDRIFT_VLLM_PYTHON or .venv-vllm/bin/python)",
+    )
+    v.add_argument("--kv-cache-gb", type=_positive, default=2, help="VLLM_CPU_KVCACHE_SPACE")
+    v.add_argument("--max-model-len", type=_positive, default=2048)
+    v.add_argument("--max-num-seqs", type=_positive, default=16)
+    v.add_argument("--threads", type=_positive, default=1, help="OMP_NUM_THREADS of the engine")
+    v.add_argument("--ready-timeout", type=float, default=900.0, help="seconds to wait for ready")
+    v.set_defaults(func=vllm)
 
 
 def _positive(text: str) -> int:
@@ -164,3 +195,41 @@ def serve(args: argparse.Namespace) -> int:
 
     run_server(args.precision, host=args.host, port=args.port, threads=args.threads)
     return 0
+
+
+def export(args: argparse.Namespace) -> int:
+    from quantdrift.lab import model as lab_model
+    from quantdrift.lab.export import export as write
+
+    t0 = time.perf_counter()
+    model, tokenizer = lab_model.load()
+    info = write(args.variant, args.out, model, tokenizer)
+    info["out"] = str(args.out)
+    info["seconds"] = round(time.perf_counter() - t0, 1)
+    print(json.dumps(info))
+    return 0
+
+
+def vllm(args: argparse.Namespace) -> int:
+    from quantdrift.lab.vllm_server import VllmServer, default_model_dir, find_python
+
+    python = find_python(args.python)
+    if python is None:
+        sys.stderr.write(
+            "quantdrift: error: no vLLM python: run `make vllm` (builds .venv-vllm) "
+            "or pass --python / set QUANTDRIFT_VLLM_PYTHON\n"
+        )
+        return 2
+    model_dir = args.model_dir or default_model_dir(args.variant)
+    server = VllmServer(
+        variant=args.variant,
+        model_dir=model_dir,
+        python=python,
+        host=args.host,
+        port=args.port,
+        kv_cache_gb=args.kv_cache_gb,
+        max_model_len=args.max_model_len,
+        max_num_seqs=args.max_num_seqs,
+        threads=args.threads,
+    )
+    return server.run(ready_timeout_s=args.ready_timeout)

@@ -15,7 +15,7 @@ routes:
   # billing/int4: {candidate: int4, reference: bf16,
   #                preflight: {report: preflight.json, canary_percent: 5}}
 pools:                      # optional, per precision: what its servers can do
-  bf16: {logprobs: false, max_connections: 32}
+  bf16: {logprobs: false, max_connections: 32, teacher_forcing: vllm}  # or lab | none
 auth:                       # optional; without it the gateway is open (and says so)
   keys:
     - {name: team-a, sha256: <hex sha256 of the key>, routes: [cs-agent/int4]}
@@ -99,6 +99,9 @@ class PoolConfig(_Frozen):
     stream_usage: bool = True  # honours stream_options.include_usage (vLLM, OpenAI, lab serve)
     max_connections: int | None = Field(default=None, ge=1)  # default: the global max_connections
     acquire_timeout_s: float = Field(default=0.5, gt=0)
+    # How a route's teacher_forced scores are obtained when this pool is its reference:
+    # lab = POST /v1/score (quantdrift lab serve), vllm = chat + prompt_logprobs.
+    teacher_forcing: Literal["vllm", "lab", "none"] = "lab"
 
 
 class ApiKey(_Frozen):
@@ -238,6 +241,13 @@ class GatewayConfig(_Frozen):
         for name in self.pools:
             if name not in self.precisions:
                 raise ValueError(f"pools.{name}: unknown precision")
+        for name, route in self.routes.items():
+            ref = self.pools.get(route.reference)
+            if route.teacher_forced and ref is not None and ref.teacher_forcing == "none":
+                raise ValueError(
+                    f"routes.{name}: teacher_forced, but pools.{route.reference} "
+                    "declares teacher_forcing: none"
+                )
         for key in self.auth.keys if self.auth else ():
             for r in key.routes:
                 if r != "*" and r not in self.routes:

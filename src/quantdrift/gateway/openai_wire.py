@@ -223,6 +223,7 @@ class Completion:
             self.created,
             [choice],
             self.usage,
+            system_fingerprint=self.system_fingerprint,
             latency_ms=self.latency_ms,
         )
 

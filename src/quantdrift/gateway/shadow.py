@@ -41,9 +41,10 @@ from quantdrift.gateway.gateway_config import GatewayConfig
 from quantdrift.gateway.openai_wire import Accumulator, Completion
 from quantdrift.gateway.planning import JsonSpec, Plan
 from quantdrift.gateway.routing import RouteState, decide
+from quantdrift.gateway.teacher_forcing import UNSUPPORTED, Scored
 from quantdrift.gateway.telemetry import counter, gauge
 from quantdrift.gateway.upstreams import UpstreamClientError, Upstreams, error_reason
-from quantdrift.schemas.pair import PairEvent, RequestInfo, pair_id_for
+from quantdrift.schemas.pair import EngineInfo, ModelOutput, PairEvent, RequestInfo, pair_id_for
 from quantdrift.schemas.privacy import prompt_hash
 from quantdrift.supervision import Supervisor
 
@@ -56,6 +57,7 @@ DEADLINE = "deadline"
 STOPPED = "stopped"
 STOPPED_IN_FLIGHT = "stopped_in_flight"
 TOO_LARGE = "too_large"  # request body past limits.max_shadow_body_bytes: not mirrored
+PROBE_EVERY_S = 30.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -113,6 +115,13 @@ class ShadowRunner:
         self._closed = False
         # Restarts a worker loop that raises; the gateway shares its own.
         self.supervisor = Supervisor()
+        self._tf_logged: set[tuple[str, str]] = set()
+        # Per pool: what serves it (refreshed), and whether it can teacher-force
+        # (1/0, absent while unknown): probed at start, see ``_probe_loop``.
+        self.identities: dict[str, EngineInfo] = {}
+        self.tf_ready: dict[str, float] = {}
+        self.engine_changes: dict[str, int] = {}
+        self._probe_task: asyncio.Task[None] | None = None
 
     # -- the user's side: never blocks, never raises --------------------------------
 
@@ -147,6 +156,8 @@ class ShadowRunner:
     # -- lifecycle -------------------------------------------------------------------
 
     async def start(self) -> None:
+        if self._probe_task is None:
+            self._probe_task = asyncio.create_task(self._probe_loop(), name="quantdrift-probe")
         if not self._workers:
             self._closed = False
             self._workers = [
@@ -170,6 +181,11 @@ class ShadowRunner:
         cancel the rest: each counted (``stopped`` queued, ``stopped_in_flight``
         running) and reported in one log line."""
         self._closed = True
+        if self._probe_task is not None:
+            self._probe_task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._probe_task
+            self._probe_task = None
         drained = await self.wait_idle(timeout)
         running, queued = self.in_flight, len(self._queue)
         for task in self._workers:
@@ -192,6 +208,65 @@ class ShadowRunner:
                 running,
             )
         await self.upstreams.aclose()
+
+    @property
+    def tf_pools(self) -> set[str]:
+        """The reference pools of teacher-forced routes."""
+        return {rc.reference for rc in self.config.routes.values() if rc.teacher_forced}
+
+    async def _probe_loop(self) -> None:
+        """At start, then every ``PROBE_EVERY_S``: each pool's engine identity, and once
+        per teacher-forcing pool whether it can do what it declared. A pool that cannot
+        is logged once, clearly, and shown as 0 in ``teacher_forcing_ready``; one that
+        does not answer yet is tried again."""
+        while True:
+            for name in self.config.order:
+                try:
+                    pool = self.upstreams[name]
+                    self._identified(name, await pool.identify())
+                    if name in self.tf_pools and name not in self.tf_ready:
+                        await self._probe_tf(name)
+                except Exception:  # a probe must never take the loop down
+                    log.exception("probe of pool %s failed", name)
+            await asyncio.sleep(PROBE_EVERY_S)
+
+    def _identified(self, name: str, now: EngineInfo) -> None:
+        """Keep a pool's identity; a change of engine, version or model under a running
+        gateway is logged and counted (``engine_changes``): pairs after it are about
+        another candidate. The breaker does not yet restart its evidence on it."""
+        before = self.identities.get(name)
+        self.identities[name] = now
+        if before is not None and before != now and now != EngineInfo():
+            self.engine_changes[name] = self.engine_changes.get(name, 0) + 1
+            log.warning(
+                "pool %s now served by %s %s (%s), was %s %s (%s): pairs from here on are "
+                "about another engine or model",
+                name,
+                now.engine,
+                now.version,
+                now.model,
+                before.engine,
+                before.version,
+                before.model,
+            )
+
+    async def _probe_tf(self, name: str) -> None:
+        outcome = await self.upstreams[name].probe_teacher_forcing(timeout_s=10.0)
+        mode = self.config.pool(name).teacher_forcing
+        if isinstance(outcome, Scored):
+            self.tf_ready[name] = 1.0
+            log.info("teacher forcing (%s) on pool %s: ready", mode, name)
+        elif outcome.reason == UNSUPPORTED:
+            self.tf_ready[name] = 0.0
+            log.error(
+                "teacher forcing (%s) on pool %s is not supported by its server: %s; "
+                "teacher-forced routes on it get no tf_kl (set pools.%s.teacher_forcing "
+                "to what the server is: vllm or lab)",
+                mode,
+                name,
+                outcome.detail,
+                name,
+            )
 
     async def _work(self) -> None:
         while True:
@@ -292,12 +367,35 @@ class ShadowRunner:
         cand, ref = cache[d.pair_candidate], cache[d.pair_reference]
         tf = None
         if self.config.routes[plan.route].teacher_forced and cand.text:
-            tf = await self.upstreams[d.pair_reference].score(
-                plan.body.get("messages"), cand.text, timeout_s=self.config.timeouts.shadow_total_s
-            )
-            if tf is None:
-                self._error(plan.route, "shadow", "teacher_forced")
+            tf = await self._teacher_forced(plan, d.pair_reference, cand)
         return self._build(plan, "shadow", cand, ref, tf, self.config.shadow_rate(plan.route))
+
+    async def _teacher_forced(
+        self, plan: Plan, reference: str, cand: Completion
+    ) -> list[float] | None:
+        """The reference's log-probs of the candidate's tokens, or None: every None is
+        counted (``shadow_errors{reason="tf_..."}``), and logged once per pool and reason."""
+        outcome = await self.upstreams[reference].score(
+            plan.body.get("messages"), cand, timeout_s=self.config.timeouts.shadow_total_s
+        )
+        if isinstance(outcome, Scored):
+            return outcome.logprobs
+        self._error(plan.route, "shadow", f"tf_{outcome.reason}")
+        key = (reference, outcome.reason)
+        if key not in self._tf_logged:
+            self._tf_logged.add(key)
+            mode = self.config.pool(reference).teacher_forcing
+            log.error(
+                "teacher forcing (%s) on reference pool %s failed: %s: %s; pairs go without "
+                'tf_kl (counted in quantdrift_gateway_shadow_errors_total{reason="tf_%s"}; '
+                "logged once per pool and reason)",
+                mode,
+                reference,
+                outcome.reason,
+                outcome.detail,
+                outcome.reason,
+            )
+        return None
 
     async def _noise_pair(self, plan: Plan, cache: dict[str, Completion]) -> PairEvent:
         ref = plan.decision.pair_reference
@@ -336,12 +434,22 @@ class ShadowRunner:
             ts=time.time(),
             route=plan.route,
             kind=kind,  # type: ignore[arg-type]
-            candidate=cand.output(k),
-            reference=ref.output(k),
+            candidate=self._side(cand, k),
+            reference=self._side(ref, k),
             request=request,
             reference_logprobs_on_candidate=tf,
             sample_rate=max(rate, 1e-9),
         )
+
+    def _side(self, c: Completion, k: int) -> ModelOutput:
+        """One side of the pair, with what served it (pool identity + the answer's
+        ``system_fingerprint``) when anything is known."""
+        out = c.output(k)
+        known = self.identities.get(c.precision) or EngineInfo()
+        info = known.model_copy(update={"system_fingerprint": c.system_fingerprint})
+        if info == EngineInfo():
+            return out
+        return out.model_copy(update={"engine": info})
 
     # -- metrics -------------------------------------------------------------------------
 
@@ -351,6 +459,18 @@ class ShadowRunner:
             "shadow calls or pairs that failed",
             ["route", "kind", "reason"],
             self.errors,
+        )
+        yield gauge(
+            "teacher_forcing_ready",
+            "1 when the pool's server teacher-forces as declared, 0 when it cannot",
+            ["pool", "mode"],
+            {(p, self.config.pool(p).teacher_forcing): v for p, v in self.tf_ready.items()},
+        )
+        yield counter(
+            "engine_changes",
+            "times a pool's engine, version or served model changed under the gateway",
+            ["pool"],
+            {(p,): n for p, n in self.engine_changes.items()},
         )
         yield gauge("shadow_queue_depth", "shadow jobs waiting", [], {(): len(self._queue)})
         yield gauge("shadow_in_flight", "shadow jobs running", [], {(): self.in_flight})

@@ -42,9 +42,13 @@ from typing import Any
 import httpx
 
 from quantdrift.errors import GatewayError, UpstreamError, UpstreamTimeout
+from quantdrift.gateway import teacher_forcing as tf
 from quantdrift.gateway.capacity import OutlierDetector
+from quantdrift.gateway.engines import identify
 from quantdrift.gateway.gateway_config import GatewayConfig, PoolConfig, TimeoutConfig
-from quantdrift.gateway.openai_wire import as_chunk
+from quantdrift.gateway.openai_wire import Completion, as_chunk
+from quantdrift.gateway.teacher_forcing import Failed, Outcome
+from quantdrift.schemas.pair import EngineInfo
 
 _RETRY_STATUS = frozenset({502, 503, 504})
 _MAX_ERROR_BODY = 4096
@@ -214,30 +218,49 @@ class UpstreamPool:
         except ValueError as exc:  # JSONDecodeError, UnicodeDecodeError
             raise _error(f"{self.precision}: {url}: unreadable chunk", "bad_response") from exc
 
-    async def score(
-        self, messages: Any, continuation: str, *, timeout_s: float
-    ) -> list[float] | None:
-        """Teacher-forced log-probs of ``continuation`` (``POST /v1/score``); None on failure."""
+    async def score(self, messages: Any, candidate: Completion, *, timeout_s: float) -> Outcome:
+        """The reference's log-probs of ``candidate``'s tokens, the way this pool declared
+        (``teacher_forcing``; see ``teacher_forcing``). Tries the pool's URLs in turn
+        while they refuse connections; never raises."""
+        mode = self.capabilities.teacher_forcing
+        if mode == "none":
+            return Failed(tf.UNSUPPORTED, f"pool {self.precision} declares teacher_forcing: none")
+        tokens = [str(e.get("token", "")) for e in candidate.choice(0).logprobs_content]
+        outcome: Outcome = Failed(tf.FAILED, f"{self.precision}: no upstream answered")
         for url in self._ordered():
-            try:
-                async with asyncio.timeout(timeout_s):
-                    response = await self._client.post(
-                        f"{url}/v1/score", json={"messages": messages, "continuation": continuation}
-                    )
-            except (httpx.ConnectError, httpx.ConnectTimeout):
-                continue
-            except (httpx.HTTPError, TimeoutError):
-                return None
-            if response.status_code != 200:
-                return None
-            try:
-                values = response.json().get("continuation_logprobs")
-            except (ValueError, AttributeError):
-                return None
-            if isinstance(values, list) and all(isinstance(v, int | float) for v in values):
-                return [float(v) for v in values]
-            return None
-        return None
+            if mode == "vllm":
+                outcome = await tf.score_vllm(
+                    self._client,
+                    url,
+                    self.model,
+                    messages,
+                    candidate.text,
+                    tokens,
+                    finished=candidate.finish_reason == "stop",
+                    timeout_s=timeout_s,
+                )
+            else:
+                outcome = await tf.score_lab(self._client, url, messages, candidate.text, timeout_s)
+            if not (isinstance(outcome, Failed) and outcome.detail in _CONNECT_FAILURES):
+                return outcome
+        return outcome
+
+    async def probe_teacher_forcing(self, timeout_s: float) -> Outcome:
+        """One tiny forced answer on the first reachable server (startup check)."""
+        outcome: Outcome = Failed(tf.FAILED, f"{self.precision}: no upstream answered")
+        for url in self.urls:
+            mode = self.capabilities.teacher_forcing
+            outcome = await tf.probe(self._client, url, self.model, mode, timeout_s)
+            if not (isinstance(outcome, Failed) and outcome.detail in _CONNECT_FAILURES):
+                return outcome
+        return outcome
+
+    async def identify(self) -> EngineInfo:
+        """What serves the pool's first server (``engines.identify``)."""
+        return await identify(self._client, self.urls[0])
+
+
+_CONNECT_FAILURES = frozenset({"ConnectError", "ConnectTimeout"})
 
 
 def _loop_time(deadline: float) -> float:

@@ -34,6 +34,11 @@ VARIANTS: dict[str, QuantSpec] = {
     )
 }
 
+# Real quantized checkpoint formats vLLM runs through its own kernels (lab/export.py).
+GPTQ_VARIANTS: dict[str, QuantSpec] = {"int4-g64-gptq": QuantSpec("int4-g64-gptq", 4, 64)}
+# Every name `lab export` and `lab vllm` accept: the reference, the RTN variants, GPTQ.
+EXPORT_VARIANTS = ("ref-f32", *VARIANTS, *GPTQ_VARIANTS)
+
 
 def variant(name: str) -> QuantSpec:
     """The spec for a variant name; ValueError listing the known ones otherwise."""

@@ -36,6 +36,19 @@ def _finite(values: list[float], name: str) -> list[float]:
     return values
 
 
+class EngineInfo(BaseModel):
+    """What served one side: a quality change follows an engine, version or weights change
+    as surely as a new quantization. Optional and best effort (from ``GET /version``,
+    ``GET /v1/models`` and the answer's ``system_fingerprint``)."""
+
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+    engine: str | None = Field(default=None, max_length=64)
+    version: str | None = Field(default=None, max_length=64)
+    model: str | None = Field(default=None, max_length=512)
+    system_fingerprint: str | None = Field(default=None, max_length=256)
+
+
 class ModelOutput(BaseModel):
     """One side of a pair. Per-token data is optional: gateways send what they have."""
 
@@ -53,6 +66,7 @@ class ModelOutput(BaseModel):
     tokens: list[str] | None = Field(default=None, max_length=MAX_TOKENS)
     latency_ms: float | None = Field(default=None, ge=0)
     finish_reason: str | None = None
+    engine: EngineInfo | None = None
 
     @field_validator("entropy")
     @classmethod

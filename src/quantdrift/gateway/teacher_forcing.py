@@ -1,0 +1,222 @@
+"""Teacher forcing: the reference's log-prob of each token the candidate wrote.
+
+A pool says how its servers do it (``pools.P.teacher_forcing``):
+
+* ``lab``: ``POST /v1/score`` with ``{messages, continuation}`` (``quantdrift lab
+  serve``; vLLM's ``/v1/score`` is a different API);
+* ``vllm``: a chat request whose last message is the candidate's answer, with
+  ``add_generation_prompt: false``, ``prompt_logprobs`` and ``max_tokens: 1``; the
+  reference's own chat template renders it. ``POST /tokenize`` of the same chat
+  with ``add_generation_prompt: true`` says where the answer starts;
+* ``none``: the pool cannot; a route that asks for it is refused at load time.
+
+**Alignment** (vLLM). An answer that finished (``stop``) carries the end-of-turn
+token among its own log-probs; the message is then *closed*
+(``continue_final_message: false``), which puts that token right after the
+answer. An answer cut by ``max_tokens`` has no such token; its message stays
+*open* (``continue_final_message: true``). Either way the reference's
+log-probs are the ``n`` positions after the prompt, ``n`` the number of tokens
+the candidate reported (what follows, e.g. the template's newline, is clipped).
+These must be the *same* tokens: the reference re-tokenizes the answer's text,
+which can split it differently from what the candidate generated (and always
+will when the two sides have different tokenizers). Then the token lists
+disagree, and the pair goes without ``tf_kl`` rather than with a divergence
+measured on different tokens: ``Mismatch`` says so and the caller counts it
+(``shadow_errors{reason="tf_token_mismatch"}``). The lab's scorer follows the
+same rule: a list of a different length gives no ``tf_kl``
+(``detectors.entropy.teacher_forced_kl``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import httpx
+
+TeacherForcing = Literal["vllm", "lab", "none"]
+
+# Outcome reasons (counted as shadow_errors{reason="tf_<reason>"}).
+UNSUPPORTED = "unsupported"  # the server has no such API (404/405/400 on the request shape)
+MISMATCH = "token_mismatch"  # the re-tokenized answer is not the candidate's token list
+FAILED = "error"  # timeout, 5xx, unreadable reply
+
+# A tiny chat for the startup probe: one assistant answer to score.
+PROBE_MESSAGES = [{"role": "user", "content": "Say hello."}]
+PROBE_ANSWER = "Hello"
+
+
+@dataclass(frozen=True, slots=True)
+class Scored:
+    logprobs: list[float]
+
+
+@dataclass(frozen=True, slots=True)
+class Failed:
+    reason: str
+    detail: str
+
+
+Outcome = Scored | Failed
+
+
+def align(
+    candidate_tokens: Sequence[str],
+    start: int,
+    prompt_token_ids: Sequence[int],
+    prompt_logprobs: Sequence[Mapping[str, Any] | None],
+) -> Outcome:
+    """The reference's log-probs of the candidate's ``n`` tokens, from position ``start``.
+
+    ``prompt_logprobs[i]`` is vLLM's entry for prompt position ``i``: a mapping of
+    token id (as a string) to ``{logprob, rank, decoded_token}``, the actual token
+    ``prompt_token_ids[i]`` always among them.
+
+    >>> entries = [None, {"7": {"logprob": -0.5, "decoded_token": "Hi"}},
+    ...            {"2": {"logprob": -0.1, "decoded_token": "<|im_end|>"}}]
+    >>> align(["Hi", "<|im_end|>"], 1, [1, 7, 2], entries)
+    Scored(logprobs=[-0.5, -0.1])
+    >>> align(["Hello"], 1, [1, 7, 2], entries).reason
+    'token_mismatch'
+    """
+    n = len(candidate_tokens)
+    if n == 0:
+        return Failed(MISMATCH, "the candidate reported no tokens")
+    if len(prompt_token_ids) != len(prompt_logprobs) or start < 1:
+        return Failed(FAILED, "prompt_logprobs do not cover the prompt")
+    if start + n > len(prompt_token_ids):
+        have = len(prompt_token_ids) - start
+        return Failed(MISMATCH, f"candidate has {n} tokens, the reference's answer {have}")
+    out: list[float] = []
+    for i in range(n):
+        tid = prompt_token_ids[start + i]
+        entry = (prompt_logprobs[start + i] or {}).get(str(tid))
+        if not isinstance(entry, Mapping) or not isinstance(entry.get("logprob"), int | float):
+            return Failed(FAILED, f"no log-prob for the token at position {start + i}")
+        decoded = entry.get("decoded_token")
+        if decoded is not None and decoded != candidate_tokens[i]:
+            return Failed(
+                MISMATCH,
+                f"token {i}: candidate {candidate_tokens[i]!r}, reference {decoded!r}",
+            )
+        out.append(float(entry["logprob"]))
+    return Scored(out)
+
+
+def vllm_request(
+    messages: Sequence[Mapping[str, Any]], answer: str, finished: bool, model: str | None
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(``/tokenize`` body, chat body) that teacher-force ``answer`` on a vLLM server."""
+    tokenize: dict[str, Any] = {"messages": list(messages), "add_generation_prompt": True}
+    chat: dict[str, Any] = {
+        "messages": [*messages, {"role": "assistant", "content": answer}],
+        "add_generation_prompt": False,
+        "continue_final_message": not finished,
+        "prompt_logprobs": 1,
+        "max_tokens": 1,
+        "temperature": 0,
+        "return_token_ids": True,
+    }
+    if model:
+        tokenize["model"] = model
+        chat["model"] = model
+    return tokenize, chat
+
+
+async def _vllm_positions(
+    client: httpx.AsyncClient,
+    url: str,
+    model: str | None,
+    messages: Sequence[Mapping[str, Any]],
+    answer: str,
+    finished: bool,
+    timeout_s: float,
+) -> tuple[int, list[Any], list[Any]] | Failed:
+    """(where the answer starts, prompt token ids, prompt_logprobs) of one forced chat."""
+    tokenize, chat = vllm_request(messages, answer, finished, model)
+    try:
+        async with asyncio.timeout(timeout_s):
+            tok, scored = await asyncio.gather(
+                client.post(f"{url}/tokenize", json=tokenize),
+                client.post(f"{url}/v1/chat/completions", json=chat),
+            )
+    except (httpx.HTTPError, TimeoutError) as exc:
+        return Failed(FAILED, f"{type(exc).__name__}")
+    for r, what in ((tok, "/tokenize"), (scored, "prompt_logprobs")):
+        if r.status_code in (400, 404, 405, 422):
+            return Failed(UNSUPPORTED, f"{what}: HTTP {r.status_code}: {r.text[:200]}")
+        if r.status_code != 200:
+            return Failed(FAILED, f"{what}: HTTP {r.status_code}")
+    try:
+        start = len(tok.json()["tokens"])
+        body = scored.json()
+        ids = body.get("prompt_token_ids") or body["choices"][0].get("prompt_token_ids")
+        entries = body.get("prompt_logprobs") or body["choices"][0].get("prompt_logprobs")
+    except (ValueError, KeyError, IndexError, TypeError, AttributeError):
+        return Failed(FAILED, "unreadable reply")
+    if not isinstance(ids, list) or not isinstance(entries, list):
+        return Failed(UNSUPPORTED, "no prompt_token_ids / prompt_logprobs in the reply")
+    return start, ids, entries
+
+
+async def score_vllm(
+    client: httpx.AsyncClient,
+    url: str,
+    model: str | None,
+    messages: Sequence[Mapping[str, Any]],
+    answer: str,
+    candidate_tokens: Sequence[str],
+    finished: bool,
+    timeout_s: float,
+) -> Outcome:
+    """Teacher-force one answer on the vLLM server at ``url`` (two calls, one deadline)."""
+    got = await _vllm_positions(client, url, model, messages, answer, finished, timeout_s)
+    if isinstance(got, Failed):
+        return got
+    return align(candidate_tokens, *got)
+
+
+async def probe(
+    client: httpx.AsyncClient, url: str, model: str | None, mode: str, timeout_s: float
+) -> Outcome:
+    """Can the server at ``url`` teacher-force the way its pool declared? (startup check)"""
+    if mode == "vllm":
+        got = await _vllm_positions(
+            client, url, model, PROBE_MESSAGES, PROBE_ANSWER, False, timeout_s
+        )
+        if isinstance(got, Failed):
+            return got
+        start, ids, entries = got
+        tail = entries[start:]
+        if not tail or len(entries) != len(ids):
+            return Failed(UNSUPPORTED, "prompt_logprobs do not cover the forced answer")
+        return Scored([float(next(iter(e.values()))["logprob"]) for e in tail if e])
+    if mode == "lab":
+        return await score_lab(client, url, PROBE_MESSAGES, PROBE_ANSWER, timeout_s)
+    return Failed(UNSUPPORTED, "teacher_forcing: none")
+
+
+async def score_lab(
+    client: httpx.AsyncClient, url: str, messages: Any, answer: str, timeout_s: float
+) -> Outcome:
+    """``POST /v1/score`` of ``quantdrift lab serve``."""
+    try:
+        async with asyncio.timeout(timeout_s):
+            r = await client.post(
+                f"{url}/v1/score", json={"messages": messages, "continuation": answer}
+            )
+    except (httpx.HTTPError, TimeoutError) as exc:
+        return Failed(FAILED, f"{type(exc).__name__}")
+    if r.status_code in (400, 404, 405, 422):
+        return Failed(UNSUPPORTED, f"/v1/score: HTTP {r.status_code}: {r.text[:200]}")
+    if r.status_code != 200:
+        return Failed(FAILED, f"/v1/score: HTTP {r.status_code}")
+    try:
+        values = r.json().get("continuation_logprobs")
+    except (ValueError, AttributeError):
+        return Failed(FAILED, "unreadable reply")
+    if isinstance(values, list) and all(isinstance(v, int | float) for v in values):
+        return Scored([float(v) for v in values])
+    return Failed(UNSUPPORTED, "no continuation_logprobs in the reply")

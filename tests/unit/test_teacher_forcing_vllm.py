@@ -1,0 +1,107 @@
+"""Teacher forcing on vLLM: request shape and token alignment (pure functions).
+
+The real-engine side is tests/vllm/; these pin the alignment rule on entries
+shaped like vLLM's ``prompt_logprobs``.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from quantdrift.errors import ConfigError
+from quantdrift.gateway.gateway_config import parse_config
+from quantdrift.gateway.teacher_forcing import MISMATCH, Failed, Scored, align, vllm_request
+from quantdrift.lab.export import dequantize_gptq, gptq_linear, rtn_symmetric
+
+
+def entries(ids: list[int], tokens: list[str], logprobs: list[float]) -> list[dict | None]:
+    out: list[dict | None] = [None]
+    for tid, tok, lp in zip(ids[1:], tokens[1:], logprobs[1:], strict=True):
+        out.append({str(tid): {"logprob": lp, "rank": 1, "decoded_token": tok}})
+    return out
+
+
+IDS = [1, 10, 11, 12, 13, 2, 198]  # prompt (2 tokens) + "A", "B", "C" + <|im_end|> + "\n"
+TOKS = ["<s>", "user", "A", "B", "C", "<|im_end|>", "\n"]
+LPS = [0.0, -1.0, -0.1, -0.2, -0.3, -0.4, -0.5]
+
+
+def test_a_finished_answer_aligns_with_its_end_of_turn_token() -> None:
+    got = align(["A", "B", "C", "<|im_end|>"], 2, IDS, entries(IDS, TOKS, LPS))
+    assert got == Scored([-0.1, -0.2, -0.3, -0.4])  # the template's newline is clipped
+
+
+def test_a_cut_answer_aligns_without_it() -> None:
+    assert align(["A", "B", "C"], 2, IDS, entries(IDS, TOKS, LPS)) == Scored([-0.1, -0.2, -0.3])
+
+
+def test_a_retokenized_answer_that_differs_is_a_counted_mismatch() -> None:
+    got = align(["A", "BC", "<|im_end|>"], 2, IDS, entries(IDS, TOKS, LPS))
+    assert isinstance(got, Failed) and got.reason == MISMATCH and "'BC'" in got.detail
+    longer = align(["A", "B", "C", "x", "y", "z"], 2, IDS, entries(IDS, TOKS, LPS))
+    assert isinstance(longer, Failed) and longer.reason == MISMATCH
+
+
+def test_finished_answers_close_the_message_and_cut_ones_keep_it_open() -> None:
+    msgs = [{"role": "user", "content": "hi"}]
+    tok, chat = vllm_request(msgs, "Hello", finished=True, model="ref-f32")
+    assert tok == {"messages": msgs, "add_generation_prompt": True, "model": "ref-f32"}
+    assert chat["messages"][-1] == {"role": "assistant", "content": "Hello"}
+    assert chat["add_generation_prompt"] is False and chat["continue_final_message"] is False
+    assert chat["prompt_logprobs"] >= 1 and chat["max_tokens"] == 1
+    assert vllm_request(msgs, "Hel", finished=False, model=None)[1]["continue_final_message"]
+
+
+def test_a_teacher_forced_route_on_a_pool_that_cannot_is_refused() -> None:
+    config = {
+        "precisions": {"int4": ["http://a"], "bf16": ["http://b"]},
+        "pools": {"bf16": {"teacher_forcing": "none"}},
+        "routes": {"r": {"candidate": "int4", "reference": "bf16", "teacher_forced": True}},
+    }
+    with pytest.raises(ConfigError, match="teacher_forcing: none"):
+        parse_config(config)
+    config["pools"] = {"bf16": {"teacher_forcing": "vllm"}}
+    assert parse_config(config).pool("bf16").teacher_forcing == "vllm"
+    config["pools"] = {"bf16": {"teacher_forcing": "sglang"}}
+    with pytest.raises(ConfigError, match="teacher_forcing"):
+        parse_config(config)
+
+
+def test_gptq_packing_round_trips_the_symmetric_rtn_grid() -> None:
+    torch.manual_seed(0)
+    w = torch.randn(192, 576) * 0.05
+    t = gptq_linear(w, 4, 64)
+    assert t["qweight"].shape == (72, 192) and t["qzeros"].shape == (9, 24)
+    assert t["scales"].shape == (9, 192) and t["scales"].dtype == torch.float16
+    q, scale = rtn_symmetric(w, 4, 64)
+    grid = ((q - 8).float().reshape(192, 9, 64) * scale.unsqueeze(-1)).reshape(192, 576)
+    assert torch.equal(dequantize_gptq(t, 4, 64), grid)
+    assert (grid - w).abs().max() <= scale.max()  # within one step of the float weight
+    assert int(t["qzeros"][0, 0]) & 0xFFFFFFFF == 0x77777777  # v1: zero point 8 stored as 7
+
+
+async def test_an_engine_change_under_a_pool_is_counted_and_logged(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    from quantdrift.gateway.shadow import ShadowRunner
+    from quantdrift.gateway.upstreams import Upstreams
+    from quantdrift.schemas.pair import EngineInfo
+
+    config = parse_config(
+        {
+            "precisions": {"int4": ["http://a"], "bf16": ["http://b"]},
+            "routes": {"r": {"candidate": "int4", "reference": "bf16"}},
+        }
+    )
+    upstreams = Upstreams(config, shadow=True)
+    runner = ShadowRunner(config, upstreams, None, lambda _: None, prompt_salt="s")
+    old = EngineInfo(engine="vllm", version="0.32.0", model="int4-g64-gptq")
+    runner._identified("int4", old)
+    runner._identified("int4", old)
+    assert runner.engine_changes == {}
+    with caplog.at_level("WARNING", logger="quantdrift.gateway.shadow"):
+        runner._identified("int4", old.model_copy(update={"version": "0.33.0"}))
+    assert runner.engine_changes == {"int4": 1}
+    assert "0.33.0" in caplog.text and "0.32.0" in caplog.text
+    await upstreams.aclose()

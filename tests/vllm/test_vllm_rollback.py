@@ -1,0 +1,193 @@
+"""The guard loop on real vLLM: OpenAI SDK -> ``quantdrift gateway`` -> two vLLM engines.
+
+The candidate is SmolLM2-135M as a GPTQ W4A16 checkpoint (int4, groups of 64),
+which vLLM runs through its own int4 kernel; the reference is the bf16 model;
+each is served by vLLM (``quantdrift lab vllm``). The gateway's config is
+shaped like ``examples/gateway.yaml`` with ``teacher_forcing: vllm`` on the
+reference pool: every shadow pair carries the reference's log-probs of the
+candidate's tokens, computed by vLLM (``prompt_logprobs``). A real worker scores
+the pairs and the breaker, judging by teacher-forced KL, rolls the route back;
+users then get the reference.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import yaml
+
+from quantdrift.demo.workers import WorkerProcess, settings_env
+from quantdrift.schemas import PairEvent, ScoreEvent
+from quantdrift.schemas.signing import verifier_from_settings
+from quantdrift.stack import EmbeddedStack, free_port
+
+try:
+    from guard import isolated_settings, make_topics, records_for
+    from test_rollback_e2e import Child, ControlWatch, Reply, until_gateway
+except ImportError:  # pragma: no cover - when tests/ is imported as a package
+    from tests.integration.guard import isolated_settings, make_topics, records_for
+    from tests.integration.test_rollback_e2e import Child, ControlWatch, Reply, until_gateway
+
+openai = pytest.importorskip("openai")
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(1800)]
+
+ROUTE = "cs-agent/int4"
+MAX_TOKENS = 32
+PROMPTS = [
+    "What is the capital of France?",
+    "Who wrote Hamlet?",
+    "What do bees make?",
+    "Name three primary colors.",
+]
+# The breaker judges by teacher-forced KL (nats). Measured on these engines (greedy,
+# 24-96 tokens): the reference against itself 0.000 on every pair, int4-g64-gptq
+# against it 0.14-0.76.
+POLICY = {
+    "rules": ["consecutive"],
+    "consecutive_failures": 2,
+    "min_pairs": 2,
+    "cooldown_s": 600.0,
+    "teacher_forced": True,
+    "tf_kl_threshold": 0.05,
+}
+
+
+async def ask(client: Any, prompt: str) -> Reply:
+    sent = time.time()
+    raw = await client.chat.completions.with_raw_response.create(
+        model=ROUTE,
+        messages=[{"role": "user", "content": prompt}],
+        max_tokens=MAX_TOKENS,
+        temperature=0,
+    )
+    completion = raw.parse()
+    return Reply(
+        raw.http_response.status_code,
+        raw.headers.get("x-quantdrift-precision", ""),
+        completion.choices[0].message.content or "",
+        sent,
+        time.time(),
+    )
+
+
+async def test_rollback_on_teacher_forced_evidence_from_vllm(
+    vllm_engines: dict[str, Any], stack: EmbeddedStack, redis_prefix: str, tmp_path: Path
+) -> None:
+    started = time.monotonic()
+    cand, ref = vllm_engines["int4-g64-gptq"], vllm_engines["ref-f32"]
+    policy = tmp_path / "policy.yaml"
+    policy.write_text(yaml.safe_dump({"default": POLICY}))
+    settings = isolated_settings(stack, redis_prefix).model_copy(update={"policy_file": policy})
+    await make_topics(settings)
+    kafka = settings.kafka
+    env = settings_env(settings, stack.redis_url)
+    gw_port = free_port()
+    config = tmp_path / "gateway.yaml"
+    config.write_text(
+        yaml.safe_dump(
+            {
+                "precisions": {"int4": [cand.url], "bf16": [ref.url]},
+                "precision_models": {"int4": "int4-g64-gptq", "bf16": "ref-f32"},
+                "pools": {"bf16": {"teacher_forcing": "vllm"}},
+                "routes": {
+                    ROUTE: {"candidate": "int4", "reference": "bf16", "teacher_forced": True}
+                },
+                "default_route": ROUTE,
+                "shadow_sample_rate": 1.0,
+                "noise_sample_rate": 0.0,
+                "timeouts": {"connect_s": 2, "read_s": 120, "total_s": 180, "shadow_total_s": 180},
+            },
+            sort_keys=False,
+        )
+    )
+    worker = WorkerProcess(settings, stack.redis_url).start()
+    gateway = Child(
+        "gateway", ["gateway", "--config", str(config), "--port", str(gw_port)], tmp_path, env
+    ).start()
+    watch = ControlWatch(
+        kafka.bootstrap_servers,
+        kafka.topics.control,
+        verifier_from_settings(settings.signing.keys).open,
+    )
+    base = f"http://127.0.0.1:{gw_port}"
+    http = httpx.AsyncClient(base_url=base, timeout=5.0)
+    client = openai.AsyncOpenAI(base_url=f"{base}/v1", api_key="unused", timeout=180, max_retries=0)
+    try:
+        await watch.start()
+        await gateway.healthy(f"{base}/health", 120)
+
+        # The startup probe found the reference able to teacher-force.
+        async def tf_ready() -> bool:
+            text = (await http.get("/metrics")).text
+            return 'teacher_forcing_ready{mode="vllm",pool="bf16"} 1.0' in text
+
+        deadline = time.monotonic() + 60
+        while not await tf_ready():
+            assert time.monotonic() < deadline, (await http.get("/metrics")).text[-3000:]
+            await asyncio.sleep(0.5)
+
+        rolled_back = asyncio.create_task(watch.wait("rollback", 0, 600))
+        served = []
+        while not rolled_back.done():
+            assert len(served) < 16, f"no rollback after {len(served)}:\n{worker.log_tail()}"
+            reply = await ask(client, PROMPTS[len(served) % len(PROMPTS)])
+            assert reply.status == 200
+            served.append(reply.precision)
+        rollback = await rolled_back
+        assert rollback.command.target == "reference"
+        reasons = rollback.command.evidence["last_reasons"]
+        assert reasons and all("teacher-forced KL" in r for r in reasons), reasons
+        assert served[0] == "int4"
+
+        # The decisive evidence was teacher-forced, computed by vLLM.
+        metrics = (await http.get("/metrics")).text
+        tf_errors = [ln for ln in metrics.splitlines() if 'reason="tf_' in ln]
+        print(f"\nrollback evidence {rollback.command.evidence}; tf errors {tf_errors}")
+        decisive = rollback.command.evidence["decisive_pair_id"]
+        pairs = {
+            p.pair_id: p
+            for p in (
+                PairEvent.parse(r.value)
+                for r in await records_for(kafka.bootstrap_servers, kafka.topics.pairs, ROUTE)
+            )
+        }
+        pair = pairs[decisive]
+        tf = pair.reference_logprobs_on_candidate
+        assert (
+            tf and pair.candidate.token_logprobs and len(tf) == len(pair.candidate.token_logprobs)
+        )
+        for side, model in ((pair.candidate, "int4-g64-gptq"), (pair.reference, "ref-f32")):
+            assert side.engine is not None
+            assert (side.engine.engine, side.engine.model) == ("vllm", model), side.engine
+            assert side.engine.version
+        scores = [
+            ScoreEvent.parse(r.value)
+            for r in await records_for(kafka.bootstrap_servers, kafka.topics.scores, ROUTE)
+        ]
+        decisive_score = next(s for s in scores if s.pair_id == decisive)
+        assert decisive_score.metrics.tf_kl is not None and decisive_score.metrics.tf_kl > 0.1
+        with_tf = [s for s in scores if s.metrics.tf_kl is not None]
+
+        # Users now get the reference.
+        await until_gateway(http, lambda r: r["serving"] == "bf16", 30, "bf16")
+        after = [await ask(client, p) for p in PROMPTS[:2]]
+        assert [(r.status, r.precision) for r in after] == [(200, "bf16")] * 2
+        print(
+            f"\nvLLM engines ready (startup {cand.ready['startup_s']}s / "
+            f"{ref.ready['startup_s']}s, vLLM {ref.ready.get('version')}); rollback after "
+            f"{len(served)} requests; {len(with_tf)}/{len(scores)} scores with tf_kl "
+            f"(decisive {decisive_score.metrics.tf_kl:.2f} nats); test body "
+            f"{time.monotonic() - started:.0f}s"
+        )
+    finally:
+        await watch.stop()
+        await http.aclose()
+        await client.close()
+        gateway.stop()
+        worker.stop()
