@@ -32,7 +32,7 @@ from scoring_split_support import (
     worker_with_web,
 )
 
-from quantdrift.schemas import ScoreEvent
+from quantdrift.schemas import ScoreEvent, unverified_score
 
 pytestmark = [
     pytest.mark.integration,
@@ -63,7 +63,7 @@ async def scores_by_pair(settings, route: str) -> dict[str, list[ScoreEvent]]:  
     got = await consume_n(kafka.bootstrap_servers, kafka.topics.scores, 1_000_000, strict=False)
     out: dict[str, list[ScoreEvent]] = defaultdict(list)
     for rec in got:
-        score = ScoreEvent.parse(rec.value)
+        score = unverified_score(rec.value)  # the signed envelope's payload
         if score.route == route:
             assert rec.key == route.encode(), f"score keyed {rec.key!r}, not by its route"
             out[score.pair_id].append(score)
@@ -122,9 +122,21 @@ async def test_one_route_is_scored_by_two_workers_and_decided_once(fault_stack) 
 
 
 async def test_two_scoring_workers_killed_in_turn_every_pair_judged_once(fault_stack) -> None:  # type: ignore[no-untyped-def]
-    """Three workers score two routes; two are kill -9'd in turn while pairs are in flight."""
+    """Three workers score two routes; two are kill -9'd in turn while pairs are in flight.
+
+    The workers score with the static tier, whose cosine is a function of the pair alone.
+    The default tiered scorer is not: which pairs escalate to MiniLM depends on the
+    worker's own recent batches (its budget bucket and the routes it saw fail), so a pair
+    redelivered to another worker can get the other tier's cosine. That is a known gap of
+    scoring anywhere (see docs/scaling.md), not something this test may paper over: it
+    checks the layout's guarantee (every pair judged once, one transition each) with a
+    scorer that has none of that state.
+    """
     routes = ["split/k0", "split/k1"]
     settings = isolated_settings(fault_stack, f"qdfault:{uuid.uuid4().hex}:", partitions=4)
+    settings = settings.model_copy(
+        update={"embedding": settings.embedding.model_copy(update={"tier": "static"})}
+    )
     await make_topics(settings)
     stream = []
     per_route = 0

@@ -20,7 +20,7 @@ from faults_support import consume_n, on_route, send_pairs, shadow_only, until_s
 from quantdrift.demo import synthetic
 from quantdrift.gateway.controller import RouteController, command_key
 from quantdrift.gateway.publisher import ShadowPublisher
-from quantdrift.schemas import CommandSigner, DeadLetter, RouteCommand
+from quantdrift.schemas import CommandSigner, DeadLetter, PairEvent, RouteCommand
 from quantdrift.schemas.pair import RequestInfo
 from quantdrift.schemas.signing import signer_from_settings, verifier_from_settings
 
@@ -172,6 +172,7 @@ async def test_private_prompts_never_reach_a_topic_in_clear(fault_worker) -> Non
         kafka.topics.pairs,
         len(base),
         timeout=10,
-        predicate=lambda r: r.key == route.encode(),
+        # Pairs are keyed by pair_id (any worker scores them): find this route's by content.
+        predicate=lambda r: PairEvent.parse(r.value).route == route,
     )
     assert all(b'"prompt_hash"' in r.value for r in pairs_topic)

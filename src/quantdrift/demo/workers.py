@@ -30,6 +30,7 @@ def settings_env(settings: Settings, redis_url: str) -> dict[str, str]:
         "QUANTDRIFT_WORKER__BROKER_HEARTBEAT_INTERVAL_S": str(w.broker_heartbeat_interval_s),
         "QUANTDRIFT_WORKER__BROKER_REBALANCE_TIMEOUT_S": str(w.broker_rebalance_timeout_s),
         "QUANTDRIFT_EMBEDDING__MODEL": settings.embedding.model,
+        "QUANTDRIFT_EMBEDDING__TIER": settings.embedding.tier,
     }
     for name, value in k.topics.model_dump().items():
         env[f"QUANTDRIFT_KAFKA__TOPICS__{name.upper()}"] = value
