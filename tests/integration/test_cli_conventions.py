@@ -125,7 +125,7 @@ def test_durations_carry_their_unit_and_old_names_warn(tmp_path: Path) -> None:
 def test_outputs_are_flags_schema_export(tmp_path: Path) -> None:
     proc = quantdrift("schema", "export", "--out", "schemas", cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
-    assert len(list((tmp_path / "schemas").glob("*.schema.json"))) == 7
+    assert len(list((tmp_path / "schemas").glob("*.schema.json"))) == 8
     proc = quantdrift("schema", "export", cwd=tmp_path)
     assert proc.returncode == 2 and "needs --out DIR" in proc.stderr
 

@@ -63,7 +63,7 @@ def dead_port() -> int:
     "argv",
     [
         ["alerts", "tail"],
-        ["alerts", "forward", "--slack", "http://127.0.0.1:9/hook", "--idle-exit-s", "1"],
+        ["alerts", "forward", "--alertmanager", "http://127.0.0.1:9", "--idle-exit-s", "1"],
         ["archive", "--dir", "archive", "--idle-exit-s", "1"],
         ["replay", "--topic", "--embedder", "none", "--out", "report"],
     ],

@@ -21,6 +21,7 @@ from typing import Any
 
 from quantdrift.alerts.sinks import AlertGroup, AlertGrouper, WebhookSink
 from quantdrift.alerts.tail import read_alerts
+from quantdrift.kafka_clients import start_client
 from quantdrift.schemas import DeadLetter
 
 log = logging.getLogger("quantdrift.alerts")
@@ -186,11 +187,12 @@ async def kafka_dead_letters(
 ) -> AsyncIterator[DeadLetterAlerts]:
     """``dead_letter(group, reason)``: each alert of the group to the DLQ, acknowledged by
     the broker before it returns (only then may the forwarder commit past it)."""
-    # Deferred: the DLQ producer is needed only once a delivery has failed for good.
+    # Deferred: aiokafka loads only in a process that forwards alerts.
     from aiokafka import AIOKafkaProducer
 
     producer = AIOKafkaProducer(**producer_options)
-    await producer.start()
+    # A producer whose start failed is closed here, and the failure is one BrokerError line.
+    await start_client(producer, str(producer_options.get("bootstrap_servers")))
 
     async def dead_letter(group: AlertGroup, reason: str) -> None:
         for alert in group.alerts:
