@@ -18,7 +18,7 @@ from quantdrift.breaker.memory_store import MemoryBreakerStore
 from quantdrift.breaker.policy import RoutePolicy
 from quantdrift.breaker.protocol import BreakerStore
 from quantdrift.breaker.store import RedisBreakerStore
-from quantdrift.schemas import Metrics, ScoreEvent
+from quantdrift.schemas import AlertEvent, Metrics, ScoreEvent
 from quantdrift.schemas.keys import route_key
 from quantdrift.schemas.signing import CommandSigner, CommandVerifier
 from quantdrift.stack.redis_server import LocalRedis, resolve_redis
@@ -93,7 +93,9 @@ async def harness(request: pytest.FixtureRequest) -> AsyncIterator[Harness]:
     await client.aclose()
 
 
-def score(i: int, verdict: str = "ok", kind: str = "shadow") -> ScoreEvent:
+def score(
+    i: int, verdict: str = "ok", kind: str = "shadow", engine: str | None = None
+) -> ScoreEvent:
     return ScoreEvent(
         pair_id=f"p{i}",
         route=ROUTE,
@@ -102,6 +104,7 @@ def score(i: int, verdict: str = "ok", kind: str = "shadow") -> ScoreEvent:
         decoding="greedy",
         metrics=Metrics(cosine=0.99 if verdict == "ok" else 0.2, rougeL=0.9),
         verdict=verdict,  # type: ignore[arg-type]
+        candidate_engine=engine,
     )
 
 
@@ -207,3 +210,44 @@ async def test_a_batch_folds_like_one_score_at_a_time(harness: Harness) -> None:
     assert await harness.store.duplicates(ROUTE) == 2
     again = await harness.store.fold_batch(stream, lambda route: policy, now=51.0)
     assert {r.status for r in again} == {"dup"}
+
+
+async def test_a_new_candidate_restarts_the_evidence_with_one_alert(harness: Harness) -> None:
+    """The candidate's engine changes under a rolled-back route: the evidence restarts,
+    the route stays rolled back (no command), and one alert is queued, not re-queued
+    by a redelivery or by a batch that carries the change twice."""
+    store = harness.store
+    old, new = "vllm/0.6.3/m-w4a16", "vllm/0.7.0/m-w4a16"
+    results = await store.fold_batch(
+        [score(i, engine=old) for i in range(4)], lambda r: POLICY, 1.0
+    )
+    assert all(r.alert is None for r in results)
+    rolled = await store.manual(ROUTE, "rollback", POLICY, now=2.0)
+    assert rolled.state is not None and rolled.state.pairs_seen == 4
+    claim = await store.claim(ROUTE, "a")
+    assert claim is not None and await store.ack(claim)
+    command = await store.latest_command(ROUTE)
+    batch = [score(4, engine=new), score(4, engine=new), score(5, engine=new), score(6)]
+    results = await store.fold_batch(batch, lambda r: POLICY, 3.0)
+    assert [r.status for r in results] == ["ok", "dup", "ok", "ok"]
+    assert [r.alert is not None for r in results] == [True, False, False, False]
+    assert all(r.outbox is None for r in results)
+    state, _ = await store.read(ROUTE)
+    assert state.candidate_engine == new and state.pairs_seen == 3  # p4, p5, p6: warming
+    kept = (state.state, state.epoch, state.target, state.locked)
+    assert kept == (rolled.state.state, rolled.state.epoch, "reference", rolled.state.locked)
+    assert await store.latest_command(ROUTE) == command  # no new command
+    again = await store.fold_batch(batch, lambda r: POLICY, 4.0)  # a redelivery
+    assert {r.status for r in again} == {"dup"}
+    claim = await store.claim(ROUTE, "b")
+    assert claim is not None and [item.topic for item in claim.items] == ["alerts"]
+    alert = AlertEvent.parse(claim.items[0].value)
+    assert (alert.kind, alert.severity, alert.epoch) == (
+        "breaker.candidate_changed",
+        "P2",
+        state.epoch,
+    )
+    assert (alert.evidence["previous"], alert.evidence["current"]) == (old, new)
+    assert alert == results[0].alert
+    assert await store.ack(claim) is True
+    assert await store.claim(ROUTE, "c") is None

@@ -13,7 +13,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from quantdrift.breaker.machine import Decision, manual, tick
-from quantdrift.breaker.outbox import OutboxItem, build_outbox
+from quantdrift.breaker.outbox import OutboxItem, alert_item, build_outbox, change_alert
 from quantdrift.breaker.policy import RoutePolicy
 from quantdrift.breaker.protocol import Claim, FoldResult, result_of
 from quantdrift.breaker.state import RouteState, Transition
@@ -91,11 +91,15 @@ class MemoryBreakerStore:
                     self.dups[route] = self.dups.get(route, 0) + dups
                 for mode, floor in step.floors.items():
                     self.floors[(route, mode)] = floor
-                outbox = None
+                outbox = alert = None
+                if step.change is not None and step.state is not None:
+                    # Queued before the transition's items, as the Redis store does.
+                    alert = change_alert(route, step.change, step.state, now)
+                    self.outboxes.setdefault(route, []).append(alert_item(alert))
                 if step.state is not None:
                     outbox = self._commit(route, step.state, step.transition, now, "breaker").outbox
                 for i, outcome in zip(pending, step.outcomes, strict=False):
-                    results[i] = result_of(outcome, outbox)
+                    results[i] = result_of(outcome, outbox, alert)
                 pending = pending[step.consumed :]
         return results
 

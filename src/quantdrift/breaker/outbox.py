@@ -3,6 +3,12 @@
 Ids are derived from (route, epoch), not random: if a crash makes a worker
 send the same outbox twice, gateways drop the command on its epoch and alert
 sinks fold the alert on its dedupe key.
+
+A candidate change (``breaker/candidate.py``) queues an alert alone, with no
+command: nothing about the route's routing changes, only its evidence. The same
+argument holds for it: the alert is queued in the commit that writes the restarted
+state and marks its pair seen, so it is queued once; its ids are derived from
+(route, pair), so a repeated send folds on its dedupe key.
 """
 
 from __future__ import annotations
@@ -11,6 +17,7 @@ from dataclasses import dataclass
 
 import orjson
 
+from quantdrift.breaker.candidate import CandidateChange
 from quantdrift.breaker.state import RouteState, Transition
 from quantdrift.schemas.alert import AlertEvent, Severity
 from quantdrift.schemas.command import RouteCommand
@@ -36,8 +43,13 @@ class Outbox:
         """The outbox list entries, in publication order: the command first."""
         return (
             orjson.dumps({"topic": "control", "value": self.sealed.decode()}),
-            orjson.dumps({"topic": "alerts", "value": self.alert.dumps().decode()}),
+            alert_item(self.alert),
         )
+
+
+def alert_item(alert: AlertEvent) -> bytes:
+    """The outbox list entry of an alert (the relay sends it to the alerts topic)."""
+    return orjson.dumps({"topic": "alerts", "value": alert.dumps().decode()})
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,3 +108,34 @@ def build_outbox(
         epoch=state.epoch,
     )
     return Outbox(command, signer.seal(command), alert)
+
+
+def change_alert(route: str, change: CandidateChange, state: RouteState, now: float) -> AlertEvent:
+    """On-call's notice that a route's candidate changed and its evidence restarted.
+
+    P2: nothing is broken yet, but the route is warming again, so a regression of
+    the new build is caught only after ``min_pairs`` of its own pairs; whoever
+    rolled it out should know that. The epoch does not move (no command), so the
+    ids name the pair that revealed the change.
+    """
+    return AlertEvent(
+        alert_id=f"{route}#candidate#{change.pair_id}",
+        severity="P2",
+        route=route,
+        kind="breaker.candidate_changed",
+        summary=(
+            f"{route}: the candidate changed ({change.previous} -> {change.current}); "
+            f"evidence restarted, the route is warming again ({state.state}, "
+            f"serving the {state.target or 'candidate'})"
+        ),
+        evidence={
+            "previous": change.previous,
+            "current": change.current,
+            "pair_id": change.pair_id,
+            "state": state.state,
+            "epoch": state.epoch,
+        },
+        ts=now,
+        dedupe_key=f"{route}:candidate_changed:{change.pair_id}",
+        epoch=state.epoch,
+    )

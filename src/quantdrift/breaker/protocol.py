@@ -15,6 +15,7 @@ from quantdrift.breaker.outbox import Outbox, OutboxItem
 from quantdrift.breaker.policy import RoutePolicy
 from quantdrift.breaker.state import RouteState
 from quantdrift.breaker.step import Folded
+from quantdrift.schemas.alert import AlertEvent
 from quantdrift.schemas.score import ScoreEvent
 
 MAX_ATTEMPTS = 20
@@ -22,22 +23,32 @@ MAX_ATTEMPTS = 20
 
 @dataclass(frozen=True, slots=True)
 class FoldResult:
-    """``status``: ``ok`` or ``dup`` (the pair was folded before); ``outbox`` on a transition."""
+    """``status``: ``ok`` or ``dup`` (the pair was folded before); ``outbox`` on a
+    transition; ``alert`` on the score that revealed a new candidate."""
 
     status: str
     state: RouteState | None = None
     outbox: Outbox | None = None
+    alert: AlertEvent | None = None
 
 
-def result_of(folded: Folded | None, outbox: Outbox | None) -> FoldResult:
+def result_of(
+    folded: Folded | None, outbox: Outbox | None, alert: AlertEvent | None = None
+) -> FoldResult:
     """A store's answer for one score of a :func:`~quantdrift.breaker.step.fold_many` step:
     a duplicate, a floor update, or the route's new state (with the outbox on the
-    score that made the transition)."""
+    score that made the transition, the candidate-change alert on the score that
+    revealed it)."""
     if folded is None:
         return FoldResult("dup")
     if folded.floor is not None:
         return FoldResult("ok")
-    return FoldResult("ok", folded.route_state, outbox if folded.transition is not None else None)
+    return FoldResult(
+        "ok",
+        folded.route_state,
+        outbox if folded.transition is not None else None,
+        alert if folded.change is not None else None,
+    )
 
 
 @dataclass(frozen=True, slots=True)

@@ -46,6 +46,9 @@ class RouteState:
     # crossed before ``min_pairs``: that evidence is kept and trips at min_pairs.
     tests: dict[str, tuple[float, ...]] = field(default_factory=dict)
     early: str = ""
+    # The candidate's engine/version/weights the evidence above is about
+    # (``ScoreEvent.candidate_engine``; "" = not known yet): breaker/candidate.py.
+    candidate_engine: str = ""
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)

@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
+from quantdrift.breaker.candidate import CandidateChange, observe
 from quantdrift.breaker.machine import Decision, judge
 from quantdrift.breaker.policy import RoutePolicy
 from quantdrift.breaker.state import RouteState, Transition
@@ -20,11 +21,13 @@ from quantdrift.schemas.score import ScoreEvent
 
 @dataclass(frozen=True, slots=True)
 class Folded:
-    """What one score changed: the route state, or the noise floor, and a transition."""
+    """What one score changed: the route state, or the noise floor, and a transition;
+    ``change`` when the score came from a new candidate (its evidence restarted)."""
 
     route_state: RouteState | None = None
     floor: NoiseFloorState | None = None
     transition: Transition | None = None
+    change: CandidateChange | None = None
 
 
 def fold(
@@ -58,8 +61,9 @@ class FoldedMany:
     else what ``scores[i]`` changed; there are ``consumed`` of them. ``state`` is the
     route's state after the prefix (None: no shadow pair folded), ``floors`` the
     floors it changed by decoding mode, ``marked`` the indices folded for the first
-    time. A prefix ends after its first transition, so one commit carries at most
-    one command; the caller folds the rest onto the new state.
+    time. A prefix ends after its first transition or candidate change, so one
+    commit carries at most one command and one alert of each; the caller folds the
+    rest onto the new state.
     """
 
     consumed: int
@@ -68,6 +72,7 @@ class FoldedMany:
     floors: dict[str, NoiseFloorState] = field(default_factory=dict)
     marked: tuple[int, ...] = ()
     transition: Transition | None = None
+    change: CandidateChange | None = None
 
 
 def fold_many(
@@ -79,11 +84,15 @@ def fold_many(
     now: float,
     noise_floor: NoiseFloor,
 ) -> FoldedMany:
-    """Fold ``scores`` (one route's, in order) up to and including the first transition.
+    """Fold ``scores`` (one route's, in order) up to and including the first transition
+    or candidate change.
 
     ``seen[i]`` says whether the store already folded ``scores[i]``; a pair that
     comes twice in the batch folds once. ``floors`` holds the route's floor for every
-    decoding mode in the batch (a missing one starts empty).
+    decoding mode in the batch (a missing one starts empty). A shadow score from a
+    new candidate (``breaker/candidate.py``) folds onto a restarted state, and the
+    change is reported once: the store marks its pair seen in the same commit that
+    writes the restarted state, so a redelivery finds it seen and reports nothing.
     """
     outcomes: list[Folded | None] = []
     new_floors: dict[str, NoiseFloorState] = {}
@@ -102,13 +111,18 @@ def fold_many(
             floor = new_floors[mode]
         else:
             floor = floors[mode] if mode in floors else noise_floor.init()
-        folded = fold(policy, new_state or state, floor, score, now, noise_floor)
+        base, change = new_state or state, None
+        if score.kind != "noise":
+            base, change = observe(base, score, now)
+        folded = fold(policy, base, floor, score, now, noise_floor)
+        if change is not None:
+            folded = Folded(folded.route_state, folded.floor, folded.transition, change)
         outcomes.append(folded)
         if folded.floor is not None:
             new_floors[mode] = folded.floor
             continue
         new_state = folded.route_state
-        if folded.transition is not None:
+        if folded.transition is not None or change is not None:
             break
     last = outcomes[-1] if outcomes else None
     return FoldedMany(
@@ -118,6 +132,7 @@ def fold_many(
         floors=new_floors,
         marked=tuple(marked),
         transition=last.transition if last is not None else None,
+        change=last.change if last is not None else None,
     )
 
 

@@ -24,7 +24,7 @@ import redis.asyncio as aioredis
 from redis.exceptions import RedisError
 
 from quantdrift.breaker.machine import Decision, manual, tick
-from quantdrift.breaker.outbox import OutboxItem, build_outbox
+from quantdrift.breaker.outbox import OutboxItem, alert_item, build_outbox, change_alert
 from quantdrift.breaker.policy import RoutePolicy
 from quantdrift.breaker.protocol import MAX_ATTEMPTS, Claim, FoldResult, result_of
 from quantdrift.breaker.state import RouteState, Transition
@@ -207,11 +207,16 @@ class RedisBreakerStore:
         new_floors, new_state = step.floors, step.state
         marked = [seen_keys[i] for i in step.marked]
         dups = step.outcomes.count(None)
-        outbox = None
+        outbox = alert = None
         if step.transition is not None:
             assert new_state is not None
             outbox = build_outbox(route, step.transition, new_state, self._signer, now, "breaker")
-        results = [result_of(o, outbox) for o in step.outcomes]
+        if step.change is not None:
+            assert new_state is not None
+            alert = change_alert(route, step.change, new_state, now)
+        results = [result_of(o, outbox, alert) for o in step.outcomes]
+        # The change's alert goes first: it explains the state the transition left.
+        items = ((alert_item(alert),) if alert else ()) + (outbox.items() if outbox else ())
         if outbox is not None:
             self._failpoint("before_commit")
         keys = [
@@ -234,7 +239,7 @@ class RedisBreakerStore:
         for mode in modes:
             changed = new_floors.get(mode)
             args += [floors[mode][1], orjson.dumps(changed.to_json()) if changed else b""]
-        args += list(outbox.items()) if outbox else []
+        args += list(items)
         try:
             status, _ = await self._batch_script(keys=keys, args=args)
         except RedisError as exc:
@@ -243,6 +248,7 @@ class RedisBreakerStore:
             return None
         if outbox is not None:
             self._failpoint("after_commit")
+        if items:
             await self._register(route, force=True)
         return results
 

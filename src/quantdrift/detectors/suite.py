@@ -270,6 +270,7 @@ def score_event(
         ts=pair.ts,
         decoding=pair.request.decoding,
         candidate_precision=pair.candidate.precision,
+        candidate_engine=pair.candidate.engine.identity() if pair.candidate.engine else None,
         metrics=metrics,
         verdict=v,
         reasons=reasons,

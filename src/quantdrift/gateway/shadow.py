@@ -233,10 +233,12 @@ class ShadowRunner:
     def _identified(self, name: str, now: EngineInfo) -> None:
         """Keep a pool's identity; a change of engine, version or model under a running
         gateway is logged and counted (``engine_changes``): pairs after it are about
-        another candidate. The breaker does not yet restart its evidence on it."""
+        another candidate. The breaker restarts a route's evidence on the same change
+        (``EngineInfo.identity``, one definition), seen in the pairs' scores."""
         before = self.identities.get(name)
         self.identities[name] = now
-        if before is not None and before != now and now != EngineInfo():
+        current = now.identity()
+        if before is not None and current is not None and before.identity() != current:
             self.engine_changes[name] = self.engine_changes.get(name, 0) + 1
             log.warning(
                 "pool %s now served by %s %s (%s), was %s %s (%s): pairs from here on are "

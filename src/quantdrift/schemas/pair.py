@@ -48,6 +48,29 @@ class EngineInfo(BaseModel):
     model: str | None = Field(default=None, max_length=512)
     system_fingerprint: str | None = Field(default=None, max_length=256)
 
+    def identity(self) -> str | None:
+        """Engine, version and weights as one short stable string; None when none is known.
+
+        The breaker compares it between scores of a route: a new value means a new
+        candidate, whose evidence starts over. ``system_fingerprint`` is left out on
+        purpose: engines disagree on what it means (OpenAI's changes with backend
+        configuration that is not a new model, some servers vary it between replicas
+        or batches, vLLM often sends none), so it would restart the evidence of a
+        candidate that did not change. What it misses, a restart under the same
+        engine, version and weights, serves the same model.
+
+        >>> EngineInfo(engine="vllm", version="0.6.3", model="llama-8b-w4a16").identity()
+        'vllm/0.6.3/llama-8b-w4a16'
+        >>> EngineInfo(engine="vllm").identity()
+        'vllm/?/?'
+        >>> EngineInfo(system_fingerprint="fp_1").identity() is None
+        True
+        """
+        parts = (self.engine, self.version, self.model)
+        if not any(parts):
+            return None
+        return "/".join(p or "?" for p in parts)
+
 
 class ModelOutput(BaseModel):
     """One side of a pair. Per-token data is optional: gateways send what they have."""

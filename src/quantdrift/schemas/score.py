@@ -81,3 +81,7 @@ class ScoreEvent(Message):
     drift_score: float | None = None
     label: str | None = Field(default=None, max_length=64)
     scored_at: float | None = None
+    # What served the candidate (``EngineInfo.identity``: engine/version/model). The
+    # breaker restarts a route's evidence when it changes; None (older producers,
+    # gateways that cannot tell) never counts as a change.
+    candidate_engine: str | None = Field(default=None, max_length=700)

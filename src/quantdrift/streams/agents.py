@@ -252,12 +252,16 @@ def attach_agents(
         for score, result in zip(scores, results, strict=True):
             if result.status == "dup":
                 stats.duplicates += 1
-            elif result.outbox is not None:
+                continue
+            if result.alert is not None:
+                log.warning("%s", result.alert.summary)
+            if result.outbox is not None:
                 stats.transitions += 1
                 log.warning("%s", result.outbox.alert.summary)
-                if score.route not in transitioned:
-                    transitioned.append(score.route)
-        # Only a transition queues anything; the clock retries what fails here.
+            if (result.outbox or result.alert) and score.route not in transitioned:
+                transitioned.append(score.route)
+        # Only a transition or a candidate change queues anything; the clock retries
+        # what fails here.
         for route in transitioned:
             await flush_outbox(route)
 
