@@ -14,6 +14,7 @@ import asyncio
 import contextlib
 import ssl
 import subprocess
+import time
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -98,12 +99,13 @@ def tansu_advertising(proxy_port: int) -> Iterator[int]:
         stderr=subprocess.DEVNULL,
     )  # fmt: skip
     try:
-        for _ in range(60):
-            if kafka_metadata_ok("127.0.0.1", port, timeout=0.5):
-                break
+        # A refused connect returns at once: wait on a deadline, not a number of tries.
+        deadline = time.monotonic() + 60.0
+        while not kafka_metadata_ok("127.0.0.1", port, timeout=0.5):
             assert proc.poll() is None, "tansu exited"
-        else:
-            raise AssertionError("tansu did not answer Metadata")
+            if time.monotonic() > deadline:
+                raise AssertionError("tansu did not answer Metadata within 60 s")
+            time.sleep(0.1)
         yield port
     finally:
         stop_popen(proc, timeout=5.0)

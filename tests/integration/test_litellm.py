@@ -56,7 +56,7 @@ LITELLM = ROOT / ".venv-litellm" / "bin" / "litellm"
 ROUTE = "cs-agent/int4"
 LOST = "lost-mirror/int4"
 SWITCH_BUDGET_S = 1.0
-KEYS = {"ops": "litellm-test-signing-key"}
+KEYS = {"ops": "litellm-test-signing-key-at-least-32-bytes"}
 
 
 @dataclass

@@ -385,7 +385,7 @@ def test_a_console_rollback_is_an_event_too(
         "QUANTDRIFT_KAFKA__BOOTSTRAP_SERVERS": stack.bootstrap,
         "QUANTDRIFT_KAFKA__TOPICS__CONTROL": f"otel-{uuid.uuid4().hex[:8]}.control",
         "QUANTDRIFT_KAFKA__TOPICS__ALERTS": f"otel-{uuid.uuid4().hex[:8]}.alerts",
-        "QUANTDRIFT_SIGNING__KEYS": '{"ops": "console-otel-test-key"}',
+        "QUANTDRIFT_SIGNING__KEYS": '{"ops": "console-otel-test-key-at-least-32-bytes"}',
         "QUANTDRIFT_SIGNING__ACTIVE_KEY_ID": "ops",
     }
     ran = subprocess.run(

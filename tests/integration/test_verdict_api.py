@@ -47,7 +47,10 @@ GATED = "launch/int4"
 EVENTS = "events/int4"
 UNGATED = "search/fp8"
 TOKEN = "verdict-api-test-token"
-KEYS = {"ops": "ops-approval-key-for-tests", "ml": "ml-approval-key-for-tests"}
+KEYS = {
+    "ops": "ops-approval-key-for-tests-32-bytes-long",
+    "ml": "ml-approval-key-for-tests-32-bytes-long",
+}
 POLICY_YAML = {
     "default": {
         "rules": ["consecutive"],
