@@ -166,9 +166,27 @@ async def wait_scored(settings: Settings, worker: WorkerProcess, timeout: float 
 async def records_for(
     bootstrap: str, topic: str, route: str | None = None, timeout: float = 3.0
 ) -> list[Any]:
-    """Every record of ``topic`` (for ``route`` if given) readable within ``timeout``."""
+    """Every record of ``topic`` (for ``route`` if given) readable within ``timeout``.
+
+    Scores, commands and alerts are keyed by route; pairs by pair_id (any worker scores
+    them), so a pair is this route's when its own ``route`` field says so.
+    """
     got = await consume_n(bootstrap, topic, 1_000_000, timeout=timeout, strict=False)
-    return [r for r in got if route is None or r.key == route.encode()]
+    return [r for r in got if route is None or route in (key_text(r.key), route_field(r.value))]
+
+
+def key_text(key: bytes | None) -> str | None:
+    return key.decode("utf-8", "replace") if key is not None else None
+
+
+def route_field(value: bytes | None) -> str | None:
+    """The ``route`` of a JSON record; None for anything else (poison, tombstones)."""
+    try:
+        data = orjson.loads(value or b"")
+    except orjson.JSONDecodeError:
+        return None
+    route = data.get("route") if isinstance(data, dict) else None
+    return route if isinstance(route, str) else None
 
 
 def commands_on(records: list[Any]) -> list[tuple[str, int]]:

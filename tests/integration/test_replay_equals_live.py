@@ -21,7 +21,7 @@ import redis
 from quantdrift.cli import main
 from quantdrift.demo import synthetic
 from quantdrift.demo.workers import WorkerProcess, settings_env
-from quantdrift.schemas import ScoreEvent
+from quantdrift.schemas import unverified_score
 from quantdrift.schemas.signing import unverified_command
 
 try:
@@ -100,7 +100,7 @@ def test_replay_of_a_live_run_gives_its_transitions_at_its_pairs(
     live = [(c.evidence["decisive_pair_id"], c.evidence["rule"], c.action) for c in commands]
     assert live, "the live run must roll the route back, or there is nothing to reproduce"
     live_verdicts = {
-        s.pair_id: s.verdict for s in map(ScoreEvent.parse, (r.value for r in published))
+        s.pair_id: s.verdict for s in map(unverified_score, (r.value for r in published))
     }
     assert set(live_verdicts) == {p.pair_id for p in pairs}
 
@@ -123,5 +123,5 @@ def test_replay_of_a_live_run_gives_its_transitions_at_its_pairs(
     # Both sides scored with the worker's default, the tiered scorer (each live cosine
     # names its tier), not a fixed model.
     assert summary["scorer"] == "tiered"
-    live_tiers = {ScoreEvent.parse(r.value).metrics.cosine_tier for r in published}
+    live_tiers = {unverified_score(r.value).metrics.cosine_tier for r in published}
     assert live_tiers <= {"static", "minilm"} and "static" in live_tiers

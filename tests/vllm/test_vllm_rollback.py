@@ -22,7 +22,7 @@ import pytest
 import yaml
 
 from quantdrift.demo.workers import WorkerProcess, settings_env
-from quantdrift.schemas import PairEvent, ScoreEvent
+from quantdrift.schemas import PairEvent, unverified_score
 from quantdrift.schemas.signing import verifier_from_settings
 from quantdrift.stack import EmbeddedStack, free_port
 
@@ -167,7 +167,7 @@ async def test_rollback_on_teacher_forced_evidence_from_vllm(
             assert (side.engine.engine, side.engine.model) == ("vllm", model), side.engine
             assert side.engine.version
         scores = [
-            ScoreEvent.parse(r.value)
+            unverified_score(r.value)
             for r in await records_for(kafka.bootstrap_servers, kafka.topics.scores, ROUTE)
         ]
         decisive_score = next(s for s in scores if s.pair_id == decisive)
