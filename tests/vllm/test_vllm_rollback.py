@@ -8,6 +8,14 @@ reference pool: every shadow pair carries the reference's log-probs of the
 candidate's tokens, computed by vLLM (``prompt_logprobs``). A real worker scores
 the pairs and the breaker, judging by teacher-forced KL, rolls the route back;
 users then get the reference.
+
+Then the team replaces the candidate, as a redeploy would: the gateway restarts
+with the candidate pool on a healthy build. The healthy build here is the
+reference's weights on the reference's engine under its own name (a third vLLM
+engine would cost another engine start on two cores); to the breaker it is a new
+candidate (its engine identity changes), so on-call gets one
+``breaker.candidate_changed`` alert, and after the cool-down the half-open probe
+runs it in shadow on vLLM's teacher forcing until the route restores.
 """
 
 from __future__ import annotations
@@ -22,7 +30,7 @@ import pytest
 import yaml
 
 from quantdrift.demo.workers import WorkerProcess, settings_env
-from quantdrift.schemas import PairEvent, unverified_score
+from quantdrift.schemas import AlertEvent, PairEvent, unverified_score
 from quantdrift.schemas.signing import verifier_from_settings
 from quantdrift.stack import EmbeddedStack, free_port
 
@@ -52,10 +60,34 @@ POLICY = {
     "rules": ["consecutive"],
     "consecutive_failures": 2,
     "min_pairs": 2,
-    "cooldown_s": 600.0,
+    # Short enough that the half-open probe starts soon after the redeploy; the
+    # probe's passes restore the route.
+    "cooldown_s": 60.0,
+    "half_open_pairs": 3,
     "teacher_forced": True,
     "tf_kl_threshold": 0.05,
 }
+
+
+def write_config(path: Path, candidate_url: str, candidate_model: str, reference_url: str) -> None:
+    """The gateway's YAML, shaped like ``examples/gateway.yaml``, for one candidate build."""
+    path.write_text(
+        yaml.safe_dump(
+            {
+                "precisions": {"int4": [candidate_url], "bf16": [reference_url]},
+                "precision_models": {"int4": candidate_model, "bf16": "ref-f32"},
+                "pools": {"bf16": {"teacher_forcing": "vllm"}},
+                "routes": {
+                    ROUTE: {"candidate": "int4", "reference": "bf16", "teacher_forced": True}
+                },
+                "default_route": ROUTE,
+                "shadow_sample_rate": 1.0,
+                "noise_sample_rate": 0.0,
+                "timeouts": {"connect_s": 2, "read_s": 120, "total_s": 180, "shadow_total_s": 180},
+            },
+            sort_keys=False,
+        )
+    )
 
 
 async def ask(client: Any, prompt: str) -> Reply:
@@ -89,23 +121,7 @@ async def test_rollback_on_teacher_forced_evidence_from_vllm(
     env = settings_env(settings, stack.redis_url)
     gw_port = free_port()
     config = tmp_path / "gateway.yaml"
-    config.write_text(
-        yaml.safe_dump(
-            {
-                "precisions": {"int4": [cand.url], "bf16": [ref.url]},
-                "precision_models": {"int4": "int4-g64-gptq", "bf16": "ref-f32"},
-                "pools": {"bf16": {"teacher_forcing": "vllm"}},
-                "routes": {
-                    ROUTE: {"candidate": "int4", "reference": "bf16", "teacher_forced": True}
-                },
-                "default_route": ROUTE,
-                "shadow_sample_rate": 1.0,
-                "noise_sample_rate": 0.0,
-                "timeouts": {"connect_s": 2, "read_s": 120, "total_s": 180, "shadow_total_s": 180},
-            },
-            sort_keys=False,
-        )
-    )
+    write_config(config, cand.url, "int4-g64-gptq", ref.url)
     worker = WorkerProcess(settings, stack.redis_url).start()
     gateway = Child(
         "gateway", ["gateway", "--config", str(config), "--port", str(gw_port)], tmp_path, env
@@ -178,11 +194,51 @@ async def test_rollback_on_teacher_forced_evidence_from_vllm(
         await until_gateway(http, lambda r: r["serving"] == "bf16", 30, "bf16")
         after = [await ask(client, p) for p in PROMPTS[:2]]
         assert [(r.status, r.precision) for r in after] == [(200, "bf16")] * 2
+
+        # The team redeploys the candidate on a healthy build; the gateway restarts on
+        # the new pool and, from the control topic, still serves the reference.
+        gateway.stop()
+        write_config(config, ref.url, "ref-f32", ref.url)
+        gateway = Child(
+            "gateway-redeployed",
+            ["gateway", "--config", str(config), "--port", str(gw_port)],
+            tmp_path,
+            env,
+        ).start()
+        await gateway.healthy(f"{base}/health", 120)
+        half_open = await watch.wait("canary", rollback.command.epoch, 120)
+        await until_gateway(http, lambda r: r["mode"] == "half_open", 30, "half_open")
+        restored = asyncio.create_task(watch.wait("restore", half_open.command.epoch, 600))
+        probes = []
+        while not restored.done():
+            assert len(probes) < 12, f"no restore after {len(probes)}:\n{worker.log_tail()}"
+            reply = await ask(client, PROMPTS[len(probes) % len(PROMPTS)])
+            assert (reply.status, reply.precision) == (200, "bf16")  # users stay on bf16
+            probes.append(reply)
+        restore = await restored
+        assert restore.command.target == "candidate"
+        await until_gateway(http, lambda r: r["serving"] == "int4", 30, "int4")
+        back = await ask(client, PROMPTS[0])
+        assert (back.status, back.precision) == (200, "int4")
+
+        # The redeploy was a new candidate to the breaker: one alert, naming both builds.
+        changes = [
+            a
+            for a in (
+                AlertEvent.parse(r.value)
+                for r in await records_for(kafka.bootstrap_servers, kafka.topics.alerts, ROUTE)
+            )
+            if a.kind == "breaker.candidate_changed"
+        ]
+        assert len(changes) == 1, changes
+        assert "int4-g64-gptq" in str(changes[0].evidence), changes[0]
+        assert "ref-f32" in str(changes[0].evidence), changes[0]
         print(
             f"\nvLLM engines ready (startup {cand.ready['startup_s']}s / "
             f"{ref.ready['startup_s']}s, vLLM {ref.ready.get('version')}); rollback after "
             f"{len(served)} requests; {len(with_tf)}/{len(scores)} scores with tf_kl "
-            f"(decisive {decisive_score.metrics.tf_kl:.2f} nats); test body "
+            f"(decisive {decisive_score.metrics.tf_kl:.2f} nats); restore after "
+            f"{len(probes)} half-open probes on the redeployed candidate; test body "
             f"{time.monotonic() - started:.0f}s"
         )
     finally:
