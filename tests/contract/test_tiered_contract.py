@@ -54,7 +54,7 @@ def test_modules_document_themselves() -> None:
 def test_calibration_and_escalation_survive_json(static: StaticEmbedder) -> None:
     cal = load_calibration(static.path)
     assert Calibration.from_json(cal.to_json()) == cal
-    esc = Escalation(thresholds=(0.88, 0.85), band=0.07, sample_rate=0.05, watch_pairs=9)
+    esc = Escalation(thresholds=(0.88, 0.85), band=0.07, sample_rate=0.05, rate=0.02)
     raw = json.loads(json.dumps(asdict(esc)))
     assert Escalation(**{**raw, "thresholds": tuple(raw["thresholds"])}) == esc
 

@@ -124,19 +124,13 @@ async def test_one_route_is_scored_by_two_workers_and_decided_once(fault_stack) 
 async def test_two_scoring_workers_killed_in_turn_every_pair_judged_once(fault_stack) -> None:  # type: ignore[no-untyped-def]
     """Three workers score two routes; two are kill -9'd in turn while pairs are in flight.
 
-    The workers score with the static tier, whose cosine is a function of the pair alone.
-    The default tiered scorer is not: which pairs escalate to MiniLM depends on the
-    worker's own recent batches (its budget bucket and the routes it saw fail), so a pair
-    redelivered to another worker can get the other tier's cosine. That is a known gap of
-    scoring anywhere (see docs/scaling.md), not something this test may paper over: it
-    checks the layout's guarantee (every pair judged once, one transition each) with a
-    scorer that has none of that state.
+    The workers run the default tiered scorer, whose escalation to MiniLM is a function
+    of the pair (its texts and static cosine), so a pair redelivered to another worker
+    must come back with the same tier, cosine and verdict.
     """
     routes = ["split/k0", "split/k1"]
     settings = isolated_settings(fault_stack, f"qdfault:{uuid.uuid4().hex}:", partitions=4)
-    settings = settings.model_copy(
-        update={"embedding": settings.embedding.model_copy(update={"tier": "static"})}
-    )
+    assert settings.embedding.tier == "tiered"
     await make_topics(settings)
     stream = []
     per_route = 0
