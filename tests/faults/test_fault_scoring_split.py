@@ -186,15 +186,22 @@ async def test_two_scoring_workers_killed_in_turn_every_pair_judged_once(fault_s
         await assert_decided_once(settings, routes, per_route)
         # A pair scored twice (redelivered to another worker after a kill) carries the
         # same score from both: decisions do not depend on which worker scored it.
-        rescored = 0
+        rescored = rescored_minilm = escalated = 0
         for route in routes:
             for pair_id, scores in (await scores_by_pair(settings, route)).items():
                 rescored += len(scores) > 1
+                minilm = scores[0].metrics.cosine_tier == "minilm"
+                escalated += minilm
+                rescored_minilm += minilm and len(scores) > 1
                 assert all(same_score(scores[0], s) for s in scores[1:]), pair_id
+        # The stream's pairs near the bar (fixed by their texts) went to MiniLM: the
+        # comparison above ran over both tiers, not the static one alone.
+        assert escalated > 0, "no pair escalated: the workers did not run the tiered scorer"
         survivor_counts = await worker_counts(survivor_port)
         print(
             f"\nkills: {kills}; {total} pairs judged once each; "
-            f"{rescored} pairs scored twice; survivor saw {survivor_counts['duplicates']} dups"
+            f"{rescored} pairs scored twice ({rescored_minilm} on MiniLM); {escalated} escalated; "
+            f"survivor saw {survivor_counts['duplicates']} dups"
         )
     finally:
         for worker, _ in workers:
