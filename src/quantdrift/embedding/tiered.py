@@ -21,7 +21,8 @@ Identical texts never escalate: they are identical under every model.
 
 **The score is a function of the pair.** Both draws are a keyed hash of the
 candidate's and the reference's text, the static cosine is a function of the
-same texts, and the settings come from the one factory every worker, replay and
+same texts (each text is embedded on its own: bit for bit the same in any batch
+and order), and the settings come from the one factory every worker, replay and
 eval build their scorer with. Nothing else enters: not the batch a pair
 arrived in, not what the worker scored before, not the time. So two workers
 that score the same pair (a redelivery after one died, a replay of the topic)
