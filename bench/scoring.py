@@ -202,15 +202,15 @@ def verdict_agreement(
     static: Any,
     full: Any,
     calibration: Any,
-    max_rate: float | None,
+    rate: float | None,
     batch: int,
 ) -> dict[str, Any]:
-    """Pair verdicts of the tiered scorer (a fresh one, its own budget) against MiniLM on
-    every pair: the share that agree, and how many qualified but kept the static cosine."""
+    """Pair verdicts of the tiered scorer against MiniLM on every pair: the share that
+    agree, and how many pairs in the band the draw kept on the static cosine."""
     from quantdrift.detectors.suite import score_pairs, verdict
     from quantdrift.embedding.tiered import Escalation, TieredScorer
 
-    escalation = Escalation() if max_rate is None else Escalation(max_rate=max_rate)
+    escalation = Escalation() if rate is None else Escalation(rate=rate)
     tiered = TieredScorer(static, full, calibration, escalation)
     mine: list[str] = []
     reference: list[str] = []
@@ -223,7 +223,7 @@ def verdict_agreement(
         "pairs": len(pairs),
         "agreement": round(agree / len(pairs), 4) if pairs else None,
         "disagreements": len(pairs) - agree,
-        "over_budget": tiered.agreement.summary()["over_budget"],
+        "passed_over": tiered.agreement.summary()["passed_over"],
     }
 
 
@@ -243,7 +243,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--batch", type=int, default=64, help="the worker's batch_max")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument(
-        "--max-rate", type=float, default=None, help="escalation budget (default: the setting's)"
+        "--rate",
+        type=float,
+        default=None,
+        help="band escalation rate (default: the setting's)",
     )
     ap.add_argument("--json", action="store_true", help="end with one JSON object")
     ap.add_argument("--write", type=Path, default=None, help="write/update a section in this file")
@@ -271,7 +274,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     full = SentenceTransformerEmbedder(threads=1)
     static = StaticEmbedder()
     calibration = load_calibration(static.path)
-    escalation = Escalation() if args.max_rate is None else Escalation(max_rate=args.max_rate)
+    escalation = Escalation() if args.rate is None else Escalation(rate=args.rate)
     tiered = TieredScorer(static, full, calibration, escalation)
 
     rows = [
@@ -289,10 +292,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     agreement_rows = {
         "bench": verdict_agreement(
-            minilm_pairs[8:], static, full, calibration, args.max_rate, args.batch
+            minilm_pairs[8:], static, full, calibration, args.rate, args.batch
         ),
         "lab_evaluation": verdict_agreement(
-            lab_evaluation_pairs(), static, full, calibration, args.max_rate, args.batch
+            lab_evaluation_pairs(), static, full, calibration, args.rate, args.batch
         ),
     }
     naive_rate = rows[0]["pairs_per_s"]
@@ -312,13 +315,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         "minilm_p99_ms": rows[1]["p99_ms"],
         "naive_pairs_per_s": naive_rate,
         "naive_p99_ms": rows[0]["p99_ms"],
-        # Pairs that qualified for MiniLM and kept the static cosine (budget spent).
-        "over_budget": agreement["over_budget"],
+        # Pairs in the band that the draw kept on the static cosine.
+        "passed_over": agreement["passed_over"],
         # Pair verdicts (ok / drift / anomaly), tiered vs MiniLM on every pair, same pairs.
         "verdict_agreement": agreement_rows["bench"]["agreement"],
         "verdict_agreement_detail": agreement_rows,
         "escalation": agreement,
-        "max_escalation_rate": escalation.max_rate,
+        "escalation_rate": escalation.rate,
         "calibration": {
             "fitted_on": calibration.fitted_on,
             "band": tiered.band,
@@ -352,8 +355,8 @@ def _table(rows: list[dict], breakdown: dict[str, float], result: dict) -> str:
     lines.append("stage µs/pair: " + ", ".join(f"{k} {v:.0f}" for k, v in breakdown.items()))
     e = result["escalation"]
     lines.append(
-        f"escalated {e['escalated']}/{e['pairs']} (band {e['escalated_band']}, suspicious "
-        f"{e['escalated_suspicious']}, sample {e['escalated_sample']}); "
+        f"escalated {e['escalated']}/{e['pairs']} (band {e['escalated_band']}, "
+        f"sample {e['escalated_sample']}); "
         f"sample |static-minilm| {e['sample_mean_abs_error']}"
     )
     return "\n".join(lines)
@@ -389,20 +392,21 @@ def _markdown(rows: list[dict], breakdown: dict[str, float], result: dict) -> st
         + ".",
         "",
         f"Tiered escalation: {e['escalated']} of {e['pairs']} pairs "
-        f"({100 * (e['escalation_rate'] or 0):.1f} %: band {e['escalated_band']}, suspicious "
-        f"{e['escalated_suspicious']}, sample {e['escalated_sample']}); band "
-        f"±{result['calibration']['band']:.3f} around 0.88, calibration: "
-        f"{result['calibration']['fitted_on']}. **{result['over_budget']} pairs qualified "
-        "for MiniLM and kept the static cosine** (the escalation budget was spent).",
+        f"({100 * (e['escalation_rate'] or 0):.1f} %: band {e['escalated_band']}, "
+        f"sample {e['escalated_sample']}); band "
+        f"±{result['calibration']['band']:.3f} around 0.88, escalation rate "
+        f"{result['escalation_rate']}, calibration: {result['calibration']['fitted_on']}. "
+        f"**{result['passed_over']} pairs in the band kept the static cosine** (a pair d "
+        "band widths from the bar escalates with probability min(1, rate / d), drawn from "
+        "its texts, so every worker escalates the same pairs).",
         "",
-        "Pair-verdict agreement, tiered against MiniLM on every pair (same pairs, a fresh "
-        "tiered scorer with its own budget):",
+        "Pair-verdict agreement, tiered against MiniLM on every pair (same pairs):",
         "",
-        "| pairs | n | agreement | disagreements | qualified, not escalated |",
+        "| pairs | n | agreement | disagreements | in band, not escalated |",
         "|---|---:|---:|---:|---:|",
         *(
             f"| {name} | {a['pairs']} | {a['agreement']} | {a['disagreements']} "
-            f"| {a['over_budget']} |"
+            f"| {a['passed_over']} |"
             for name, a in result["verdict_agreement_detail"].items()
         ),
         "",

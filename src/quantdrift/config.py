@@ -101,10 +101,11 @@ class EmbeddingSettings(BaseModel):
     calibration: Path | None = None  # None: calibration.json beside the static model
     band: float | None = Field(default=None, ge=0)  # None: the calibration's band
     sample_rate: float = Field(default=0.01, ge=0, le=1)
-    watch_pairs: int = Field(default=3, ge=0)
-    escalation_thresholds: tuple[float, ...] = (0.88,)
-    max_escalation_rate: float | None = Field(default=0.015, ge=0, le=1)  # None: no cap
-    escalation_burst: int = Field(default=8, ge=1)
+    escalation_thresholds: tuple[float, ...] = Field(default=(0.88,), min_length=1)
+    # A pair d band widths from a threshold escalates with probability min(1, rate / d),
+    # drawn from its texts, so every worker escalates the same pairs
+    # (quantdrift.embedding.tiered). None: every pair in the band; 0: none.
+    escalation_rate: float | None = Field(default=0.005, ge=0, le=1)
 
 
 class WorkerSettings(BaseModel):

@@ -54,7 +54,7 @@ def test_modules_document_themselves() -> None:
 def test_calibration_and_escalation_survive_json(static: StaticEmbedder) -> None:
     cal = load_calibration(static.path)
     assert Calibration.from_json(cal.to_json()) == cal
-    esc = Escalation(thresholds=(0.88, 0.85), band=0.07, sample_rate=0.05, watch_pairs=9)
+    esc = Escalation(thresholds=(0.88, 0.85), band=0.07, sample_rate=0.05, rate=0.02)
     raw = json.loads(json.dumps(asdict(esc)))
     assert Escalation(**{**raw, "thresholds": tuple(raw["thresholds"])}) == esc
 
@@ -93,3 +93,18 @@ def test_escalated_cosines_equal_minilm(static: StaticEmbedder) -> None:
         assert m.cosine == pytest.approx(float(e), abs=1e-6)
     assert scorer.full_calls == 1
     assert np.isfinite(scorer.agreement.summary()["sample_mean_abs_error"])
+
+
+def test_a_pairs_score_does_not_depend_on_its_batch(static: StaticEmbedder) -> None:
+    """The real static tier: one pair's metrics are the same alone, in a batch, in any
+    order, after any history (the escalation rule's argument rests on this)."""
+    cal = load_calibration(static.path)
+    esc = Escalation(sample_rate=0.3, rate=0.5)  # both reasons in play on six pairs
+    batch = pairs()
+    # The static model stands in for the full one: the escalation path runs, no MiniLM.
+    first = TieredScorer(static, static, cal, esc).score_pairs(batch)
+    other = TieredScorer(static, static, cal, esc)
+    other.score_pairs(list(reversed(batch)) * 3)
+    alone = [other.score_pairs([p])[0] for p in batch]
+    assert [m.model_dump() for m in alone] == [m.model_dump() for m in first]
+    assert {m.cosine_tier for m in first} >= {"static", "minilm"}

@@ -12,7 +12,7 @@ calibrate all build their scorer here, so replay reproduces live decisions.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Sequence
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 from quantdrift.detectors.semantic import Embedder
@@ -64,19 +64,17 @@ def build_scorer(settings: EmbeddingSettings) -> Embedder | None:
         thresholds=tuple(settings.escalation_thresholds),
         band=settings.band,
         sample_rate=settings.sample_rate,
-        watch_pairs=settings.watch_pairs,
-        max_rate=settings.max_escalation_rate,
-        burst=settings.escalation_burst,
+        rate=settings.escalation_rate,
     )
     return TieredScorer(static, full, calibration, escalation)
 
 
-def score_with(
-    scorer: Embedder | None,
-    pairs: Sequence[PairEvent],
-    suspicious: Collection[str] = frozenset(),
-) -> list[Metrics]:
-    """:func:`score_pairs` for a plain embedder; the tiered path for a :class:`TieredScorer`."""
+def score_with(scorer: Embedder | None, pairs: Sequence[PairEvent]) -> list[Metrics]:
+    """:func:`score_pairs` for a plain embedder; the tiered path for a :class:`TieredScorer`.
+
+    Either way each pair's metrics are a function of the pair and the settings,
+    not of the batch it came in, so any worker (or a replay) gives the same.
+    """
     if isinstance(scorer, TieredScorer):
-        return scorer.score_pairs(pairs, suspicious)
+        return scorer.score_pairs(pairs)
     return score_pairs(pairs, scorer)

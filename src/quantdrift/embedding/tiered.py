@@ -2,28 +2,58 @@
 
 A pair's cosine only changes a decision when it can land on the other side of
 a threshold. So every pair gets the static tier's cosine, mapped onto MiniLM's
-scale by the :class:`~quantdrift.embedding.static.Calibration`, and a
-pair *escalates* to the full transformer when
+scale by the :class:`~quantdrift.embedding.static.Calibration`, and a pair
+*escalates* to the full transformer by one rule, :func:`escalation_reason`,
+whose inputs are the pair's two texts, its mapped static cosine and the
+:class:`Escalation` settings:
 
-1. ``band``: its mapped static cosine lies within the calibration's band of a
-   similarity threshold (the estimate is not sure which side it is on);
-2. ``suspicious``: its route is suspicious — named by the caller, or one of
-   this batch's routes that failed (any verdict but ``ok``) within its last
-   ``watch_pairs`` pairs; there the consecutive-failure rule is counting, and
-   every cosine of it should be the exact one;
-3. ``sample``: its ``pair_id`` hashes into the ``sample_rate`` fraction (a
-   deterministic ~1 % that keeps measuring how well the tiers agree; both
-   cosines are recorded in :class:`Agreement`).
+1. ``sample``: the pair's texts draw into the ``sample_rate`` fraction (a
+   deterministic ~1 % over every cosine range, that keeps measuring how well
+   the tiers agree; both cosines are recorded in :class:`Agreement`);
+2. ``band``: its mapped static cosine lies within the calibration's band of a
+   similarity threshold, at ``d`` band widths from the nearest one
+   (``0 <= d <= 1``), and its texts' second draw ``u`` in [0, 1) has
+   ``u * d < rate``. A pair on the bar always escalates, one at ``d`` does with
+   probability ``min(1, rate / d)``: the closer, the likelier, and far fewer than
+   the whole band. ``rate`` None escalates every pair in the band, 0 none.
 
-The full model has a budget (``max_rate`` of the pairs, a token bucket across
-batches): MiniLM costs ~100-200 ms a 200-token pair on one core, so every 1 %
-escalated costs ~1-2 ms a pair on average. When more pairs qualify than the
-budget allows, the sample goes first, then the pairs closest to a threshold
-(a suspicious route's counting half as far); the rest keep the static cosine
-and are counted in ``Agreement.over_budget``. All escalated pairs of a batch,
-across routes, go to the full embedder in ONE ``embed`` call (its cache makes a
-reference seen before free).
+Identical texts never escalate: they are identical under every model.
+
+**The score is a function of the pair.** Both draws are a keyed hash of the
+candidate's and the reference's text, the static cosine is a function of the
+same texts (each text is embedded on its own: bit for bit the same in any batch
+and order), and the settings come from the one factory every worker, replay and
+eval build their scorer with. Nothing else enters: not the batch a pair
+arrived in, not what the worker scored before, not the time. So two workers
+that score the same pair (a redelivery after one died, a replay of the topic)
+escalate it alike and publish the same cosine, tier and verdict; and two pairs
+with the same outputs get the same metrics whatever their ids, which is what
+the evaluation's content cache assumes.
+
+**Cost without a budget.** MiniLM costs ~100-200 ms a 200-token pair on one
+core, so every 1 % escalated costs ~1-2 ms a pair on average. A worker-local
+budget would bound that but make the tier depend on the worker's history, so the
+bound is in the rule instead: over the band's pairs the share escalated is the
+mean of ``min(1, rate / d)``. Spread evenly across the band that is
+``rate * (1 + ln(1 / rate))`` of them (3.1 % at the default 0.005), plus the
+sample; only a stream packed within ``rate`` band widths of a threshold
+(±0.0009 around 0.88 with the shipped band) costs more, and there every cosine
+is a coin flip on the bar that only the full model can settle. Band pairs the
+draw passed over are counted in ``Agreement.passed_over``. All escalated pairs
+of a batch, across routes, go to the full embedder in ONE ``embed`` call (its
+cache makes a reference seen before free).
+
 ``Metrics.cosine_tier`` says which tier produced each cosine.
+
+Examples
+--------
+>>> esc = Escalation(thresholds=(0.88,), sample_rate=0.0, rate=0.005)
+>>> escalation_reason(0.88, "a cat", "the cat", esc, band=0.1)  # on the bar
+'band'
+>>> escalation_reason(0.99, "a cat", "the cat", esc, band=0.1) is None  # clear of it
+True
+>>> escalation_reason(0.88, "the cat", "the cat", esc, band=0.1) is None  # same text
+True
 """
 
 from __future__ import annotations
@@ -31,91 +61,96 @@ from __future__ import annotations
 import hashlib
 import threading
 from collections import deque
-from collections.abc import Collection, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
 import numpy as np
 
 from quantdrift.detectors.semantic import Embedder, FloatArray, cosine_pairs
-from quantdrift.detectors.suite import FailureThresholds, score_pairs, verdict
+from quantdrift.detectors.suite import score_pairs
 from quantdrift.embedding.static import Calibration
 from quantdrift.schemas.pair import PairEvent
 from quantdrift.schemas.score import Metrics
 
-Reason = Literal["band", "suspicious", "sample"]
+Reason = Literal["band", "sample"]
 
 
 @dataclass(frozen=True, slots=True)
 class Escalation:
-    """When a pair goes to the full model. ``band`` None: the calibration's band."""
+    """When a pair goes to the full model. ``band`` None: the calibration's band.
+
+    ``rate``: a pair ``d`` band widths from a threshold escalates with probability
+    ``min(1, rate / d)``, drawn from its texts (None: every pair in the band; 0: none).
+    """
 
     thresholds: tuple[float, ...] = (0.88,)
     band: float | None = None
     sample_rate: float = 0.01
-    watch_pairs: int = 3
-    # The full model's budget, as a fraction of pairs (a token bucket across
-    # batches, burst ``burst`` pairs): when more pairs qualify, the closest to a
-    # threshold go first and the rest keep their static cosine. None: no cap.
-    max_rate: float | None = 0.015
-    burst: int = 8
+    rate: float | None = 0.005
 
     def __post_init__(self) -> None:
+        if not self.thresholds:
+            raise ValueError("thresholds must name at least one similarity threshold")
         if not 0.0 <= self.sample_rate <= 1.0:
             raise ValueError(f"sample_rate must be in [0, 1], got {self.sample_rate}")
         if self.band is not None and self.band < 0:
             raise ValueError(f"band must be >= 0, got {self.band}")
-        if self.watch_pairs < 0:
-            raise ValueError(f"watch_pairs must be >= 0, got {self.watch_pairs}")
-        if self.max_rate is not None and not 0.0 <= self.max_rate <= 1.0:
-            raise ValueError(f"max_rate must be in [0, 1], got {self.max_rate}")
-        if self.burst < 1:
-            raise ValueError(f"burst must be >= 1, got {self.burst}")
+        if self.rate is not None and not 0.0 <= self.rate <= 1.0:
+            raise ValueError(f"rate must be in [0, 1], got {self.rate}")
 
 
-def sampled(pair_id: str, rate: float) -> bool:
-    """Whether ``pair_id`` is in the agreement sample: stable across processes and runs.
+def draw(candidate: str, reference: str, purpose: str) -> float:
+    """A uniform number in [0, 1) fixed by the two texts: the same in every process and run.
+
+    ``purpose`` keys the hash, so the sample's and the band's draws are independent.
 
     Examples
     --------
-    >>> sampled("p-1", 0.0), sampled("p-1", 1.0)
-    (False, True)
-    >>> sum(sampled(f"p-{i}", 0.02) for i in range(10_000))  # ~2 %
-    197
+    >>> draw("a", "b", "sample") == draw("a", "b", "sample")
+    True
+    >>> draw("a", "b", "sample") != draw("a", "b", "band") != draw("ab", "", "band")
+    True
+    >>> sum(draw(f"c{i}", f"r{i}", "sample") < 0.02 for i in range(10_000))  # ~2 %
+    208
     """
-    if rate <= 0.0:
-        return False
-    digest = hashlib.blake2b(pair_id.encode("utf-8", "surrogatepass"), digest_size=8).digest()
-    return int.from_bytes(digest, "big") < rate * 2**64
+    h = hashlib.blake2b(digest_size=8, person=purpose.encode()[:16])
+    for text in (candidate, reference):
+        raw = text.encode("utf-8", "surrogatepass")
+        h.update(len(raw).to_bytes(8, "big"))  # length-prefixed: ("ab", "") != ("a", "b")
+        h.update(raw)
+    return int.from_bytes(h.digest(), "big") / 2**64
+
+
+def band_distance(mapped_static: float, thresholds: Sequence[float], band: float) -> float:
+    """Distance to the nearest threshold in band widths (inf when the band is empty)."""
+    gap = min(abs(mapped_static - t) for t in thresholds)
+    if band <= 0:
+        return 0.0 if gap == 0 else float("inf")
+    return gap / band
 
 
 def escalation_reason(
     mapped_static: float,
-    route: str,
-    pair_id: str,
-    suspicious: Collection[str],
-    thresholds: Sequence[float],
+    candidate: str,
+    reference: str,
+    escalation: Escalation,
     band: float,
-    sample_rate: float,
 ) -> Reason | None:
-    """Why a pair escalates (the first reason that holds), or None. Pure.
+    """Why a pair escalates (the first reason that holds), or None.
 
-    Examples
-    --------
-    >>> escalation_reason(0.90, "r", "p", (), (0.88,), 0.05, 0.0)
-    'band'
-    >>> escalation_reason(0.97, "r", "p", {"r"}, (0.88,), 0.05, 0.0)
-    'suspicious'
-    >>> escalation_reason(0.97, "r", "p", (), (0.88,), 0.05, 0.0) is None
-    True
+    Pure: the texts, their mapped static cosine and the settings decide, nothing else.
     """
+    if candidate == reference:
+        return None
     # The sample first: it must cover every cosine range to measure agreement fairly.
-    if sampled(pair_id, sample_rate):
+    if draw(candidate, reference, "sample") < escalation.sample_rate:
         return "sample"
-    if any(abs(mapped_static - t) <= band for t in thresholds):
+    d = band_distance(mapped_static, escalation.thresholds, band)
+    if d > 1.0:
+        return None
+    if escalation.rate is None or draw(candidate, reference, "band") * d < escalation.rate:
         return "band"
-    if route in suspicious:
-        return "suspicious"
     return None
 
 
@@ -132,18 +167,19 @@ class PairCosine:
 
 @dataclass
 class Agreement:
-    """Running agreement between tiers, fed by every escalated pair (both cosines known)."""
+    """Running agreement between tiers, fed by every escalated pair (both cosines known).
+
+    Observation only: nothing here feeds back into which pairs escalate.
+    """
 
     pairs: int = 0
-    escalated: dict[str, int] = field(
-        default_factory=lambda: {"band": 0, "suspicious": 0, "sample": 0}
-    )
+    escalated: dict[str, int] = field(default_factory=lambda: {"band": 0, "sample": 0})
     # (mapped static, minilm) of the random sample only: an unbiased view of the error.
     recent: deque[tuple[float, float]] = field(default_factory=lambda: deque(maxlen=2048))
     sample_abs_error_sum: float = 0.0
     sample_decision_flips: int = 0
-    # Pairs that qualified but found the budget spent (they kept the static cosine).
-    over_budget: int = 0
+    # Pairs in the band whose draw kept them on the static cosine.
+    passed_over: int = 0
 
     def summary(self) -> dict[str, float | int | None]:
         n = self.escalated["sample"]
@@ -154,27 +190,8 @@ class Agreement:
             "escalation_rate": (sum(self.escalated.values()) / self.pairs) if self.pairs else None,
             "sample_mean_abs_error": (self.sample_abs_error_sum / n) if n else None,
             "sample_decision_flips": self.sample_decision_flips,
-            "over_budget": self.over_budget,
+            "passed_over": self.passed_over,
         }
-
-
-class RouteWatch:
-    """Routes with a recent failure: suspicious for the next ``pairs`` pairs they send."""
-
-    def __init__(self, pairs: int = 50) -> None:
-        self.pairs = pairs
-        self._left: dict[str, int] = {}
-
-    def observe(self, route: str, failed: bool) -> None:
-        if failed and self.pairs > 0:
-            self._left[route] = self.pairs
-        elif route in self._left:
-            self._left[route] -= 1
-            if self._left[route] <= 0:
-                del self._left[route]
-
-    def suspicious(self) -> frozenset[str]:
-        return frozenset(self._left)
 
 
 class TieredScorer:
@@ -191,21 +208,15 @@ class TieredScorer:
         full: Embedder | None,
         calibration: Calibration,
         escalation: Escalation = Escalation(),
-        failure_thresholds: FailureThresholds | None = None,
     ) -> None:
         self.static = static
         self.full = full
         self.calibration = calibration
         self.escalation = escalation
         self.band = calibration.band if escalation.band is None else escalation.band
-        self.failure_thresholds = failure_thresholds or FailureThresholds(
-            similarity=escalation.thresholds[0]
-        )
-        self.watch = RouteWatch(escalation.watch_pairs)
         self.agreement = Agreement()
         self.full_calls = 0
-        self._credit = float(escalation.burst)
-        self._lock = threading.Lock()
+        self._lock = threading.Lock()  # the counters only; scores take no shared state
 
     @property
     def tier(self) -> str:
@@ -215,9 +226,7 @@ class TieredScorer:
     def embed(self, texts: Sequence[str]) -> FloatArray:
         return np.asarray((self.full or self.static).embed(texts), dtype=np.float32)
 
-    def cosines(
-        self, pairs: Sequence[PairEvent], suspicious: Collection[str] = frozenset()
-    ) -> list[PairCosine]:
+    def cosines(self, pairs: Sequence[PairEvent]) -> list[PairCosine]:
         """Each pair's cosine (static or full), in order; at most one full ``embed`` call."""
         if not pairs:
             return []
@@ -230,35 +239,26 @@ class TieredScorer:
         mapped[same] = 1.0
         if self.full is None:
             return [PairCosine(float(s), "static", float(s)) for s in mapped]
-        with self._lock:
-            watched = self.watch.suspicious()
-        hot = watched | frozenset(suspicious)
-        reasons: list[Reason | None] = [
-            None
-            if same[i]
-            else escalation_reason(
-                float(mapped[i]),
-                p.route,
-                p.pair_id,
-                hot,
-                self.escalation.thresholds,
-                self.band,
-                self.escalation.sample_rate,
-            )
-            for i, p in enumerate(pairs)
+        reasons = [
+            escalation_reason(float(mapped[i]), cands[i], refs[i], self.escalation, self.band)
+            for i in range(len(pairs))
         ]
-        up = self._within_budget(reasons, mapped, hot, pairs)
-        chosen = set(up)
-        skipped = sum(r is not None for r in reasons) - len(up)
-        reasons = [r if i in chosen else None for i, r in enumerate(reasons)]
+        up = [i for i, r in enumerate(reasons) if r is not None]
         exact: dict[int, float] = {}
         if up:
             values = cosine_pairs(self.full, [cands[i] for i in up], [refs[i] for i in up])
             exact = {i: float(v) for i, v in zip(up, values, strict=True)}
+        thresholds = self.escalation.thresholds
+        passed_over = sum(
+            reasons[i] is None
+            and not same[i]
+            and band_distance(float(mapped[i]), thresholds, self.band) <= 1.0
+            for i in range(len(pairs))
+        )
         out: list[PairCosine] = []
         with self._lock:
             self.agreement.pairs += len(pairs)
-            self.agreement.over_budget += skipped
+            self.agreement.passed_over += passed_over
             self.full_calls += bool(up)
             for i, reason in enumerate(reasons):
                 s = float(mapped[i])
@@ -270,50 +270,13 @@ class TieredScorer:
                 if reason == "sample":
                     self.agreement.recent.append((s, m))
                     self.agreement.sample_abs_error_sum += abs(s - m)
-                    t = self.escalation.thresholds
-                    self.agreement.sample_decision_flips += any((s < x) != (m < x) for x in t)
+                    self.agreement.sample_decision_flips += any(
+                        (s < x) != (m < x) for x in thresholds
+                    )
                 out.append(PairCosine(m, "minilm", s, m, reason))
         return out
 
-    def _within_budget(
-        self,
-        reasons: Sequence[Reason | None],
-        mapped: FloatArray,
-        hot: frozenset[str],
-        pairs: Sequence[PairEvent],
-    ) -> list[int]:
-        """Indices to escalate: all of them without a cap, else the most decisive first.
-
-        Order: the agreement sample (few, and it must stay a fair sample), then
-        by distance to the nearest threshold in band units, a suspicious route's
-        pairs counting half as far.
-        """
-        wanted = [i for i, r in enumerate(reasons) if r is not None]
-        cap = self.escalation.max_rate
-        if cap is None:
-            return wanted
-        thresholds = self.escalation.thresholds
-        band = max(self.band, 1e-6)
-
-        def key(i: int) -> tuple[int, float]:
-            dist = min(abs(float(mapped[i]) - t) for t in thresholds) / band
-            if pairs[i].route in hot:
-                dist /= 2
-            return (0 if reasons[i] == "sample" else 1, dist)
-
-        with self._lock:
-            self._credit = min(float(self.escalation.burst), self._credit + cap * len(pairs))
-            take = min(len(wanted), int(self._credit))
-            self._credit -= take
-        return sorted(sorted(wanted, key=key)[:take])
-
-    def score_pairs(
-        self, pairs: Sequence[PairEvent], suspicious: Collection[str] = frozenset()
-    ) -> list[Metrics]:
-        """The full metric suite with tiered cosines; failures feed the route watch."""
-        found = self.cosines(pairs, suspicious)
-        metrics = score_pairs(pairs, None, cosines=[(c.cosine, c.tier) for c in found])
-        with self._lock:
-            for p, m in zip(pairs, metrics, strict=True):
-                self.watch.observe(p.route, verdict(m, self.failure_thresholds)[0] != "ok")
-        return metrics
+    def score_pairs(self, pairs: Sequence[PairEvent]) -> list[Metrics]:
+        """The full metric suite with tiered cosines: each pair's metrics depend on it alone."""
+        found = self.cosines(pairs)
+        return score_pairs(pairs, None, cosines=[(c.cosine, c.tier) for c in found])
