@@ -193,7 +193,9 @@ def create_app(service: VerdictService, token: str, public_url: str = "") -> Fas
     app = FastAPI(title="quantdrift verdict API", docs_url=None, redoc_url=None)
     base = public_url.rstrip("/")
 
-    def store_down(exc: Exception) -> JSONResponse:
+    @app.exception_handler(BreakerStoreError)
+    async def store_down(request: Request, exc: BreakerStoreError) -> JSONResponse:
+        # Every endpoint alike: a Redis that cannot be read is a 503, never a pass.
         return JSONResponse({"error": "store unavailable", "detail": str(exc)}, status_code=503)
 
     @app.get("/healthz")
@@ -205,20 +207,14 @@ def create_app(service: VerdictService, token: str, public_url: str = "") -> Fas
     async def get_verdict(route: str, request: Request) -> JSONResponse:
         if why := _token_ok(token, request, None):
             return _unauthorized(why)
-        try:
-            verdict = await service.verdict(route)
-        except BreakerStoreError as exc:
-            return store_down(exc)
+        verdict = await service.verdict(route)
         return JSONResponse(verdict.as_json(f"{base}{API}/routes/{route}/worst-pairs"))
 
     @app.get(API + "/routes/{route:path}/worst-pairs")
     async def get_worst(route: str, request: Request) -> JSONResponse:
         if why := _token_ok(token, request, None):
             return _unauthorized(why)
-        try:
-            verdict = await service.verdict(route)
-        except BreakerStoreError as exc:
-            return store_down(exc)
+        verdict = await service.verdict(route)
         last = verdict.last_transition or {}
         return JSONResponse(
             {
@@ -233,10 +229,7 @@ def create_app(service: VerdictService, token: str, public_url: str = "") -> Fas
     async def get_audit(route: str, request: Request, count: int = 100) -> JSONResponse:
         if why := _token_ok(token, request, None):
             return _unauthorized(why)
-        try:
-            entries = await service.audit(route, max(1, min(count, 1000)))
-        except BreakerStoreError as exc:
-            return store_down(exc)
+        entries = await service.audit(route, max(1, min(count, 1000)))
         return JSONResponse({"route": route, "entries": entries})
 
     @app.post(API + "/flagger/{hook}")
@@ -262,28 +255,25 @@ def create_app(service: VerdictService, token: str, public_url: str = "") -> Fas
                 status_code=400,
             )
         canary = {k: payload.get(k) for k in ("name", "namespace", "phase", "checksum")}
-        try:
-            if hook == "event":
-                event = {k: v for k, v in meta.items() if k != "token"}
-                entry_id = await service.record(
-                    route, {"kind": "flagger.event", "canary": canary, "metadata": event}
-                )
-                return JSONResponse({"recorded": entry_id})
-            verdict = await service.verdict(route)
-            ok, problems = service.preflight_status(route)
-            answer = flagger_answer(hook, verdict, ok, problems)
-            await service.record(
-                route,
-                {
-                    "kind": f"flagger.{hook}",
-                    "canary": canary,
-                    "status": answer.status,
-                    "verdict": verdict.verdict,
-                    "epoch": verdict.epoch,
-                },
+        if hook == "event":
+            event = {k: v for k, v in meta.items() if k != "token"}
+            entry_id = await service.record(
+                route, {"kind": "flagger.event", "canary": canary, "metadata": event}
             )
-        except BreakerStoreError as exc:
-            return store_down(exc)
+            return JSONResponse({"recorded": entry_id})
+        verdict = await service.verdict(route)
+        ok, problems = service.preflight_status(route)
+        answer = flagger_answer(hook, verdict, ok, problems)
+        await service.record(
+            route,
+            {
+                "kind": f"flagger.{hook}",
+                "canary": canary,
+                "status": answer.status,
+                "verdict": verdict.verdict,
+                "epoch": verdict.epoch,
+            },
+        )
         return JSONResponse(answer.body, status_code=answer.status)
 
     return app
