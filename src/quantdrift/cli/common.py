@@ -1,5 +1,5 @@
 """What several commands share: settings (environment, file, stack state), finding Redis,
-the log-level flag."""
+the log-level flag, and the argparse types for numbers and lists of names."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ import argparse
 import json
 import re
 import time
+from collections.abc import Collection
 from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -143,13 +144,43 @@ def signing_settings(settings: Settings) -> Settings:
 
 def positive_int(text: str) -> int:
     """argparse type: a whole number >= 1, with a one-line reason otherwise."""
+    return _at_least(text, 1)
+
+
+def non_negative_int(text: str) -> int:
+    """argparse type: a whole number >= 0, with a one-line reason otherwise."""
+    return _at_least(text, 0)
+
+
+def _at_least(text: str, low: int) -> int:
     try:
         value = int(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
+    if value < low:
+        raise argparse.ArgumentTypeError(f"must be >= {low}, got {value}")
     return value
+
+
+def comma_names(text: str, allowed: Collection[str], what: str) -> list[str]:
+    """A comma-separated list of names, each one of ``allowed`` (for an argparse type).
+
+    Refuses an empty list and names every unknown one, with the choices, in one line:
+
+    >>> comma_names("int8, int4", ("int8", "int4", "int2"), "variant")
+    ['int8', 'int4']
+    >>> comma_names("int8,int9", ("int8", "int4"), "variant")
+    Traceback (most recent call last):
+    ...
+    argparse.ArgumentTypeError: unknown variant int9; choose from int8, int4
+    """
+    names = [v.strip() for v in text.split(",") if v.strip()]
+    bad = [v for v in names if v not in allowed]
+    if bad or not names:
+        raise argparse.ArgumentTypeError(
+            f"unknown {what} {', '.join(bad) or '(none)'}; choose from {', '.join(allowed)}"
+        )
+    return names
 
 
 LOG_LEVELS = ("debug", "info", "warning", "error")
