@@ -1,5 +1,7 @@
 """What several commands share: settings (environment, file, stack state), finding Redis,
-the log-level flag, and the argparse types for numbers and lists of names."""
+the log-level flag, the argparse types for numbers and lists of names, and the flags
+of a command that reads topics in a consumer group of its own (``alerts forward``,
+``archive``): which group, and when to stop."""
 
 from __future__ import annotations
 
@@ -10,7 +12,7 @@ import time
 from collections.abc import Collection
 from datetime import datetime
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from quantdrift.errors import ConfigError
 
@@ -226,6 +228,28 @@ def add_seconds(
         const=f"--{name}-s",
         help=argparse.SUPPRESS,
     )
+
+
+def add_consumer_options(parser: argparse.ArgumentParser, name: str, counted: str) -> None:
+    """``--group`` (default ``<app_id>-NAME``), and when to stop: ``--max-COUNTED``
+    (after N of them) and ``--idle-exit-s`` (after N seconds with none); without
+    either the command runs until stopped. ``consumer_loop_options`` reads them back."""
+    parser.add_argument("--group", default=None, help=f"consumer group (default <app_id>-{name})")
+    parser.add_argument(f"--max-{counted}", type=int, default=None, help=f"stop after N {counted}")
+    add_seconds(parser, "idle-exit", None, f"stop after N seconds with no {counted}")
+    parser.set_defaults(consumer=(name, counted))
+
+
+def consumer_loop_options(args: argparse.Namespace, settings: Settings) -> dict[str, Any]:
+    """What ``add_consumer_options`` parsed, as the consumer loop's keywords:
+    ``group_id``, ``max_<counted>`` and ``idle_exit_s`` (``run_forward`` and
+    ``run_archive`` take these names)."""
+    name, counted = args.consumer
+    return {
+        "group_id": args.group or f"{settings.worker.app_id}-{name}",
+        f"max_{counted}": getattr(args, f"max_{counted}"),
+        "idle_exit_s": args.idle_exit,
+    }
 
 
 _DURATION = re.compile(r"^(\d+(?:\.\d+)?)\s*([smhdw])$")
