@@ -54,7 +54,7 @@ from quantdrift.schemas.signing import (
     signer_from_settings,
     verifier_from_settings,
 )
-from quantdrift.schemas.signoff import key_ring, read_approvals, verify
+from quantdrift.schemas.signoff import key_ring, verify_file
 
 log = logging.getLogger(__name__)
 API = "/api/v1"
@@ -105,24 +105,13 @@ class VerdictService:
         """(verified, problems) for the route's report; (None, ()) when none is configured.
 
         The same check as ``quantdrift preflight verify`` and the gateway's launch
-        gate (``schemas.signoff.verify``), re-read on every call.
+        gate (``schemas.signoff.verify_file``), re-read on every call.
         """
         rule = self.preflight.get(route)
         if rule is None:
             return None, ()
-        try:
-            raw = rule.report.read_bytes()
-            approvals = read_approvals(rule.report)
-        except OSError as exc:
-            return False, (f"{rule.report}: {exc.strerror or exc}",)
-        except ConfigError as exc:
-            return False, (str(exc),)
-        result = verify(
-            raw,
-            approvals,
-            self.keys,
-            required=rule.required_signers,
-            distinct_keys=rule.distinct_keys,
+        result = verify_file(
+            rule.report, self.keys, required=rule.required_signers, distinct_keys=rule.distinct_keys
         )
         return result.ok, tuple(result.problems)
 
