@@ -23,6 +23,8 @@ from pydantic import BaseModel, SecretStr, ValidationError
 from pydantic.fields import FieldInfo
 from pydantic_core import PydanticUndefined
 
+from quantdrift.errors import ConfigError
+
 PREFIX = "QUANTDRIFT_"
 DELIMITER = "__"
 
@@ -355,8 +357,6 @@ def read_yaml(path: Path, what: str = "") -> Any:
     # Deferred: yaml only when a config file is validated.
     import yaml
 
-    from quantdrift.errors import ConfigError
-
     where = f"{what} {path}" if what else str(path)
     try:
         return yaml.safe_load(path.read_text()) or {}
@@ -369,8 +369,6 @@ def read_yaml(path: Path, what: str = "") -> Any:
 def read_yaml_mapping(path: Path, what: str) -> dict[str, Any]:
     """A config file's top level, which must be a mapping (``what`` names the file in
     every message, e.g. ``preflight config``): the one way the YAML configs are read."""
-    from quantdrift.errors import ConfigError
-
     data = read_yaml(path, what)
     if not isinstance(data, dict):
         raise ConfigError(f"{what} {path}: expected a mapping at the top")
