@@ -19,9 +19,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, SecretStr
+from pydantic import BaseModel, SecretStr, ValidationError
 from pydantic.fields import FieldInfo
 from pydantic_core import PydanticUndefined
+
+from quantdrift.errors import ConfigError
 
 PREFIX = "QUANTDRIFT_"
 DELIMITER = "__"
@@ -349,19 +351,45 @@ def _cell(text: str) -> str:
     return text.replace("|", "\\|").replace("\n", " ") if text else ""
 
 
-def read_yaml(path: Path) -> Any:
-    """A YAML file's data; ConfigError (one line) when it cannot be read or parsed."""
+def read_yaml(path: Path, what: str = "") -> Any:
+    """A YAML file's data ({} when empty); ConfigError (one line, ``[WHAT ]PATH: why``)
+    when it cannot be read or parsed."""
     # Deferred: yaml only when a config file is validated.
     import yaml
 
-    from quantdrift.errors import ConfigError
-
+    where = f"{what} {path}" if what else str(path)
     try:
         return yaml.safe_load(path.read_text()) or {}
     except OSError as exc:
-        raise ConfigError(f"{path}: {exc.strerror or exc}") from exc
+        raise ConfigError(f"{where}: {exc.strerror or exc}") from exc
     except yaml.YAMLError as exc:
-        raise ConfigError(f"{path}: invalid YAML: {' '.join(str(exc).split())}") from exc
+        raise ConfigError(f"{where}: invalid YAML: {' '.join(str(exc).split())}") from exc
+
+
+def read_yaml_mapping(path: Path, what: str) -> dict[str, Any]:
+    """A config file's top level, which must be a mapping (``what`` names the file in
+    every message, e.g. ``preflight config``): the one way the YAML configs are read."""
+    data = read_yaml(path, what)
+    if not isinstance(data, dict):
+        raise ConfigError(f"{what} {path}: expected a mapping at the top")
+    return data
+
+
+def first_problem(exc: ValidationError, what: str) -> str:
+    """The first thing pydantic refused, as one line: ``WHAT: field.path: why``.
+
+    >>> from pydantic import BaseModel
+    >>> class Section(BaseModel):
+    ...     port: int
+    >>> try:
+    ...     Section.model_validate({"port": "x"})
+    ... except ValidationError as exc:
+    ...     print(first_problem(exc, "demo config"))
+    demo config: port: Input should be a valid integer, unable to parse string as an integer
+    """
+    first = exc.errors()[0]
+    loc = ".".join(str(p) for p in first["loc"]) or "<root>"
+    return f"{what}: {loc}: {first['msg']}"
 
 
 def unknown_keys(data: Any, model: type[BaseModel], path: tuple[str, ...] = ()) -> list[str]:

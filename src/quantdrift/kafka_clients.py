@@ -28,6 +28,7 @@ replica can vanish with that broker, and the guard would never know.
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Mapping
 from typing import Any
 
 from aiokafka.errors import KafkaError
@@ -128,6 +129,24 @@ def consumer_kwargs(k: KafkaSettings) -> dict[str, Any]:
         "fetch_max_bytes": max(50 * 1024 * 1024, partition_fetch),
         "request_timeout_ms": k.request_timeout_ms,
         **_security_kwargs(k),
+    }
+
+
+def reader_kwargs(consumer_options: Mapping[str, Any], group_id: str | None) -> dict[str, Any]:
+    """``consumer_options`` for a consumer that reads from the earliest offset and commits
+    only what its caller says is safe (``group_id`` None: no group, nothing committed).
+
+    Every reader of recorded topics wants this: a page or a record must never be
+    skipped because aiokafka committed an offset before the caller was done with it.
+
+    >>> reader_kwargs({"bootstrap_servers": "b:9092"}, "qd-alerts")["enable_auto_commit"]
+    False
+    """
+    return {
+        **consumer_options,
+        "group_id": group_id,
+        "enable_auto_commit": False,
+        "auto_offset_reset": "earliest",
     }
 
 

@@ -17,7 +17,7 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 from rich.text import Text
 
 from quantdrift.errors import SchemaError
-from quantdrift.kafka_clients import start_client
+from quantdrift.kafka_clients import reader_kwargs, start_client
 from quantdrift.schemas import AlertEvent
 
 SEVERITY_STYLE = {"P0": "bold white on red", "P1": "bold red", "P2": "yellow", "P3": "cyan"}
@@ -66,13 +66,7 @@ async def read_alerts(
     every poll, so a caller can run its timers when no alert arrives;
     ``to_commit`` (group consumers) returns the offsets safe to commit now.
     """
-    options = {
-        **consumer_options,
-        "group_id": group_id,
-        "enable_auto_commit": False,
-        "auto_offset_reset": "earliest",
-    }
-    consumer = AIOKafkaConsumer(**options)
+    consumer = AIOKafkaConsumer(**reader_kwargs(consumer_options, group_id))
     await start_client(consumer, str(consumer_options.get("bootstrap_servers")))
     try:
         await consumer.topics()

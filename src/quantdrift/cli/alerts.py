@@ -17,7 +17,15 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from quantdrift.cli.common import add_seconds, load_settings, parse_time, positive_int, with_stack
+from quantdrift.cli.common import (
+    add_consumer_options,
+    add_seconds,
+    consumer_loop_options,
+    load_settings,
+    parse_time,
+    positive_int,
+    with_stack,
+)
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -45,11 +53,9 @@ def register(sub: argparse._SubParsersAction) -> None:
         default=20,
         help="deliveries tried per sink before the alerts go to the DLQ (default 20)",
     )
-    f.add_argument("--group", default=None, help="consumer group (default <app_id>-alerts)")
     add_seconds(f, "group-wait", 10.0, "seconds to wait for siblings")
     add_seconds(f, "group-interval", 300.0, "seconds between updates")
-    f.add_argument("--max-alerts", type=int, default=None, help="stop after N alerts")
-    add_seconds(f, "idle-exit", None, "stop after N seconds idle")
+    add_consumer_options(f, "alerts", "alerts")
     f.set_defaults(func=run_forward)
 
 
@@ -146,12 +152,10 @@ def run_forward(args: argparse.Namespace) -> int:
                     settings.kafka.topics.alerts,
                     sinks,
                     grouper,
-                    group_id=args.group or f"{settings.worker.app_id}-alerts",
-                    max_alerts=args.max_alerts,
-                    idle_exit_s=args.idle_exit,
                     max_attempts=args.max_attempts,
                     dead_letter=dead_letter,
                     stats=stats,
+                    **consumer_loop_options(args, settings),
                 )
             )
 

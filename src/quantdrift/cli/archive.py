@@ -12,19 +12,23 @@ import asyncio
 import json
 from pathlib import Path
 
-from quantdrift.cli.common import add_seconds, load_settings, with_stack
+from quantdrift.cli.common import (
+    add_consumer_options,
+    add_seconds,
+    consumer_loop_options,
+    load_settings,
+    with_stack,
+)
 
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("archive", help="write pairs and scores topics to compressed JSONL files")
     p.add_argument("--dir", type=Path, required=True, help="archive root directory")
     p.add_argument("--topic", action="append", help="topics (default: the pairs and scores)")
-    p.add_argument("--group", default=None, help="consumer group (default: <app_id>-archive)")
     p.add_argument("--rotate-mb", type=float, default=64.0, help="rotate a file at this size")
     p.add_argument("--rotate-records", type=int, default=100_000, help="or at this many records")
     add_seconds(p, "flush-interval", 60.0, "flush and commit every N seconds")
-    p.add_argument("--max-records", type=int, default=None, help="stop after N records")
-    add_seconds(p, "idle-exit", None, "stop after N seconds with no record")
+    add_consumer_options(p, "archive", "records")
     p.set_defaults(func=run)
 
 
@@ -44,10 +48,8 @@ def run(args: argparse.Namespace) -> int:
             consumer_kwargs(settings.kafka),
             topics,
             writer,
-            group_id=args.group or f"{settings.worker.app_id}-archive",
-            max_records=args.max_records,
-            idle_exit_s=args.idle_exit,
             flush_interval_s=args.flush_interval,
+            **consumer_loop_options(args, settings),
         )
     )
     print(

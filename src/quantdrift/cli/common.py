@@ -1,5 +1,7 @@
 """What several commands share: settings (environment, file, stack state), finding Redis,
-the log-level flag."""
+the log-level flag, the argparse types for numbers and lists of names, and the flags
+of a command that reads topics in a consumer group of its own (``alerts forward``,
+``archive``): which group, and when to stop."""
 
 from __future__ import annotations
 
@@ -7,9 +9,10 @@ import argparse
 import json
 import re
 import time
+from collections.abc import Collection
 from datetime import datetime
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from quantdrift.errors import ConfigError
 
@@ -143,13 +146,43 @@ def signing_settings(settings: Settings) -> Settings:
 
 def positive_int(text: str) -> int:
     """argparse type: a whole number >= 1, with a one-line reason otherwise."""
+    return _at_least(text, 1)
+
+
+def non_negative_int(text: str) -> int:
+    """argparse type: a whole number >= 0, with a one-line reason otherwise."""
+    return _at_least(text, 0)
+
+
+def _at_least(text: str, low: int) -> int:
     try:
         value = int(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
+    if value < low:
+        raise argparse.ArgumentTypeError(f"must be >= {low}, got {value}")
     return value
+
+
+def comma_names(text: str, allowed: Collection[str], what: str) -> list[str]:
+    """A comma-separated list of names, each one of ``allowed`` (for an argparse type).
+
+    Refuses an empty list and names every unknown one, with the choices, in one line:
+
+    >>> comma_names("int8, int4", ("int8", "int4", "int2"), "variant")
+    ['int8', 'int4']
+    >>> comma_names("int8,int9", ("int8", "int4"), "variant")
+    Traceback (most recent call last):
+    ...
+    argparse.ArgumentTypeError: unknown variant int9; choose from int8, int4
+    """
+    names = [v.strip() for v in text.split(",") if v.strip()]
+    bad = [v for v in names if v not in allowed]
+    if bad or not names:
+        raise argparse.ArgumentTypeError(
+            f"unknown {what} {', '.join(bad) or '(none)'}; choose from {', '.join(allowed)}"
+        )
+    return names
 
 
 LOG_LEVELS = ("debug", "info", "warning", "error")
@@ -195,6 +228,28 @@ def add_seconds(
         const=f"--{name}-s",
         help=argparse.SUPPRESS,
     )
+
+
+def add_consumer_options(parser: argparse.ArgumentParser, name: str, counted: str) -> None:
+    """``--group`` (default ``<app_id>-NAME``), and when to stop: ``--max-COUNTED``
+    (after N of them) and ``--idle-exit-s`` (after N seconds with none); without
+    either the command runs until stopped. ``consumer_loop_options`` reads them back."""
+    parser.add_argument("--group", default=None, help=f"consumer group (default <app_id>-{name})")
+    parser.add_argument(f"--max-{counted}", type=int, default=None, help=f"stop after N {counted}")
+    add_seconds(parser, "idle-exit", None, f"stop after N seconds with no {counted}")
+    parser.set_defaults(consumer=(name, counted))
+
+
+def consumer_loop_options(args: argparse.Namespace, settings: Settings) -> dict[str, Any]:
+    """What ``add_consumer_options`` parsed, as the consumer loop's keywords:
+    ``group_id``, ``max_<counted>`` and ``idle_exit_s`` (``run_forward`` and
+    ``run_archive`` take these names)."""
+    name, counted = args.consumer
+    return {
+        "group_id": args.group or f"{settings.worker.app_id}-{name}",
+        f"max_{counted}": getattr(args, f"max_{counted}"),
+        "idle_exit_s": args.idle_exit,
+    }
 
 
 _DURATION = re.compile(r"^(\d+(?:\.\d+)?)\s*([smhdw])$")

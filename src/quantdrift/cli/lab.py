@@ -18,6 +18,7 @@ import sys
 import time
 from pathlib import Path
 
+from quantdrift.cli.common import comma_names, non_negative_int, positive_int
 from quantdrift.cli.progress import enabled as progress_enabled
 from quantdrift.lab.variants import EXPORT_VARIANTS, VARIANTS  # names only: no torch
 
@@ -36,24 +37,24 @@ def register(sub: argparse._SubParsersAction) -> None:
         help=f"comma-separated, from {', '.join(VARIANTS)}",
     )
     g.add_argument("--out", type=Path, required=True, help="PAIRS.jsonl or PAIRS.jsonl.gz")
-    g.add_argument("--prompts", type=_positive, default=None, help="first N prompts (max 40)")
+    g.add_argument("--prompts", type=positive_int, default=None, help="first N prompts (max 40)")
     g.add_argument(
         "--first-prompt",
-        type=_non_negative,
+        type=non_negative_int,
         default=0,
         help="skip the first N prompts (extend a recorded set; ids and seeds stay absolute)",
     )
-    g.add_argument("--max-new-tokens", type=_positive, default=80)
+    g.add_argument("--max-new-tokens", type=positive_int, default=80)
     g.add_argument(
         "--decoding",
         type=_decodings,
         default=["greedy", "sampled"],
         help="comma-separated: greedy, sampled",
     )
-    g.add_argument("--noise-pairs", type=_non_negative, default=0)
-    g.add_argument("--seed", type=_non_negative, default=0)
-    g.add_argument("--batch-size", type=_positive, default=10)
-    g.add_argument("--threads", type=_positive, default=None, help="torch threads")
+    g.add_argument("--noise-pairs", type=non_negative_int, default=0)
+    g.add_argument("--seed", type=non_negative_int, default=0)
+    g.add_argument("--batch-size", type=positive_int, default=10)
+    g.add_argument("--threads", type=positive_int, default=None, help="torch threads")
     g.add_argument("--no-progress", action="store_true", help="no progress lines on stderr")
     g.set_defaults(func=generate)
 
@@ -64,9 +65,9 @@ def register(sub: argparse._SubParsersAction) -> None:
 
     s = lab_sub.add_parser("serve", help="OpenAI-compatible server for one variant")
     s.add_argument("--precision", choices=SERVE_PRECISIONS, required=True)
-    s.add_argument("--port", type=_positive, default=8100)
+    s.add_argument("--port", type=positive_int, default=8100)
     s.add_argument("--host", default="127.0.0.1", help="loopback only (127.0.0.1 or localhost)")
-    s.add_argument("--threads", type=_positive, default=None, help="torch threads")
+    s.add_argument("--threads", type=positive_int, default=None, help="torch threads")
     s.set_defaults(func=serve)
 
     e = lab_sub.add_parser("export", help="write a variant as a model folder vLLM serves")
@@ -76,7 +77,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
     v = lab_sub.add_parser("vllm", help="serve a variant from a real vLLM engine (.venv-vllm)")
     v.add_argument("--variant", choices=EXPORT_VARIANTS, required=True)
-    v.add_argument("--port", type=_positive, default=8000)
+    v.add_argument("--port", type=positive_int, default=8000)
     v.add_argument("--host", default="127.0.0.1")
     v.add_argument(
         "--model-dir",
@@ -90,43 +91,16 @@ def register(sub: argparse._SubParsersAction) -> None:
         default=None,
         help="vLLM's python (default: $QUANTDRIFT_VLLM_PYTHON or .venv-vllm/bin/python)",
     )
-    v.add_argument("--kv-cache-gb", type=_positive, default=2, help="VLLM_CPU_KVCACHE_SPACE")
-    v.add_argument("--max-model-len", type=_positive, default=2048)
-    v.add_argument("--max-num-seqs", type=_positive, default=16)
-    v.add_argument("--threads", type=_positive, default=1, help="OMP_NUM_THREADS of the engine")
+    v.add_argument("--kv-cache-gb", type=positive_int, default=2, help="VLLM_CPU_KVCACHE_SPACE")
+    v.add_argument("--max-model-len", type=positive_int, default=2048)
+    v.add_argument("--max-num-seqs", type=positive_int, default=16)
+    v.add_argument("--threads", type=positive_int, default=1, help="OMP_NUM_THREADS of the engine")
     v.add_argument("--ready-timeout", type=float, default=900.0, help="seconds to wait for ready")
     v.set_defaults(func=vllm)
 
 
-def _positive(text: str) -> int:
-    value = _int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
-    return value
-
-
-def _non_negative(text: str) -> int:
-    value = _int(text)
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be >= 0, got {value}")
-    return value
-
-
-def _int(text: str) -> int:
-    try:
-        return int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
-
-
 def _variants(text: str) -> list[str]:
-    names = [v.strip() for v in text.split(",") if v.strip()]
-    bad = [v for v in names if v not in VARIANTS]
-    if bad or not names:
-        raise argparse.ArgumentTypeError(
-            f"unknown variant {', '.join(bad) or '(none)'}; choose from {', '.join(VARIANTS)}"
-        )
-    return names
+    return comma_names(text, VARIANTS, "variant")
 
 
 def _decodings(text: str) -> list[str]:

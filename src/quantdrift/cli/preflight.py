@@ -17,6 +17,8 @@ import sys
 import time
 from pathlib import Path
 
+from quantdrift.cli.common import comma_names, positive_int
+
 EXIT_NO_GO = 1
 
 
@@ -47,7 +49,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     s.set_defaults(func=sign)
     v = ps.add_parser("verify", help="go and two distinct signers, or exit 1")
     v.add_argument("report", type=Path)
-    v.add_argument("--required", type=_positive, default=2, help="signers needed (default 2)")
+    v.add_argument("--required", type=positive_int, default=2, help="signers needed (default 2)")
     v.add_argument("--distinct-keys", action="store_true", help="signers must use distinct keys")
     v.add_argument("--json", action="store_true", help="print the verification as JSON")
     v.set_defaults(func=verify)
@@ -56,13 +58,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 def _only(text: str) -> list[str]:
     from quantdrift.preflight.runner import CHECK_IDS
 
-    ids = [x.strip() for x in text.split(",") if x.strip()]
-    bad = [x for x in ids if x not in CHECK_IDS]
-    if bad or not ids:
-        raise argparse.ArgumentTypeError(
-            f"unknown check {', '.join(bad) or '(none)'}; choose from {', '.join(CHECK_IDS)}"
-        )
-    return ids
+    return comma_names(text, CHECK_IDS, "check")
 
 
 def _lengths(text: str) -> list[int]:
@@ -73,12 +69,6 @@ def _lengths(text: str) -> list[int]:
     if not values or any(v < 16 for v in values):
         raise argparse.ArgumentTypeError(f"{text!r}: lengths must be >= 16 tokens")
     return values
-
-
-def _positive(text: str) -> int:
-    from quantdrift.cli.common import positive_int
-
-    return positive_int(text)
 
 
 def build_config(args: argparse.Namespace):  # type: ignore[no-untyped-def]

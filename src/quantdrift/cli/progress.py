@@ -9,7 +9,10 @@ from __future__ import annotations
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
+
+if TYPE_CHECKING:
+    from rich.progress import Progress
 
 
 class Update(Protocol):
@@ -22,6 +25,23 @@ def enabled(flag: bool = True) -> bool:
     return flag and sys.stderr.isatty()
 
 
+def _stderr_bar() -> Progress:
+    """The one look of every bar: description, bar, done/total, time left; on stderr,
+    gone when finished (stdout holds the result)."""
+    # Deferred: rich's progress machinery is only needed on a terminal.
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeRemainingColumn
+
+    return Progress(
+        "[progress.description]{task.description}",
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeRemainingColumn(),
+        console=Console(stderr=True),
+        transient=True,
+    )
+
+
 @contextmanager
 def progress_bar(flag: bool = True, default_desc: str = "work") -> Iterator[Update]:
     """A rich progress bar on stderr; a no-op callable when disabled or not a terminal."""
@@ -32,18 +52,7 @@ def progress_bar(flag: bool = True, default_desc: str = "work") -> Iterator[Upda
 
         yield noop
         return
-    # Deferred: rich's progress machinery is only needed on a terminal.
-    from rich.console import Console
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeRemainingColumn
-
-    with Progress(
-        "[progress.description]{task.description}",
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeRemainingColumn(),
-        console=Console(stderr=True),
-        transient=True,
-    ) as bar:
+    with _stderr_bar() as bar:
         tasks: dict[str, Any] = {}
 
         def update(*, desc: str = default_desc, total: int | None = None, advance: int = 0) -> None:
@@ -66,17 +75,7 @@ def self_closing(flag: bool, desc: str) -> Update | None:
         return None
     import atexit
 
-    from rich.console import Console
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeRemainingColumn
-
-    bar = Progress(
-        "[progress.description]{task.description}",
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeRemainingColumn(),
-        console=Console(stderr=True),
-        transient=True,
-    )
+    bar = _stderr_bar()
     state: dict[str, Any] = {"task": None, "left": 0}
     atexit.register(bar.stop)  # a failure mid-way still gives the terminal back
 

@@ -54,7 +54,7 @@ from quantdrift.schemas.signing import (
     signer_from_settings,
     verifier_from_settings,
 )
-from quantdrift.schemas.signoff import key_ring, read_approvals, verify
+from quantdrift.schemas.signoff import key_ring, verify_file
 
 log = logging.getLogger(__name__)
 API = "/api/v1"
@@ -105,24 +105,13 @@ class VerdictService:
         """(verified, problems) for the route's report; (None, ()) when none is configured.
 
         The same check as ``quantdrift preflight verify`` and the gateway's launch
-        gate (``schemas.signoff.verify``), re-read on every call.
+        gate (``schemas.signoff.verify_file``), re-read on every call.
         """
         rule = self.preflight.get(route)
         if rule is None:
             return None, ()
-        try:
-            raw = rule.report.read_bytes()
-            approvals = read_approvals(rule.report)
-        except OSError as exc:
-            return False, (f"{rule.report}: {exc.strerror or exc}",)
-        except ConfigError as exc:
-            return False, (str(exc),)
-        result = verify(
-            raw,
-            approvals,
-            self.keys,
-            required=rule.required_signers,
-            distinct_keys=rule.distinct_keys,
+        result = verify_file(
+            rule.report, self.keys, required=rule.required_signers, distinct_keys=rule.distinct_keys
         )
         return result.ok, tuple(result.problems)
 
@@ -193,7 +182,9 @@ def create_app(service: VerdictService, token: str, public_url: str = "") -> Fas
     app = FastAPI(title="quantdrift verdict API", docs_url=None, redoc_url=None)
     base = public_url.rstrip("/")
 
-    def store_down(exc: Exception) -> JSONResponse:
+    @app.exception_handler(BreakerStoreError)
+    async def store_down(request: Request, exc: BreakerStoreError) -> JSONResponse:
+        # Every endpoint alike: a Redis that cannot be read is a 503, never a pass.
         return JSONResponse({"error": "store unavailable", "detail": str(exc)}, status_code=503)
 
     @app.get("/healthz")
@@ -205,20 +196,14 @@ def create_app(service: VerdictService, token: str, public_url: str = "") -> Fas
     async def get_verdict(route: str, request: Request) -> JSONResponse:
         if why := _token_ok(token, request, None):
             return _unauthorized(why)
-        try:
-            verdict = await service.verdict(route)
-        except BreakerStoreError as exc:
-            return store_down(exc)
+        verdict = await service.verdict(route)
         return JSONResponse(verdict.as_json(f"{base}{API}/routes/{route}/worst-pairs"))
 
     @app.get(API + "/routes/{route:path}/worst-pairs")
     async def get_worst(route: str, request: Request) -> JSONResponse:
         if why := _token_ok(token, request, None):
             return _unauthorized(why)
-        try:
-            verdict = await service.verdict(route)
-        except BreakerStoreError as exc:
-            return store_down(exc)
+        verdict = await service.verdict(route)
         last = verdict.last_transition or {}
         return JSONResponse(
             {
@@ -233,10 +218,7 @@ def create_app(service: VerdictService, token: str, public_url: str = "") -> Fas
     async def get_audit(route: str, request: Request, count: int = 100) -> JSONResponse:
         if why := _token_ok(token, request, None):
             return _unauthorized(why)
-        try:
-            entries = await service.audit(route, max(1, min(count, 1000)))
-        except BreakerStoreError as exc:
-            return store_down(exc)
+        entries = await service.audit(route, max(1, min(count, 1000)))
         return JSONResponse({"route": route, "entries": entries})
 
     @app.post(API + "/flagger/{hook}")
@@ -262,28 +244,25 @@ def create_app(service: VerdictService, token: str, public_url: str = "") -> Fas
                 status_code=400,
             )
         canary = {k: payload.get(k) for k in ("name", "namespace", "phase", "checksum")}
-        try:
-            if hook == "event":
-                event = {k: v for k, v in meta.items() if k != "token"}
-                entry_id = await service.record(
-                    route, {"kind": "flagger.event", "canary": canary, "metadata": event}
-                )
-                return JSONResponse({"recorded": entry_id})
-            verdict = await service.verdict(route)
-            ok, problems = service.preflight_status(route)
-            answer = flagger_answer(hook, verdict, ok, problems)
-            await service.record(
-                route,
-                {
-                    "kind": f"flagger.{hook}",
-                    "canary": canary,
-                    "status": answer.status,
-                    "verdict": verdict.verdict,
-                    "epoch": verdict.epoch,
-                },
+        if hook == "event":
+            event = {k: v for k, v in meta.items() if k != "token"}
+            entry_id = await service.record(
+                route, {"kind": "flagger.event", "canary": canary, "metadata": event}
             )
-        except BreakerStoreError as exc:
-            return store_down(exc)
+            return JSONResponse({"recorded": entry_id})
+        verdict = await service.verdict(route)
+        ok, problems = service.preflight_status(route)
+        answer = flagger_answer(hook, verdict, ok, problems)
+        await service.record(
+            route,
+            {
+                "kind": f"flagger.{hook}",
+                "canary": canary,
+                "status": answer.status,
+                "verdict": verdict.verdict,
+                "epoch": verdict.epoch,
+            },
+        )
         return JSONResponse(answer.body, status_code=answer.status)
 
     return app

@@ -10,9 +10,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from quantdrift.config_env import first_problem, read_yaml_mapping
 from quantdrift.errors import ConfigError
 
 
@@ -169,25 +169,18 @@ def _resolve(data: dict[str, Any], base: Path) -> dict[str, Any]:
     return out
 
 
-def parse(data: dict[str, Any]) -> PreflightConfig:
+def _snake_keys(data: dict[str, Any]) -> dict[str, Any]:
     # YAML keys may use the check ids (calibration-leakage) or snake case.
-    data = {k.replace("-", "_"): v for k, v in data.items()}
+    return {k.replace("-", "_"): v for k, v in data.items()}
+
+
+def parse(data: dict[str, Any]) -> PreflightConfig:
     try:
-        return PreflightConfig.model_validate(data)
+        return PreflightConfig.model_validate(_snake_keys(data))
     except ValidationError as exc:
-        first = exc.errors()[0]
-        loc = ".".join(str(p) for p in first["loc"]) or "<root>"
-        raise ConfigError(f"preflight config: {loc}: {first['msg']}") from exc
+        raise ConfigError(first_problem(exc, "preflight config")) from exc
 
 
 def load(path: Path) -> PreflightConfig:
-    try:
-        data = yaml.safe_load(path.read_text()) or {}
-    except OSError as exc:
-        raise ConfigError(f"preflight config {path}: {exc.strerror or exc}") from exc
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"preflight config {path}: invalid YAML: {exc}") from exc
-    if not isinstance(data, dict):
-        raise ConfigError(f"preflight config {path}: expected a mapping at the top")
-    data = {k.replace("-", "_"): v for k, v in data.items()}
+    data = _snake_keys(read_yaml_mapping(path, "preflight config"))
     return parse(_resolve(data, path.parent))

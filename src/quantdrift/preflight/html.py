@@ -88,56 +88,37 @@ def line_chart(
     return "".join(parts)
 
 
-def _item(report: Mapping[str, Any], cid: str) -> Mapping[str, Any] | None:
-    return next((i for i in report["items"] if i["id"] == cid), None)
+def _evidence(report: Mapping[str, Any], cid: str, key: str) -> Any:
+    """``evidence[key]`` of the check ``cid``; None when the check or its data is absent."""
+    item = next((i for i in report["items"] if i["id"] == cid), None)
+    return item["evidence"].get(key) if item else None
+
+
+def _columns(
+    rows: Sequence[Mapping[str, Any]], x: str, ys: Mapping[str, str]
+) -> dict[str, list[tuple[float, float]]]:
+    """Named (x, y) series from table rows: ``{name: [(row[x], row[column]), ...]}``."""
+    return {name: [(r[x], r[column]) for r in rows] for name, column in ys.items()}
 
 
 def plots(report: Mapping[str, Any]) -> list[str]:
+    """The charts whose checks left their data: needle recall, latency, warm-up."""
     out = []
-    niah = _item(report, "niah")
-    if niah and niah["evidence"].get("by_length"):
-        rows = niah["evidence"]["by_length"]
-        out.append(
-            line_chart(
-                "Needle recall by context length",
-                {
-                    "candidate": [(r["length"], r["candidate"]) for r in rows],
-                    "reference": [(r["length"], r["reference"]) for r in rows],
-                },
-                "haystack length (tokens, nominal)",
-                "recall",
-                (0.0, 1.0),
-            )
-        )
-    load = _item(report, "load")
-    if load and load["evidence"].get("latency_series"):
-        pts = load["evidence"]["latency_series"]
-        out.append(
-            line_chart(
-                "Latency over time under load",
-                {
-                    "ok": [(t, lat) for t, lat, ok in pts if ok],
-                    "error": [(t, lat) for t, lat, ok in pts if not ok],
-                },
-                "seconds since start",
-                "latency (s)",
-                points_only=True,
-            )
-        )
-    warm = _item(report, "warmup")
-    if warm and warm["evidence"].get("rows"):
-        rows = warm["evidence"]["rows"]
-        out.append(
-            line_chart(
-                "Warm-up: first request against steady p50",
-                {
-                    "first": [(r["bucket"], r["first_s"]) for r in rows],
-                    "steady p50": [(r["bucket"], r["steady_p50_s"]) for r in rows],
-                },
-                "prompt bucket (tokens)",
-                "latency (s)",
-            )
-        )
+    if rows := _evidence(report, "niah", "by_length"):
+        recall = _columns(rows, "length", {"candidate": "candidate", "reference": "reference"})
+        title, x_label = "Needle recall by context length", "haystack length (tokens, nominal)"
+        out.append(line_chart(title, recall, x_label, "recall", (0.0, 1.0)))
+    if pts := _evidence(report, "load", "latency_series"):
+        latency = {
+            "ok": [(t, lat) for t, lat, ok in pts if ok],
+            "error": [(t, lat) for t, lat, ok in pts if not ok],
+        }
+        title, x_label = "Latency over time under load", "seconds since start"
+        out.append(line_chart(title, latency, x_label, "latency (s)", points_only=True))
+    if rows := _evidence(report, "warmup", "rows"):
+        warm = _columns(rows, "bucket", {"first": "first_s", "steady p50": "steady_p50_s"})
+        title, x_label = "Warm-up: first request against steady p50", "prompt bucket (tokens)"
+        out.append(line_chart(title, warm, x_label, "latency (s)"))
     return [p for p in out if p]
 
 

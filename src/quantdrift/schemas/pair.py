@@ -3,9 +3,17 @@
 from __future__ import annotations
 
 import math
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 
 from quantdrift.schemas.base import SCHEMA_VERSION, Message, PairId, RouteName
 
@@ -34,6 +42,15 @@ def _finite(values: list[float], name: str) -> list[float]:
         if not math.isfinite(v):
             raise ValueError(f"{name} must be finite numbers")
     return values
+
+
+def _finite_field(values: list[float], info: ValidationInfo) -> list[float]:
+    return _finite(values, info.field_name or "values")
+
+
+# Per-token numbers (log-probs, entropies): a NaN or an infinity would poison every
+# mean the detectors take, so the type itself refuses them, wherever it is used.
+FiniteFloats = Annotated[list[float], AfterValidator(_finite_field)]
 
 
 class EngineInfo(BaseModel):
@@ -81,11 +98,11 @@ class ModelOutput(BaseModel):
     model: str = ""
     precision: str = ""
     # Per-token entropy in nats, when the server computes it.
-    entropy: list[float] | None = Field(default=None, max_length=MAX_TOKENS)
+    entropy: FiniteFloats | None = Field(default=None, max_length=MAX_TOKENS)
     # Per token: the top-k alternatives as {token: logprob} (OpenAI's shape).
     top_logprobs: list[dict[str, float]] | None = Field(default=None, max_length=MAX_TOKENS)
     # Per token: log-prob of the chosen token under this side's own model.
-    token_logprobs: list[float] | None = Field(default=None, max_length=MAX_TOKENS)
+    token_logprobs: FiniteFloats | None = Field(default=None, max_length=MAX_TOKENS)
     tokens: list[str] | None = Field(default=None, max_length=MAX_TOKENS)
     latency_ms: float | None = Field(default=None, ge=0)
     finish_reason: str | None = None
@@ -94,17 +111,8 @@ class ModelOutput(BaseModel):
     @field_validator("entropy")
     @classmethod
     def _entropy_ok(cls, v: list[float] | None) -> list[float] | None:
-        if v is not None:
-            _finite(v, "entropy")
-            if any(x < 0 for x in v):
-                raise ValueError("entropy must be >= 0 nats")
-        return v
-
-    @field_validator("token_logprobs")
-    @classmethod
-    def _logprobs_ok(cls, v: list[float] | None) -> list[float] | None:
-        if v is not None:
-            _finite(v, "token_logprobs")
+        if v is not None and any(x < 0 for x in v):
+            raise ValueError("entropy must be >= 0 nats")
         return v
 
     @field_validator("top_logprobs")
@@ -160,17 +168,12 @@ class PairEvent(Message):
     request: RequestInfo = RequestInfo()
     # Teacher-forced cross-scoring: the reference model's log-prob of each of the
     # candidate's tokens (one prefill on the reference; vLLM's prompt logprobs).
-    reference_logprobs_on_candidate: list[float] | None = Field(default=None, max_length=MAX_TOKENS)
+    reference_logprobs_on_candidate: FiniteFloats | None = Field(
+        default=None, max_length=MAX_TOKENS
+    )
     sample_rate: float = Field(default=1.0, gt=0, le=1)
     # Labels for evaluation only (the lab sets them); the judge never reads them.
     label: str | None = Field(default=None, max_length=64)
-
-    @field_validator("reference_logprobs_on_candidate")
-    @classmethod
-    def _tf_ok(cls, v: list[float] | None) -> list[float] | None:
-        if v is not None:
-            _finite(v, "reference_logprobs_on_candidate")
-        return v
 
     @model_validator(mode="after")
     def _private_prompt(self) -> PairEvent:

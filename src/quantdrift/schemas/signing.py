@@ -130,15 +130,7 @@ class CommandVerifier:
             envelope = SignedCommand.parse(raw)
         except SchemaError as exc:
             self.refuse("unreadable", f"not a signed command: {exc}", SchemaError)
-        if not envelope.signature:
-            self.refuse("unsigned", "command has no signature")
-        key = self.keys.get(envelope.key_id)
-        if key is None:
-            self.refuse("unknown_key", f"unknown key id {envelope.key_id!r}")
-        payload = envelope.payload.encode("utf-8", "surrogatepass")
-        expected = hmac.new(key, payload, hashlib.sha256).hexdigest()
-        if not hmac.compare_digest(expected, envelope.signature):
-            self.refuse("bad_signature", "signature does not match the payload")
+        payload = self._signed_payload(envelope, "command")
         try:
             return RouteCommand.parse(payload)
         except SchemaError as exc:
@@ -164,15 +156,7 @@ class CommandVerifier:
                     SchemaError,
                 )
             self.refuse("score_unsigned", "a bare ScoreEvent, not in a SignedScore envelope")
-        if not envelope.signature:
-            self.refuse("score_unsigned", "score has no signature")
-        key = self.keys.get(envelope.key_id)
-        if key is None:
-            self.refuse("score_unknown_key", f"score signed by unknown key id {envelope.key_id!r}")
-        payload = envelope.payload.encode("utf-8", "surrogatepass")
-        expected = hmac.new(key, SCORE_DOMAIN + payload, hashlib.sha256).hexdigest()
-        if not hmac.compare_digest(expected, envelope.signature):
-            self.refuse("score_bad_signature", "score signature does not match the payload")
+        payload = self._signed_payload(envelope, "score")
         try:
             score = ScoreEvent.parse(payload)
         except SchemaError as exc:
@@ -193,6 +177,29 @@ class CommandVerifier:
                 StaleCommand,
             )
         return score
+
+    def _signed_payload(
+        self, envelope: SignedCommand | SignedScore, what: Literal["command", "score"]
+    ) -> bytes:
+        """The envelope's payload bytes, once its MAC holds under a key of the ring.
+
+        One check for both kinds; they differ only in what the MAC covers (a score's
+        starts with ``SCORE_DOMAIN``) and in how refusals are counted (``unsigned``,
+        ``unknown_key``, ``bad_signature``; ``score_`` before each for a score).
+        """
+        domain, reason = (b"", "") if what == "command" else (SCORE_DOMAIN, "score_")
+        if not envelope.signature:
+            self.refuse(f"{reason}unsigned", f"{what} has no signature")
+        key = self.keys.get(envelope.key_id)
+        if key is None:
+            self.refuse(
+                f"{reason}unknown_key", f"{what} signed by unknown key id {envelope.key_id!r}"
+            )
+        payload = envelope.payload.encode("utf-8", "surrogatepass")
+        expected = hmac.new(key, domain + payload, hashlib.sha256).hexdigest()
+        if not hmac.compare_digest(expected, envelope.signature):
+            self.refuse(f"{reason}bad_signature", f"{what} signature does not match the payload")
+        return payload
 
     def check(self, command: RouteCommand, last_epoch: int, now: float) -> None:
         """Raise StaleCommand unless ``command`` may apply after ``last_epoch`` at ``now``."""

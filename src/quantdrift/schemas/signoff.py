@@ -123,6 +123,28 @@ def verify(
     return Verification(ok, verdict, sorted(signers), problems)
 
 
+def verify_file(
+    report: Path,
+    keys: Mapping[str, bytes],
+    required: int = 2,
+    distinct_keys: bool = False,
+) -> Verification:
+    """``verify`` of a report on disk and its sidecar, both re-read now.
+
+    A report or sidecar that cannot be read fails verification with the reason,
+    rather than raising: the verdict API and the gateway's launch gate answer
+    "not verified" for it, as for any other problem.
+    """
+    try:
+        raw = report.read_bytes()
+        approvals = read_approvals(report)
+    except OSError as exc:
+        return Verification(False, None, [], [f"{report}: {exc.strerror or exc}"])
+    except ConfigError as exc:
+        return Verification(False, None, [], [str(exc)])
+    return verify(raw, approvals, keys, required=required, distinct_keys=distinct_keys)
+
+
 def key_ring(signing: Any) -> tuple[str, dict[str, bytes]]:
     """(active key id, {key id: secret bytes}) from ``Settings().signing``."""
     keys = {}

@@ -15,7 +15,6 @@ from __future__ import annotations
 import asyncio
 import atexit
 import contextlib
-import shutil
 import socket
 import struct
 import subprocess
@@ -23,15 +22,11 @@ import tempfile
 import time
 from collections.abc import Iterable
 from pathlib import Path
-from types import TracebackType
+from typing import Self
 
 from quantdrift.errors import StackError
-from quantdrift.stack.ports import (
-    abandon_start,
-    free_port,
-    process_start_token,
-    stop_popen,
-)
+from quantdrift.stack.lifecycle import ServerProcess
+from quantdrift.stack.ports import abandon_start, free_port, process_start_token
 
 MEMORY_STORAGE = "memory://tansu/"
 _TOPIC_ALREADY_EXISTS = 36
@@ -81,12 +76,13 @@ def _recv_exact(sock: socket.socket, n: int) -> bytes:
     return bytes(buf)
 
 
-class TansuBroker:
+class TansuBroker(ServerProcess):
     """One Tansu broker with in-memory storage on a loopback port.
 
     ``detached=True`` starts it in its own session so it outlives this process
     (``quantdrift stack up``); otherwise it is stopped at interpreter exit at
-    the latest.
+    the latest. Its log goes to ``log_dir``, else to a temp folder of its own that
+    ``stop`` removes.
     """
 
     def __init__(
@@ -105,13 +101,13 @@ class TansuBroker:
         self._requested_port = port
         self._binary = binary
         self.storage_engine = storage_engine
-        self._log_dir = log_dir
-        self._own_log_dir = log_dir is None
+        self._log_dir = log_dir  # the caller's; never removed
+        self._scratch = None
         self.startup_timeout = startup_timeout
         self.detached = detached
         # Retrying only makes sense when we pick the port (the free_port race).
         self.attempts = max(1, attempts) if port is None else 1
-        self._proc: subprocess.Popen[bytes] | None = None
+        self._proc = None
         self.port: int | None = None
         self.start_token: str | None = None
         self.log_path: Path | None = None
@@ -130,16 +126,18 @@ class TansuBroker:
 
     @property
     def log_dir(self) -> Path | None:
-        return self._log_dir
+        """The caller's log folder, or our temp one while the broker runs."""
+        return self._scratch if self._scratch is not None else self._log_dir
 
-    def start(self) -> TansuBroker:
+    def start(self) -> Self:
         """Start the broker and wait until it answers Metadata; StackError if not."""
         if self._proc is not None:
             raise StackError("broker already started")
         binary = self._binary or resolve_tansu_bin()
-        if self._log_dir is None:
-            self._log_dir = Path(tempfile.mkdtemp(prefix="quantdrift-tansu-"))
-        self.log_path = self._log_dir / "tansu.log"
+        log_dir = self.log_dir
+        if log_dir is None:
+            log_dir = self._scratch = Path(tempfile.mkdtemp(prefix="quantdrift-tansu-"))
+        self.log_path = log_dir / "tansu.log"
         failure = ""
         for _ in range(self.attempts):
             port = self._requested_port or free_port(self.host)
@@ -148,7 +146,7 @@ class TansuBroker:
                 if not self.detached:
                     atexit.register(self.stop)
                 return self
-        self._cleanup_log_dir()
+        self._remove_scratch()
         raise StackError(failure)
 
     def _try_start(self, binary: str, port: int) -> str:
@@ -198,31 +196,8 @@ class TansuBroker:
             self.log_path,
         )
 
-    def stop(self, timeout: float = 5.0) -> None:
-        """Terminate the broker (SIGKILL after ``timeout``); safe to call twice."""
-        with contextlib.suppress(Exception):
-            atexit.unregister(self.stop)
-        if self._proc is not None:
-            stop_popen(self._proc, timeout=timeout)
-            self._proc = None
-        self._cleanup_log_dir()
-
-    def _cleanup_log_dir(self) -> None:
-        # A detached broker that is never stop()ped keeps its log; `stack down` removes it.
-        if self._own_log_dir and self._log_dir is not None:
-            shutil.rmtree(self._log_dir, ignore_errors=True)
-            self._log_dir = None
-
-    def __enter__(self) -> TansuBroker:
-        return self.start()
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()
+    # stop() is ServerProcess's. A detached broker that is never stopped keeps its
+    # log folder; `stack down` removes it (its path is in the state file).
 
 
 async def create_topics(

@@ -22,10 +22,11 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from types import TracebackType
-from typing import Any
+from typing import Any, Self
 
 from quantdrift.errors import StackError
 from quantdrift.stack.broker import TansuBroker
+from quantdrift.stack.lifecycle import Managed
 from quantdrift.stack.ports import is_same_process, stop_pid
 from quantdrift.stack.redis_server import DEFAULT_PROBE_URL, LocalRedis, resolve_redis
 
@@ -82,7 +83,7 @@ class StackState:
         )
 
 
-class EmbeddedStack:
+class EmbeddedStack(Managed):
     """Tansu (memory storage) on a free port plus a Redis, started and stopped together.
 
     Redis: ``redis_url`` if given, else the machine's at ``redis_probe_url`` if
@@ -126,7 +127,7 @@ class EmbeddedStack:
             raise StackError("stack not started")
         return self.redis.url
 
-    def start(self) -> EmbeddedStack:
+    def start(self) -> Self:
         """Start the broker, then resolve Redis; on failure nothing is left running."""
         if self.broker is not None:
             raise StackError("stack already started")
@@ -209,18 +210,7 @@ class EmbeddedStack:
             raise StackError(f"cannot write stack state {target}: {exc}") from exc
         return target
 
-    def __enter__(self) -> EmbeddedStack:
-        return self.start()
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()
-
-    async def __aenter__(self) -> EmbeddedStack:
+    async def __aenter__(self) -> Self:
         return await asyncio.to_thread(self.start)
 
     async def __aexit__(

@@ -11,22 +11,17 @@ we run its binary with the same flags as redis-server.
 from __future__ import annotations
 
 import atexit
-import contextlib
 import shutil
 import subprocess
 import tempfile
 import time
 from pathlib import Path
-from types import TracebackType
+from typing import Self
 from urllib.parse import urlsplit, urlunsplit
 
 from quantdrift.errors import StackError
-from quantdrift.stack.ports import (
-    abandon_start,
-    free_port,
-    process_start_token,
-    stop_popen,
-)
+from quantdrift.stack.lifecycle import ServerProcess
+from quantdrift.stack.ports import abandon_start, free_port, process_start_token
 
 DEFAULT_PROBE_URL = "redis://127.0.0.1:6379"
 
@@ -80,8 +75,8 @@ def default_server_bin() -> str:
     return found
 
 
-class LocalRedis:
-    """A Redis URL, plus the server process if we started it.
+class LocalRedis(ServerProcess):
+    """A Redis URL, plus the server process (and its data dir) if we started it.
 
     ``stop()`` stops only a server we started; for a Redis we merely found it
     does nothing.
@@ -99,33 +94,21 @@ class LocalRedis:
         self.url = url
         self._proc = proc
         self.binary = binary
-        self.data_dir = data_dir
+        self._scratch = data_dir
         self.argv = argv or []
         self.pid: int | None = proc.pid if proc is not None else None
         self.start_token = process_start_token(proc.pid) if proc is not None else None
         self.started_by_us = proc is not None
 
-    def stop(self, timeout: float = 5.0) -> None:
-        """Stop our server (SIGTERM, SIGKILL after ``timeout``); safe to call twice."""
-        with contextlib.suppress(Exception):
-            atexit.unregister(self.stop)
-        if self._proc is not None:
-            stop_popen(self._proc, timeout=timeout)
-            self._proc = None
-        if self.data_dir is not None:
-            shutil.rmtree(self.data_dir, ignore_errors=True)
-            self.data_dir = None
+    @property
+    def data_dir(self) -> Path | None:
+        """Our server's data folder (removed by ``stop``); None for a Redis we found."""
+        return self._scratch
 
-    def __enter__(self) -> LocalRedis:
+    def start(self) -> Self:
+        """The handle as it is: a LocalRedis runs from birth (found, or started by
+        ``start_redis_server``), so ``with`` only has to stop it."""
         return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()
 
     def __repr__(self) -> str:
         return f"LocalRedis(url={self.url!r}, started_by_us={self.started_by_us}, pid={self.pid})"
