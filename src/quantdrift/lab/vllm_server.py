@@ -219,6 +219,9 @@ class VllmServer:
                     if ready:
                         line = {"ready": True, "variant": self.variant, "url": self.url}
                         line.update(engine_identity(self.url))
+                        # The serving configuration as run: preflight's memory check
+                        # reads it (``memory-utilization: serving_config``).
+                        line["argv"] = [str(c) for c in cmd]
                         line["startup_s"] = round(time.monotonic() - t0, 1)
                         print(json.dumps(line), flush=True)
                 stop.wait(0.5)
