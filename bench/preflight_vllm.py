@@ -9,8 +9,8 @@ all at once, then runs ``quantdrift preflight`` for each candidate against the
 reference with the checks that talk to a serving engine:
 
 - ``perplexity`` through vLLM's ``prompt_logprobs``;
-- ``niah`` at a quarter, a half and all of the servers' ``max_model_len``, read
-  from ``/v1/models`` (no lengths are given);
+- ``niah`` at a quarter and a half of the servers' ``max_model_len`` and the
+  window less room for the question, read from ``/v1/models`` (no lengths given);
 - ``warmup`` on the engines as they come up: the first request of each
   prompt-length bucket is a cold one;
 - ``memory-utilization`` from the running server's own command line (the one
