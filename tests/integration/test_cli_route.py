@@ -3,15 +3,20 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 from pathlib import Path
 
 import pytest
 import redis
+import redis.asyncio as aioredis
 
+from quantdrift.breaker.policy import load_policy
+from quantdrift.breaker.store import RedisBreakerStore
 from quantdrift.cli import main
 from quantdrift.schemas.keys import command_key
-from quantdrift.schemas.signing import verifier_from_settings
+from quantdrift.schemas.score import Metrics, ScoreEvent
+from quantdrift.schemas.signing import signer_from_settings, verifier_from_settings
 
 try:
     from guard import isolated_settings, make_topics
@@ -71,3 +76,44 @@ def test_bad_arguments_get_one_line(capsys) -> None:  # type: ignore[no-untyped-
 def test_schema_export(tmp_path: Path, capsys) -> None:  # type: ignore[no-untyped-def]
     assert main(["schema", "export", "--out", str(tmp_path / "schemas")]) == 0
     assert len(list((tmp_path / "schemas").glob("*.v1.schema.json"))) == 8
+
+
+def test_status_says_whether_a_route_is_armed_or_how_many_pairs_it_needs(
+    stack, redis_prefix, monkeypatch, capsys, tmp_path
+) -> None:  # type: ignore[no-untyped-def]
+    """Folded through the store the worker uses, read back by ``quantdrift route status``."""
+    policy_file = tmp_path / "policy.yaml"
+    policy_file.write_text("default:\n  min_pairs: 5\n")
+    settings = isolated_settings(stack, redis_prefix)
+    monkeypatch.chdir(Path(__file__).parent)
+    monkeypatch.setenv("QUANTDRIFT_REDIS__URL", stack.redis_url)
+    monkeypatch.setenv("QUANTDRIFT_REDIS__KEY_PREFIX", redis_prefix)
+    monkeypatch.setenv("QUANTDRIFT_POLICY_FILE", str(policy_file))
+    policy = load_policy(policy_file).for_route("ops/armed")
+    signer = signer_from_settings(settings.signing.active_key_id, settings.signing.keys)
+
+    async def fold(first: int, count: int) -> None:
+        client = aioredis.Redis.from_url(stack.redis_url)
+        store = RedisBreakerStore(client, signer, key_prefix=redis_prefix)
+        for i in range(first, first + count):
+            score = ScoreEvent(
+                pair_id=f"p-{i}",
+                route="ops/armed",
+                kind="shadow",
+                ts=float(i),
+                decoding="greedy",
+                metrics=Metrics(cosine=0.99, rougeL=0.9),
+                verdict="ok",
+                reasons=[],
+            )
+            await store.fold(score, policy, time.time())
+        await client.aclose()
+
+    asyncio.run(fold(0, 2))
+    assert main(["route", "status", "--route", "ops/armed"]) == 0
+    assert "(warming: 2 of 5 shadow pairs seen)" in capsys.readouterr().out
+    asyncio.run(fold(2, 3))
+    assert main(["route", "status", "--route", "ops/armed", "--json"]) == 0
+    (row,) = json.loads(capsys.readouterr().out)
+    assert (row["armed"], row["pairs_seen"], row["min_pairs"]) == (True, 5, 5)
+    assert row["reason"].startswith("closed and armed"), row

@@ -50,6 +50,7 @@ async def _run(settings: Settings, args: argparse.Namespace) -> int:
                 print(
                     f"{r['route']}: {r['state']}{lock} target={r['target'] or '-'} "
                     f"epoch={r['epoch']} pairs={r['pairs_seen']} last={r['last_decision']}"
+                    f" ({r['reason']})"
                 )
             if not rows:
                 print("no routes yet")

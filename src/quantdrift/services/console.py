@@ -29,6 +29,7 @@ from quantdrift.breaker.store import RedisBreakerStore
 from quantdrift.config import Settings, configured_redis_url
 from quantdrift.errors import BreakerStoreError, InputError
 from quantdrift.integrations import otel
+from quantdrift.integrations.verdict import route_verdict
 from quantdrift.kafka_clients import producer_kwargs
 from quantdrift.schemas.signing import signer_from_settings
 
@@ -64,8 +65,11 @@ async def route_status(settings: Settings, route: str | None = None) -> list[dic
     """One row per route (``route`` alone, else every route the store knows).
 
     A named route the store has never seen is an InputError: Redis answers a default
-    "closed" for any name, and a typo must not read as healthy.
+    "closed" for any name, and a typo must not read as healthy. ``reason`` says whether
+    the route is armed (closed, ``min_pairs`` seen: a rule can fire) or still warming
+    and how many pairs it needs, in the words the verdict API gives rollout controllers.
     """
+    policies = load_policy(settings.policy_file)
     async with open_store(settings) as store:
         known = await store.routes()
         if route and route not in known:
@@ -75,7 +79,8 @@ async def route_status(settings: Settings, route: str | None = None) -> list[dic
         routes = [route] if route else known
         rows = []
         for name in routes:
-            state, _ = await store.read(name)
+            state, version = await store.read(name)
+            verdict = route_verdict(name, state, version, policies.for_route(name), None)
             rows.append(
                 {
                     "route": name,
@@ -86,6 +91,9 @@ async def route_status(settings: Settings, route: str | None = None) -> list[dic
                     "pairs_seen": state.pairs_seen,
                     "last_decision": state.last_decision,
                     "last_similarity": state.last_similarity,
+                    "min_pairs": verdict.min_pairs,
+                    "armed": verdict.verdict == "pass",
+                    "reason": verdict.reason,
                 }
             )
         return rows
