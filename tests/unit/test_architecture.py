@@ -60,11 +60,13 @@ ALLOWED: dict[str, set[str]] = {
     "status": BASE | BREAKER,
     "stack": BASE,
     "integrations": BASE | KAFKA | BREAKER | {"gateway"},
+    # Services sit above every package (ARCHITECTURE's table: "everything above"): the
+    # console's status reads a route's verdict in the verdict API's own words.
     "services": BASE
     | KAFKA
     | MODELS
     | BREAKER
-    | {"streams", "gateway", "replay", "evaluation", "alerts", "status", "stack"},
+    | {"streams", "gateway", "replay", "evaluation", "alerts", "status", "stack", "integrations"},
     # The demo composes a whole guard loop, like a service (not a production path).
     "demo": BASE
     | KAFKA
