@@ -53,7 +53,7 @@ def fold(
     not drag a floor towards zero.
     """
     if score.kind == "noise":
-        if _echo(score):
+        if is_echo(score):
             return Folded(floor=floor)
         return Folded(floor=noise_floor.update(floor, metric_values(score.metrics)))
     decision: Decision = judge(policy, route_state, score, now, floor, noise_floor)
@@ -150,7 +150,12 @@ def fold_many(
     )
 
 
-def _echo(score: ScoreEvent) -> bool:
+def is_echo(score: ScoreEvent) -> bool:
+    """Both sides tokenized the same (no divergence, same length): an echo, not noise.
+
+    The one test of it: the live fold leaves echoes out of a floor, and so must
+    ``quantdrift calibrate`` (``evaluation/calibration.py``, which may import it).
+    """
     m = score.metrics
     return (
         m.first_divergence is None
