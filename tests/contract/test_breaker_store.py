@@ -186,6 +186,30 @@ async def test_cool_down_half_opens_once(harness: Harness) -> None:
     assert state.state == "half_open"
 
 
+async def test_a_score_after_the_cool_down_half_opens_the_route_first(harness: Harness) -> None:
+    """Time is part of the fold: a batch that comes after the cool-down half-opens the
+    route before it folds (no clock tick needed), in one commit of its own, and the
+    probe judges the batch. The half-open command is reported on the first score."""
+    store = harness.store
+    policy = RoutePolicy(rules=("consecutive",), min_pairs=3, cooldown_s=5.0, half_open_pairs=2)
+    tripped = await store.fold_batch([score(i, "drift") for i in range(3)], lambda r: policy, 10.0)
+    assert [r.outbox is not None for r in tripped] == [False, False, True]
+    assert (await store.fold(score(3), policy, now=14.0)).state.state == "open"  # type: ignore[union-attr]
+    results = await store.fold_batch([score(4), score(5)], lambda r: policy, 15.0)
+    assert [r.status for r in results] == ["ok", "ok"]
+    actions = [r.outbox.command.action if r.outbox else None for r in results]
+    assert actions == ["canary", "restore"]
+    state, _ = await store.read(ROUTE)
+    assert (state.state, state.target, state.trips) == ("closed", "candidate", 1)
+    claim = await store.claim(ROUTE, "a")
+    assert claim is not None
+    assert [item.topic for item in claim.items] == [
+        "control",
+        "alerts",
+    ] * 3  # trip, canary, restore
+    assert (await store.tick(ROUTE, policy, now=16.0)).outbox is None
+
+
 async def test_a_batch_folds_like_one_score_at_a_time(harness: Harness) -> None:
     """fold_batch (the judge's hot path) decides exactly as fold does, score by score:
     same transitions, same dedupe, same final state, noise pairs included."""

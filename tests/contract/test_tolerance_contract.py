@@ -74,6 +74,6 @@ def test_route_state_with_tests_survives_the_store_encoding() -> None:
             metrics=Metrics(tf_kl=0.5, repetition_run=6, candidate_tokens=20),
         )
         state = judge(policy, state, score, float(i), floor).state
-    assert set(state.tests) == {"hard", "outcomes", "tf_kl"}
+    assert set(state.rules.tolerance.tests) == {"hard", "outcomes", "tf_kl"}
     wire = orjson.dumps(state.to_json())  # what the Redis store writes
     assert RouteState.from_json(orjson.loads(wire)) == state

@@ -107,6 +107,52 @@ def test_state_json_round_trip() -> None:
     assert RouteState.from_json(state.to_json()) == state
 
 
+# What a route's state looked like in Redis before each rule owned its slice: every
+# rule's fields flat beside the lifecycle's (a window entry of two values is older still).
+OLD_FLAT_STATE = {
+    "state": "closed",
+    "epoch": 1_700_000_000_123,
+    "target": "candidate",
+    "locked": False,
+    "pairs_seen": 12,
+    "consecutive_failures": 2,
+    "window": [[0.91, False, None], [0.4, True, 0.3], [0.5, False]],
+    "seq_n": 7,
+    "seq_log_m": 1.25,
+    "opened_at": None,
+    "cooldown_s": 10.0,
+    "half_open_passes": 0,
+    "trips": 1,
+    "worst": [{"pair_id": "p3", "similarity": 0.4, "reasons": ["cosine 0.40 < 0.88"]}],
+    "last_decision": "drift",
+    "last_similarity": 0.5,
+    "updated_at": 11.0,
+    "tests": {"hard": [3.0, 1.0, -0.5, 0.25]},
+    "early": "hard",
+    "candidate_engine": "vllm/0.6.3/m",
+}
+
+
+def test_a_route_written_in_the_old_flat_layout_keeps_its_state_and_evidence() -> None:
+    state = RouteState.from_json(OLD_FLAT_STATE)
+    kept = (state.state, state.epoch, state.target, state.trips, state.candidate_engine)
+    assert kept == ("closed", 1_700_000_000_123, "candidate", 1, "vllm/0.6.3/m")
+    assert (state.pairs_seen, state.cooldown_s, state.last_decision) == (12, 10.0, "drift")
+    assert state.worst[0].pair_id == "p3" and state.worst[0].reasons == ("cosine 0.40 < 0.88",)
+    rules = state.rules
+    assert rules.consecutive.n == 2
+    assert rules.window.entries == ((0.91, False, None), (0.4, True, 0.3), (0.5, False, None))
+    assert (rules.sequential.n, rules.sequential.log_m) == (7, 1.25)
+    assert rules.tolerance.tests == {"hard": (3.0, 1.0, -0.5, 0.25)}
+    assert rules.tolerance.early == "hard" and rules.half_open.passes == 0
+    # The evidence still counts: a third failure in a row trips (K=3, min_pairs passed).
+    d = judge(POLICY, state, score(13, 0.5, "drift"), now=12.0)
+    assert d.transition is not None and d.transition.rule == "consecutive"
+    assert d.transition.evidence["consecutive"] == 3
+    # Written back in the new layout, it reads the same.
+    assert RouteState.from_json(state.to_json()) == state and "rules" in state.to_json()
+
+
 def test_sequential_rule_trips_against_noise_floor_and_not_on_noise() -> None:
     policy = POLICY.model_copy(
         update={

@@ -75,10 +75,10 @@ def test_a_new_engine_restarts_the_evidence_and_reports_once() -> None:
 def test_failures_of_the_old_candidate_do_not_count_for_the_new() -> None:
     # Two failures: one more would trip. After the change they are forgotten.
     state, _ = fold_all(RouteState(), [score(0, OLD)] + [score(i, OLD, ok=False) for i in (1, 2)])
-    assert state.consecutive_failures == 2
+    assert state.rules.consecutive.n == 2
     state, changes = fold_all(state, [score(3, NEW, ok=False), score(4, NEW, ok=False)])
     assert len(changes) == 1
-    assert state.state == "closed" and state.consecutive_failures == 2
+    assert state.state == "closed" and state.rules.consecutive.n == 2
 
 
 def test_a_rolled_back_route_stays_rolled_back() -> None:

@@ -48,3 +48,21 @@ def test_inputs_are_left_alone() -> None:
     floors = {"greedy": FLOOR.init()}
     fold_many(POLICY, state, floors, [False], [score(0, kind="noise")], 1.0, FLOOR)
     assert state == RouteState() and floors == {"greedy": FLOOR.init()}
+
+
+def test_time_passes_first_a_due_tick_is_a_prefix_of_its_own() -> None:
+    """Every store ticks inside the fold (replay's behaviour, now the stores' too): an
+    open route whose cool-down is over half-opens before any score folds, in a commit
+    that carries that one command, and the scores fold onto the half-open state."""
+    opened = RouteState(state="open", epoch=5, target="reference", opened_at=10.0, cooldown_s=5.0)
+    scores = [score(0), score(1)]
+    early = fold_many(POLICY, opened, {}, [False, False], scores, 14.0, FLOOR)
+    assert early.transition is None and early.consumed == 2
+    assert early.state is not None and early.state.state == "open"  # still cooling down
+    ticked = fold_many(POLICY, opened, {}, [False, False], scores, 15.0, FLOOR)
+    assert (ticked.consumed, ticked.outcomes, ticked.marked) == (0, (), ())
+    assert ticked.transition is not None and ticked.transition.rule == "cooldown"
+    assert ticked.state is not None and ticked.state.state == "half_open"
+    probed = fold_many(POLICY, ticked.state, {}, [False, False], scores, 15.0, FLOOR)
+    assert probed.transition is None and probed.consumed == 2
+    assert probed.state is not None and probed.state.rules.half_open.passes == 2

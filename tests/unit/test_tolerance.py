@@ -15,6 +15,7 @@ from quantdrift.breaker import RouteState, judge
 from quantdrift.breaker.machine import initial_state
 from quantdrift.breaker.policy import RoutePolicy
 from quantdrift.breaker.rules import signal_arl
+from quantdrift.breaker.rules.tolerance import ToleranceState
 from quantdrift.detectors.noise_floor import NoiseFloor, NoiseFloorState
 from quantdrift.detectors.tolerance import SIGNALS, BettingSR, BettingState, floor_mean
 from quantdrift.schemas import Metrics, ScoreEvent
@@ -185,15 +186,15 @@ def test_signals_without_a_trusted_floor_abstain() -> None:
     state = initial_state(policy)
     for i in range(30):
         state = judge(policy, state, shadow(i, Metrics(tf_kl=0.9, cosine=0.1)), i, floor).state
-    assert set(state.tests) == {"hard", "outcomes"}
+    assert set(state.rules.tolerance.tests) == {"hard", "outcomes"}
 
 
 def test_route_state_with_tests_survives_json_and_old_states_load() -> None:
     policy = RoutePolicy()
     state = judge(policy, RouteState(), shadow(1, Metrics(repetition_run=9)), 1.0).state
-    assert state.tests and RouteState.from_json(state.to_json()) == state
+    assert state.rules.tolerance.tests and RouteState.from_json(state.to_json()) == state
     old = {"state": "closed", "epoch": 3, "pairs_seen": 2}
-    assert RouteState.from_json(old).tests == {} and RouteState.from_json(old).early == ""
+    assert RouteState.from_json(old).rules.tolerance == ToleranceState()
 
 
 def test_betting_state_round_trips() -> None:

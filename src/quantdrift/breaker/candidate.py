@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from quantdrift.breaker.rules import RuleStates
 from quantdrift.breaker.state import RouteState
 from quantdrift.schemas.score import ScoreEvent
 
@@ -53,14 +54,12 @@ def restart(state: RouteState, engine: str, now: float) -> RouteState:
     job). Gone: pairs seen, failures, window, sequential and tolerance tests, the
     worst pairs and half-open passes, all of which were the old candidate's.
     """
-    return RouteState(
-        state=state.state,
-        epoch=state.epoch,
-        target=state.target,
-        locked=state.locked,
-        opened_at=state.opened_at,
-        cooldown_s=state.cooldown_s,
-        trips=state.trips,
+    return state.evolve(
+        pairs_seen=0,
+        rules=RuleStates(),
+        worst=(),
+        last_decision="",
+        last_similarity=None,
         updated_at=now,
         candidate_engine=engine,
     )

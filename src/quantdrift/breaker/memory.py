@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from quantdrift.breaker.machine import tick
 from quantdrift.breaker.policy import Policy
 from quantdrift.breaker.state import RouteState, Transition
 from quantdrift.breaker.step import floor_key_suffix, fold_many
@@ -42,24 +41,28 @@ class MemoryBreaker:
         self.floors[key] = self.noise_floor.update(floor, metric_values(score.metrics))
 
     def fold(self, score: ScoreEvent, now: float) -> Transition | None:
+        """Fold one score at ``now`` (its time: replay has no clock), as the stores do.
+
+        ``fold_many`` ticks the route first; a tick that half-opens it is a prefix of
+        its own, recorded on this score and stored, and the score folds onto it.
+        """
         ident = (score.route, score.kind, score.pair_id)
         if ident in self.seen:
             return None
         self.seen.add(ident)
         route_policy = self.policy.for_route(score.route)
-        state = self.states.get(score.route, RouteState())
         key = (score.route, floor_key_suffix(score))
-        floor = self.floors.get(key, self.noise_floor.init())
-        # Replay has no 0.5 s clock: time moves with the scores, so a cool-down is
-        # ticked at each score's time before the score folds (the stores' timer does
-        # this live). A tick on a noise pair is recorded but, as before, not stored.
-        ticked = tick(route_policy, state, now)
-        if ticked.transition is not None:
-            state = ticked.state
-            self._record(score, ticked.transition, state)
-        step = fold_many(
-            route_policy, state, {key[1]: floor}, [False], [score], now, self.noise_floor
-        )
+        while True:
+            state = self.states.get(score.route, RouteState())
+            floor = self.floors.get(key, self.noise_floor.init())
+            step = fold_many(
+                route_policy, state, {key[1]: floor}, [False], [score], now, self.noise_floor
+            )
+            if step.consumed:
+                break
+            assert step.state is not None and step.transition is not None
+            self.states[score.route] = step.state
+            self._record(score, step.transition, step.state)
         folded = step.outcomes[0]
         assert folded is not None
         if folded.floor is not None:

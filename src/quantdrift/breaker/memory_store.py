@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from quantdrift.breaker.machine import Decision, manual, tick
 from quantdrift.breaker.outbox import OutboxItem, alert_item, build_outbox, change_alert
 from quantdrift.breaker.policy import RoutePolicy
-from quantdrift.breaker.protocol import Claim, FoldResult, result_of
+from quantdrift.breaker.protocol import BreakerStore, Claim, FoldResult, Prefix, result_of
 from quantdrift.breaker.state import RouteState, Transition
 from quantdrift.breaker.step import fold_many
 from quantdrift.detectors.noise_floor import NoiseFloor, NoiseFloorState
@@ -30,7 +30,7 @@ class _Owner:
 
 
 @dataclass
-class MemoryBreakerStore:
+class MemoryBreakerStore(BreakerStore):
     """Routes' states, floors, outboxes and claims in dicts; ``clock`` drives claim expiry."""
 
     signer: CommandSigner
@@ -56,52 +56,34 @@ class MemoryBreakerStore:
     async def duplicates(self, route: str) -> int:
         return self.dups.get(route, 0)
 
-    async def fold(self, score: ScoreEvent, policy: RoutePolicy, now: float) -> FoldResult:
-        """A batch of one, as in the Redis store."""
-        return (await self.fold_batch([score], lambda _route: policy, now))[0]
-
-    async def fold_batch(
-        self,
-        scores: Sequence[ScoreEvent],
-        policy_for: Callable[[str], RoutePolicy],
-        now: float,
-    ) -> list[FoldResult]:
-        """Per route: read, :func:`fold_many` a prefix up to its first transition, write;
-        the Redis store's loop, with dicts for the reads and the commit."""
-        results: list[FoldResult] = [FoldResult("dup")] * len(scores)
-        by_route: dict[str, list[int]] = {}
-        for i, score in enumerate(scores):
-            by_route.setdefault(score.route, []).append(i)
-        for route, pending in by_route.items():
-            policy = policy_for(route)
-            while pending:
-                batch = [scores[i] for i in pending]
-                step = fold_many(
-                    policy,
-                    self.states.get(route, RouteState()),
-                    {mode: f for (r, mode), f in self.floors.items() if r == route},
-                    [(route, s.kind, s.pair_id) in self.seen for s in batch],
-                    batch,
-                    now,
-                    self.noise_floor,
-                )
-                self.seen.update((route, batch[i].kind, batch[i].pair_id) for i in step.marked)
-                dups = step.outcomes.count(None)
-                if dups:
-                    self.dups[route] = self.dups.get(route, 0) + dups
-                for mode, floor in step.floors.items():
-                    self.floors[(route, mode)] = floor
-                outbox = alert = None
-                if step.change is not None and step.state is not None:
-                    # Queued before the transition's items, as the Redis store does.
-                    alert = change_alert(route, step.change, step.state, now)
-                    self.outboxes.setdefault(route, []).append(alert_item(alert))
-                if step.state is not None:
-                    outbox = self._commit(route, step.state, step.transition, now, "breaker").outbox
-                for i, outcome in zip(pending, step.outcomes, strict=False):
-                    results[i] = result_of(outcome, outbox, alert)
-                pending = pending[step.consumed :]
-        return results
+    async def fold_prefix(
+        self, route: str, batch: Sequence[ScoreEvent], policy: RoutePolicy, now: float
+    ) -> Prefix:
+        """The Redis store's prefix, dicts for its reads and commit (never a lost race)."""
+        step = fold_many(
+            policy,
+            self.states.get(route, RouteState()),
+            {mode: f for (r, mode), f in self.floors.items() if r == route},
+            [(route, s.kind, s.pair_id) in self.seen for s in batch],
+            batch,
+            now,
+            self.noise_floor,
+        )
+        self.seen.update((route, batch[i].kind, batch[i].pair_id) for i in step.marked)
+        dups = step.outcomes.count(None)
+        if dups:
+            self.dups[route] = self.dups.get(route, 0) + dups
+        for mode, floor in step.floors.items():
+            self.floors[(route, mode)] = floor
+        outbox = alert = None
+        if step.change is not None and step.state is not None:
+            # Queued before the transition's items, as the Redis store does.
+            alert = change_alert(route, step.change, step.state, now)
+            self.outboxes.setdefault(route, []).append(alert_item(alert))
+        if step.state is not None:
+            outbox = self._commit(route, step.state, step.transition, now, "breaker").outbox
+        results = [result_of(outcome, outbox, alert) for outcome in step.outcomes]
+        return Prefix(results, outbox if not step.outcomes else None)
 
     async def tick(self, route: str, policy: RoutePolicy, now: float) -> FoldResult:
         return self._decide(route, tick(policy, self.states.get(route, RouteState()), now), now)

@@ -23,7 +23,7 @@ from quantdrift.errors import ConfigError
 
 Rule = Literal["tolerance", "consecutive", "window", "sequential"]
 # Where the route's one false-rollback budget goes: every anytime-valid test the
-# policy runs gets its weight over the sum of their weights (breaker/rules.py), so
+# policy runs gets its weight over the sum of their weights (breaker/rules/tolerance.py), so
 # the false-alarm rates add up to at most one per budget. The fixed rules
 # (consecutive, window) have no error control and no share: they exist for the
 # named comparison policies, not for the default.

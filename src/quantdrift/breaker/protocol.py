@@ -3,18 +3,31 @@
 The live worker, the console and replay decide alike because they run the same
 pure fold over the same protocol; ``tests/contract/test_breaker_store.py`` runs
 every check on both stores.
+
+Both stores inherit ``fold`` and ``fold_batch`` from the protocol and supply only
+``fold_prefix`` (read, :func:`~quantdrift.breaker.step.fold_many`, commit), so they
+cannot drift apart in how a batch is cut: ``fold_batch`` groups the batch by route,
+folds prefix after prefix onto the state the last one committed, and retries a
+lost race up to ``MAX_ATTEMPTS`` times.
+
+A prefix that was a tick alone (the cool-down was over when the batch came)
+consumes no score; its outbox is reported on the next score of the route that
+folds without a transition of its own, so the caller counts and logs it like any
+other. A batch whose every later score is a duplicate or a transition leaves it
+unreported: the clock's flush still publishes it.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Protocol
 
 from quantdrift.breaker.outbox import Outbox, OutboxItem
 from quantdrift.breaker.policy import RoutePolicy
 from quantdrift.breaker.state import RouteState
 from quantdrift.breaker.step import Folded
+from quantdrift.errors import BreakerStoreError
 from quantdrift.schemas.alert import AlertEvent
 from quantdrift.schemas.score import ScoreEvent
 
@@ -52,6 +65,15 @@ def result_of(
 
 
 @dataclass(frozen=True, slots=True)
+class Prefix:
+    """One commit of a route's batch: a result per score it consumed, in order, and the
+    outbox of a tick-only commit."""
+
+    results: list[FoldResult]
+    ticked: Outbox | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class Claim:
     """The right to publish and trim a route's outbox, until ``ack`` or expiry.
 
@@ -71,7 +93,10 @@ class BreakerStore(Protocol):
 
     async def routes(self) -> list[str]: ...
 
-    async def fold(self, score: ScoreEvent, policy: RoutePolicy, now: float) -> FoldResult: ...
+    async def fold(self, score: ScoreEvent, policy: RoutePolicy, now: float) -> FoldResult:
+        """Fold one score exactly once (by pair_id): a batch of one, so one code path
+        decides dedupe, compare-and-set and the outbox in every store."""
+        return (await self.fold_batch([score], lambda _route: policy, now))[0]
 
     async def fold_batch(
         self,
@@ -80,6 +105,35 @@ class BreakerStore(Protocol):
         now: float,
     ) -> list[FoldResult]:
         """Fold many scores, in order, with the same result as folding them one by one."""
+        results = [FoldResult("dup")] * len(scores)
+        by_route: dict[str, list[int]] = {}
+        for i, score in enumerate(scores):
+            by_route.setdefault(score.route, []).append(i)
+        for route, pending in by_route.items():
+            policy = policy_for(route)
+            conflicts, ticked = 0, None
+            while pending:
+                prefix = await self.fold_prefix(route, [scores[i] for i in pending], policy, now)
+                if prefix is None:
+                    conflicts += 1
+                    if conflicts >= MAX_ATTEMPTS:
+                        raise BreakerStoreError(
+                            f"route {route}: gave up after {MAX_ATTEMPTS} write conflicts"
+                        )
+                    continue
+                for i, result in zip(pending, prefix.results, strict=False):
+                    if ticked is not None and result.status == "ok" and result.outbox is None:
+                        result, ticked = replace(result, outbox=ticked), None
+                    results[i] = result
+                ticked = prefix.ticked or ticked
+                pending = pending[len(prefix.results) :]
+        return results
+
+    async def fold_prefix(
+        self, route: str, scores: Sequence[ScoreEvent], policy: RoutePolicy, now: float
+    ) -> Prefix | None:
+        """Fold one route's scores up to the first transition and commit that, atomically;
+        None when another writer committed first (the caller re-reads and refolds)."""
         ...
 
     async def tick(self, route: str, policy: RoutePolicy, now: float) -> FoldResult: ...

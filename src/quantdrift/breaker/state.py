@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Literal
 
+from quantdrift.breaker.rules import RuleStates
+
 BreakerState = Literal["closed", "open", "half_open"]
 
 
@@ -17,57 +19,49 @@ class WorstPair:
 
 @dataclass(frozen=True, slots=True)
 class RouteState:
-    """Everything the judge needs between two scores of a route.
+    """Everything the judge needs between two scores of a route: the breaker's
+    lifecycle, a few readouts, and the rules' evidence (``rules``, one state per rule:
+    :mod:`quantdrift.breaker.rules`).
 
     ``epoch`` is bumped by every transition (``machine.next_epoch``) and fences
     commands at the gateway; ``target`` is a role, ``candidate`` or ``reference``;
-    ``window`` holds (similarity, anomaly, teacher-forced KL) of the last shadow pairs.
+    ``candidate_engine`` is the candidate's engine/version/weights the evidence is
+    about (``ScoreEvent.candidate_engine``; "" = not known yet): breaker/candidate.py.
     """
 
     state: BreakerState = "closed"
     epoch: int = 0
     target: str = ""
     locked: bool = False
-    pairs_seen: int = 0
-    consecutive_failures: int = 0
-    window: tuple[tuple[float | None, bool, float | None], ...] = ()
-    seq_n: int = 0
-    seq_log_m: float = 0.0
     opened_at: float | None = None
     cooldown_s: float = 0.0
-    half_open_passes: int = 0
     trips: int = 0
+    candidate_engine: str = ""
+    pairs_seen: int = 0
     worst: tuple[WorstPair, ...] = ()
     last_decision: str = ""
     last_similarity: float | None = None
     updated_at: float = 0.0
-    # The tolerance rule (breaker/rules.py): per signal, its e-detector's state
-    # (pairs, sum of x, log R per bet size); ``early`` names a signal whose test
-    # crossed before ``min_pairs``: that evidence is kept and trips at min_pairs.
-    tests: dict[str, tuple[float, ...]] = field(default_factory=dict)
-    early: str = ""
-    # The candidate's engine/version/weights the evidence above is about
-    # (``ScoreEvent.candidate_engine``; "" = not known yet): breaker/candidate.py.
-    candidate_engine: str = ""
+    rules: RuleStates = field(default_factory=RuleStates)
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
 
     @classmethod
     def from_json(cls, data: dict[str, Any] | None) -> RouteState:
+        """Reads what ``to_json`` writes, and the flat layout written before the rules
+        owned their states (every rule's fields beside the lifecycle's)."""
         if not data:
             return cls()
         data = dict(data)
-        data["window"] = tuple(
-            (w[0], bool(w[1]), w[2] if len(w) > 2 else None) for w in data.get("window", ())
+        rules = data.get("rules")
+        data["rules"] = (
+            RuleStates.from_json(rules) if isinstance(rules, dict) else RuleStates.from_flat(data)
         )
         data["worst"] = tuple(
             WorstPair(w["pair_id"], w["similarity"], tuple(w["reasons"]))
             for w in data.get("worst", ())
         )
-        data["tests"] = {
-            str(k): tuple(float(x) for x in v) for k, v in (data.get("tests") or {}).items()
-        }
         if data.get("target") not in (None, "", "candidate", "reference"):
             # Written before targets were roles: the state says which side it is.
             data["target"] = "candidate" if data.get("state") == "closed" else "reference"

@@ -4,6 +4,13 @@
 reads the route's state, its floors and which pairs it has seen, calls
 ``fold_many``, and writes what comes back; the Redis store, the memory store and
 the in-memory breaker of replay and eval all do exactly that.
+
+Time is part of the fold: ``fold_many`` ticks the route at ``now`` before any score
+folds (an open route whose cool-down is over half-opens first), so a score that
+comes after the cool-down is judged by the half-open probe in every store,
+whether or not a clock ticked the route in between. Replay and eval, which have
+no clock, always worked this way; the live stores now do too, and their clock
+(``tick``) only moves routes that see no scores.
 """
 
 from __future__ import annotations
@@ -12,7 +19,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from quantdrift.breaker.candidate import CandidateChange, observe
-from quantdrift.breaker.machine import Decision, judge
+from quantdrift.breaker.machine import Decision, judge, tick
 from quantdrift.breaker.policy import RoutePolicy
 from quantdrift.breaker.state import RouteState, Transition
 from quantdrift.detectors.noise_floor import NoiseFloor, NoiseFloorState, metric_values
@@ -46,7 +53,7 @@ def fold(
     not drag a floor towards zero.
     """
     if score.kind == "noise":
-        if _echo(score):
+        if is_echo(score):
             return Folded(floor=floor)
         return Folded(floor=noise_floor.update(floor, metric_values(score.metrics)))
     decision: Decision = judge(policy, route_state, score, now, floor, noise_floor)
@@ -84,8 +91,12 @@ def fold_many(
     now: float,
     noise_floor: NoiseFloor,
 ) -> FoldedMany:
-    """Fold ``scores`` (one route's, in order) up to and including the first transition
-    or candidate change.
+    """Tick the route at ``now``, then fold ``scores`` (one route's, in order) up to and
+    including the first transition or candidate change.
+
+    A tick that transitions is a prefix of its own: ``consumed`` is 0, ``state`` the
+    half-open state and ``transition`` the tick's, and the caller folds the scores
+    onto it next, so one commit still carries at most one command.
 
     ``seen[i]`` says whether the store already folded ``scores[i]``; a pair that
     comes twice in the batch folds once. ``floors`` holds the route's floor for every
@@ -94,6 +105,9 @@ def fold_many(
     change is reported once: the store marks its pair seen in the same commit that
     writes the restarted state, so a redelivery finds it seen and reports nothing.
     """
+    ticked = tick(policy, state, now)
+    if ticked.transition is not None:
+        return FoldedMany(0, (), ticked.state, transition=ticked.transition)
     outcomes: list[Folded | None] = []
     new_floors: dict[str, NoiseFloorState] = {}
     new_state: RouteState | None = None
@@ -136,7 +150,12 @@ def fold_many(
     )
 
 
-def _echo(score: ScoreEvent) -> bool:
+def is_echo(score: ScoreEvent) -> bool:
+    """Both sides tokenized the same (no divergence, same length): an echo, not noise.
+
+    The one test of it: the live fold leaves echoes out of a floor, and so must
+    ``quantdrift calibrate`` (``evaluation/calibration.py``, which may import it).
+    """
     m = score.metrics
     return (
         m.first_divergence is None

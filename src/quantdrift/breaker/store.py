@@ -26,7 +26,14 @@ from redis.exceptions import RedisError
 from quantdrift.breaker.machine import Decision, manual, tick
 from quantdrift.breaker.outbox import OutboxItem, alert_item, build_outbox, change_alert
 from quantdrift.breaker.policy import RoutePolicy
-from quantdrift.breaker.protocol import MAX_ATTEMPTS, Claim, FoldResult, result_of
+from quantdrift.breaker.protocol import (
+    MAX_ATTEMPTS,
+    BreakerStore,
+    Claim,
+    FoldResult,
+    Prefix,
+    result_of,
+)
 from quantdrift.breaker.state import RouteState, Transition
 from quantdrift.breaker.step import floor_key_suffix, fold_many
 from quantdrift.detectors.noise_floor import NoiseFloor, NoiseFloorState
@@ -51,7 +58,7 @@ DEFAULT_SEEN_TTL_S = 3600
 __all__ = ["Claim", "FoldResult", "OutboxItem", "RedisBreakerStore"]
 
 
-class RedisBreakerStore:
+class RedisBreakerStore(BreakerStore):
     """Per-route breaker state in Redis; every method is safe to race."""
 
     def __init__(
@@ -138,54 +145,16 @@ class RedisBreakerStore:
         self._registered.add(route)
 
     # -- writes ---------------------------------------------------------------
-    async def fold(self, score: ScoreEvent, policy: RoutePolicy, now: float) -> FoldResult:
-        """Fold one score exactly once (by pair_id): a batch of one, so one code path
-        (and one Lua script) decides dedupe, compare-and-set and the outbox."""
-        return (await self.fold_batch([score], lambda _route: policy, now))[0]
-
-    async def fold_batch(
-        self,
-        scores: Sequence[ScoreEvent],
-        policy_for: Callable[[str], RoutePolicy],
-        now: float,
-    ) -> list[FoldResult]:
-        """Fold a batch with two Redis round trips per route instead of two per score.
-
-        Per route: one pipelined read (state, the floors the batch touches, whether
-        each pair was seen), the pure fold in Python, one Lua commit that is
-        compare-and-set on everything it read. A batch stops at a transition so each
-        commit carries at most one command; the rest of the batch folds onto the new
-        state. A lost race re-reads and refolds, exactly like ``fold``. Results come
-        back in the order of ``scores``.
-        """
-        results: list[FoldResult | None] = [None] * len(scores)
-        by_route: dict[str, list[int]] = {}
-        for i, score in enumerate(scores):
-            by_route.setdefault(score.route, []).append(i)
-        for route, indices in by_route.items():
-            await self._register(route)
-            policy = policy_for(route)
-            pending = indices
-            conflicts = 0
-            while pending:
-                batch = [scores[i] for i in pending]
-                folded = await self._fold_route(route, batch, policy, now)
-                if folded is None:
-                    conflicts += 1
-                    if conflicts >= MAX_ATTEMPTS:
-                        raise BreakerStoreError(
-                            f"route {route}: gave up after {MAX_ATTEMPTS} write conflicts"
-                        )
-                    continue
-                for i, result in zip(pending, folded, strict=False):
-                    results[i] = result
-                pending = pending[len(folded) :]
-        return [r if r is not None else FoldResult("dup") for r in results]
-
-    async def _fold_route(
+    async def fold_prefix(
         self, route: str, batch: Sequence[ScoreEvent], policy: RoutePolicy, now: float
-    ) -> list[FoldResult] | None:
-        """Fold a prefix of one route's batch and commit it; None on a lost race."""
+    ) -> Prefix | None:
+        """Two Redis round trips for a prefix, not two per score; None on a lost race.
+
+        One pipelined read (state, the floors the batch touches, whether each pair
+        was seen), the pure fold in Python, one Lua commit that is compare-and-set on
+        everything it read. ``fold`` and ``fold_batch`` (the protocol's) call this.
+        """
+        await self._register(route)
         modes = sorted({floor_key_suffix(s) for s in batch})
         seen_keys = [self._k(route, f"seen:{s.kind}:{s.pair_id}") for s in batch]
         try:
@@ -250,7 +219,7 @@ class RedisBreakerStore:
             self._failpoint("after_commit")
         if items:
             await self._register(route, force=True)
-        return results
+        return Prefix(results, outbox if not step.outcomes else None)
 
     async def seed_floor(
         self,

@@ -1,6 +1,6 @@
 """The tolerance rule: every anytime-valid test of a route, on one false-rollback budget.
 
-Pure, called by :func:`quantdrift.breaker.machine.judge` for each shadow pair of a
+Pure: :class:`Tolerance` is the rule the judge runs for each shadow pair of a
 closed route. Per signal (see :mod:`quantdrift.detectors.tolerance`) it folds the
 pair into a :class:`~quantdrift.detectors.tolerance.BettingSR` e-detector whose
 run-length budget is the route's ``false_alarm_budget_pairs`` divided by the
@@ -16,10 +16,11 @@ trips the route at ``min_pairs``, even if later pairs pulled it back down.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from quantdrift.breaker.policy import RoutePolicy, failure_thresholds
+from quantdrift.breaker.rules.reading import Fired, Pair
 from quantdrift.detectors.noise_floor import NoiseFloorState
 from quantdrift.detectors.suite import hard_failures
 from quantdrift.detectors.tolerance import (
@@ -36,7 +37,7 @@ from quantdrift.schemas.score import ScoreEvent
 
 
 @dataclass(frozen=True, slots=True)
-class Fired:
+class Crossing:
     """A signal whose test crossed its threshold, with what explains it."""
 
     signal: str
@@ -116,10 +117,10 @@ def step(
     tests: Mapping[str, tuple[float, ...]],
     score: ScoreEvent,
     floor: NoiseFloorState | None,
-) -> tuple[dict[str, tuple[float, ...]], list[Fired]]:
+) -> tuple[dict[str, tuple[float, ...]], list[Crossing]]:
     """Fold one shadow pair into every signal's test; the signals that crossed, in order."""
     out = {k: tuple(v) for k, v in tests.items()}
-    fired: list[Fired] = []
+    fired: list[Crossing] = []
     for signal in SIGNALS:
         arl = signal_arl(policy, signal)
         if arl is None:
@@ -138,7 +139,7 @@ def step(
             observed = state.mean if state.mean is not None else x
             what = "divergence" if signal in DIVERGENCES else "rate"
             fired.append(
-                Fired(
+                Crossing(
                     signal,
                     f"{signal}: mean {what} {observed:.3f} over {state.n} pairs exceeds the "
                     f"tolerated {mean0:.3f} (log e {signal_out.statistic:.1f} >= "
@@ -170,3 +171,39 @@ def summary(tests: Mapping[str, tuple[float, ...]]) -> dict[str, dict[str, float
                 "log_r_max": round(max(state.log_r), 3),
             }
     return rows
+
+
+@dataclass(frozen=True, slots=True)
+class ToleranceState:
+    """Per signal, its e-detector's state (pairs, sum of x, log R per bet size);
+    ``early`` names a signal whose test crossed before ``min_pairs``: that evidence
+    is kept and trips at ``min_pairs``."""
+
+    tests: dict[str, tuple[float, ...]] = field(default_factory=dict)
+    early: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Tolerance:
+    """Every signal's test on the route's one budget; alarms on the first signal that
+    crossed on this pair, else on the one kept in ``early``."""
+
+    policy: RoutePolicy
+
+    def init(self) -> ToleranceState:
+        return ToleranceState()
+
+    def update(self, state: ToleranceState, pair: Pair) -> tuple[ToleranceState, Fired | None]:
+        tests, crossed = step(self.policy, state.tests, pair.score, pair.floor)
+        early = state.early or (crossed[0].signal if crossed else "")
+        new = ToleranceState(tests, early)
+        if crossed:
+            first = crossed[0]
+            evidence = {**first.evidence, "tests": summary(tests)}
+            return new, Fired(f"tolerance:{first.signal}", first.reason, evidence)
+        if early:
+            evidence = {"signal": early, "early": True, "tests": summary(tests)}
+            return new, Fired(
+                f"tolerance:{early}", f"{early}: crossed before min_pairs, kept", evidence
+            )
+        return new, None
