@@ -214,8 +214,8 @@ async def test_candidate_waits_for_a_verified_preflight(
 
 def test_a_gate_without_its_report_holds_and_says_why(tmp_path: Path) -> None:
     """A missing report is a held route with its reason, not a crash at startup."""
+    from quantdrift.gateway.control.preflight_gate import PreflightGate
     from quantdrift.gateway.gateway_config import load_config
-    from quantdrift.gateway.preflight_gate import PreflightGate
 
     config = tmp_path / "gateway.yaml"
     config.write_text(
@@ -242,8 +242,8 @@ def test_a_gate_without_its_report_holds_and_says_why(tmp_path: Path) -> None:
 
 
 def test_routes_without_a_gate_are_never_capped() -> None:
+    from quantdrift.gateway.control.preflight_gate import PreflightGate
     from quantdrift.gateway.gateway_config import parse_config
-    from quantdrift.gateway.preflight_gate import PreflightGate
 
     cfg = parse_config(
         {

@@ -33,12 +33,12 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from quantdrift.config import KafkaSettings
-from quantdrift.errors import SchemaError, UpstreamError
+from quantdrift.errors import UpstreamError
 from quantdrift.gateway.auth import Authenticator, Principal
 from quantdrift.gateway.capacity import RetryBudget
 from quantdrift.gateway.completions import CompletionPlan, fold, open_chain, plan_completion
-from quantdrift.gateway.controller import RouteController
+from quantdrift.gateway.control.controller import RouteController
+from quantdrift.gateway.control.preflight_gate import PreflightGate
 from quantdrift.gateway.executor import (
     ChainDeadline,
     Degradations,
@@ -57,14 +57,12 @@ from quantdrift.gateway.openai_wire import (
     sse,
 )
 from quantdrift.gateway.planning import Plan, Refusal, plan_request
-from quantdrift.gateway.preflight_gate import PreflightGate
-from quantdrift.gateway.publisher import ShadowPublisher
-from quantdrift.gateway.routing import RouteState, decide
+from quantdrift.gateway.publisher import DegradationPublisher, ShadowPublisher
+from quantdrift.gateway.routing import RouteDirective, decide
 from quantdrift.gateway.shadow import TOO_LARGE, ShadowRunner
 from quantdrift.gateway.telemetry import CONTENT_TYPE, Telemetry, counter, gauge
 from quantdrift.gateway.upstreams import UpstreamClientError, Upstreams
 from quantdrift.integrations import otel
-from quantdrift.schemas.degradation import DegradationEvent
 from quantdrift.schemas.privacy import salt_problem
 from quantdrift.supervision import Supervisor
 
@@ -73,22 +71,6 @@ T = TypeVar("T")
 # On shutdown, after the shadow drain: what Kafka gets to take the queued pairs.
 # With uvicorn's 2 s and the default 4 s drain, a stop stays under Docker's 10 s.
 PUBLISH_DRAIN_S = 2.0
-
-
-class DegradationPublisher(ShadowPublisher):
-    """ShadowPublisher's non-blocking, bounded produce path, for DegradationEvents."""
-
-    def __init__(self, kafka: KafkaSettings, topic: str | None = None, queue_size: int = 1000):
-        super().__init__(kafka, 1.0, queue_size, topic or kafka.topics.degradations)
-
-    def send(self, event: DegradationEvent) -> bool:
-        """Queue one event; never blocks, never raises."""
-        return self.offer(event)  # type: ignore[arg-type]
-
-    def _encode(self, item: Any) -> tuple[bytes, bytes]:
-        if isinstance(item, DegradationEvent):
-            return item.route.encode(), item.dumps()
-        raise SchemaError(f"expected a DegradationEvent, got {type(item).__name__}")
 
 
 class ClientGone(Exception):
@@ -142,7 +124,7 @@ class Gateway:
             config,
             self.upstreams,
             self.metrics,
-            Degradations(degradations.send if degradations is not None else None),
+            Degradations(degradations.offer if degradations is not None else None),
             self.budget,
         )
         self.shadow = ShadowRunner(
@@ -211,8 +193,8 @@ class Gateway:
         """Wait until the shadow queue is empty and idle (tests, benchmarks)."""
         await self.shadow.wait_idle(timeout)
 
-    def route_state(self, route: str) -> RouteState | None:
-        """The route's state as the controller knows it.
+    def route_state(self, route: str) -> RouteDirective | None:
+        """The route's directive (``routing.RouteDirective``) as the controller knows it.
 
         Fail closed: until the controller has read the route keys or replayed the
         control topic once (``backstop_known``), a route may be locked in rollback
@@ -223,11 +205,11 @@ class Gateway:
         if self.controller is None:
             return None
         if not self.controller.backstop_known:
-            return RouteState("rollback", self.config.routes[route].reference)
+            return RouteDirective("rollback", self.config.routes[route].reference)
         applied = self.controller.state(route)
         if applied is None:
             return None
-        return RouteState(applied.action, applied.target_precision, applied.percent)
+        return RouteDirective(applied.action, applied.target_precision, applied.percent)
 
     # -- serving -----------------------------------------------------------------------
 

@@ -27,7 +27,7 @@ from quantdrift.gateway.planning import (
     route_and_preference,
     unknown_fields,
 )
-from quantdrift.gateway.routing import Decision, RouteState, decide
+from quantdrift.gateway.routing import Decision, RouteDirective, decide
 from quantdrift.gateway.upstreams import Upstreams
 
 COMPLETION_FIELDS = frozenset(
@@ -72,7 +72,7 @@ def plan_completion(
     headers: Mapping[str, str],
     *,
     principal: Principal,
-    state_of: Callable[[str], RouteState | None],
+    state_of: Callable[[str], RouteDirective | None],
     request_id: str,
     cap_of: Callable[[str], float | None] = lambda _route: None,
 ) -> CompletionPlan | Refusal:

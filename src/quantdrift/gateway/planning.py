@@ -29,7 +29,7 @@ from typing import Any
 from quantdrift.gateway.auth import Principal
 from quantdrift.gateway.gateway_config import GatewayConfig
 from quantdrift.gateway.openai_wire import EXTENSION_FIELDS, OPENAI_FIELDS
-from quantdrift.gateway.routing import PREFERENCES, Decision, RouteState, decide
+from quantdrift.gateway.routing import PREFERENCES, Decision, RouteDirective, decide
 from quantdrift.gateway.sampling import sampled
 from quantdrift.schemas.pair import RequestInfo
 
@@ -208,7 +208,7 @@ def plan_request(
     headers: Mapping[str, str],
     *,
     principal: Principal,
-    state_of: Callable[[str], RouteState | None],
+    state_of: Callable[[str], RouteDirective | None],
     request_id: str,
     cap_of: Callable[[str], float | None] = lambda _route: None,
     sample_salt: str,

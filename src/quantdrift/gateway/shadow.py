@@ -40,7 +40,7 @@ from quantdrift.errors import UpstreamError
 from quantdrift.gateway.gateway_config import GatewayConfig
 from quantdrift.gateway.openai_wire import Accumulator, Completion
 from quantdrift.gateway.planning import JsonSpec, Plan
-from quantdrift.gateway.routing import RouteState, decide
+from quantdrift.gateway.routing import RouteDirective, decide
 from quantdrift.gateway.teacher_forcing import UNSUPPORTED, Scored
 from quantdrift.gateway.telemetry import counter, gauge
 from quantdrift.gateway.upstreams import UpstreamClientError, Upstreams, error_reason
@@ -92,7 +92,7 @@ class ShadowRunner:
         config: GatewayConfig,
         upstreams: Upstreams,
         offer: Callable[[PairEvent], Any] | None,
-        state_of: Callable[[str], RouteState | None],
+        state_of: Callable[[str], RouteDirective | None],
         *,
         prompt_salt: str,
         clock: Callable[[], float] = time.monotonic,
