@@ -35,20 +35,23 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from quantdrift.config import KafkaSettings
 from quantdrift.errors import SchemaError, UpstreamError
+from quantdrift.gateway.attempts import ChainDeadline, Chunks, Degradations, Trace
 from quantdrift.gateway.auth import Authenticator, Principal
 from quantdrift.gateway.capacity import RetryBudget
-from quantdrift.gateway.completions import CompletionPlan, fold, open_chain, plan_completion
-from quantdrift.gateway.controller import RouteController
-from quantdrift.gateway.executor import (
-    ChainDeadline,
-    Degradations,
-    FallbackExecutor,
-    StreamStart,
-    Trace,
+from quantdrift.gateway.completions import PATH as COMPLETIONS_PATH
+from quantdrift.gateway.completions import (
+    CompletionPlan,
+    drain,
+    fold,
+    open_chain,
+    plan_completion,
 )
+from quantdrift.gateway.controller import RouteController
+from quantdrift.gateway.executor import FallbackExecutor, StreamStart
 from quantdrift.gateway.gateway_config import GatewayConfig
 from quantdrift.gateway.openai_wire import (
     DONE,
+    STOPPED_MID_STREAM,
     Completion,
     completion_body,
     error_body,
@@ -339,28 +342,11 @@ class Gateway:
         if isinstance(plan, Refusal):
             return error_response(plan.status, plan.message, plan.type, plan.code, plan.param)
         self.budget.record_request(time.monotonic())
-        fallbacks: list[str] = []
-
-        def may_fall_back(precision: str, exc: UpstreamError) -> bool:
-            reason = f"upstream_{getattr(exc, 'reason', 'error')}"
-            fallbacks.append(f"{precision}:{reason}")
-            self.metrics.fallbacks.labels(plan.route, precision, reason).inc()
-            if self.budget.try_fallback(time.monotonic()):
-                return True
-            self.metrics.fallbacks_refused.labels(plan.route, "budget").inc()
-            return False
-
+        trace = Trace(t0, t0 + self.config.timeouts.chain_s)
         headers = {"x-request-id": plan.request_id, "x-quantdrift-route": plan.route}
         try:
             precision, first, stream = await self._until_gone(
-                request,
-                open_chain(
-                    self.upstreams,
-                    plan,
-                    deadline=t0 + self.config.timeouts.chain_s,
-                    total_s=self.config.timeouts.total_s,
-                    may_fall_back=may_fall_back,
-                ),
+                request, open_chain(self.executor.walk(plan, trace, COMPLETIONS_PATH))
             )
         except ClientGone:
             self.metrics.client_disconnects.labels(plan.route).inc()
@@ -379,8 +365,8 @@ class Gateway:
                 headers,
             )
         headers["x-quantdrift-precision"] = precision
-        if fallbacks:
-            headers["x-quantdrift-fallbacks"] = ",".join(fallbacks)
+        if trace.fallbacks:
+            headers["x-quantdrift-fallbacks"] = ",".join(trace.fallbacks)
         self.metrics.requests.labels(plan.route, precision, "ok").inc()
         if plan.stream:
             return StreamingResponse(
@@ -388,13 +374,8 @@ class Gateway:
                 media_type="text/event-stream",
                 headers=headers,
             )
-
-        async def rest() -> list[dict[str, Any]]:
-            async with contextlib.aclosing(stream):
-                return first + [chunk async for chunk in stream]
-
         try:
-            chunks = await self._until_gone(request, rest())
+            chunks = await self._until_gone(request, drain(first, stream))
         except ClientGone:
             self.metrics.client_disconnects.labels(plan.route).inc()
             return Response(status_code=499)
@@ -411,7 +392,7 @@ class Gateway:
         return JSONResponse(fold(chunks, plan.request_id), headers=headers)
 
     async def _text_stream(
-        self, plan: CompletionPlan, first: list[dict[str, Any]], stream: Any
+        self, plan: CompletionPlan, first: list[dict[str, Any]], stream: Chunks
     ) -> AsyncIterator[bytes]:
         usage = None
         try:
@@ -424,13 +405,7 @@ class Gateway:
                     yield sse({k: v for k, v in chunk.items() if k != "usage"})
                 usage = chunk.get("usage") or usage
         except UpstreamError:
-            yield sse(
-                error_body(
-                    "The model stopped answering mid-stream",
-                    "upstream_error",
-                    "upstream_disconnected",
-                )
-            )
+            yield STOPPED_MID_STREAM
         finally:
             await stream.aclose()
         if plan.include_usage:

@@ -6,17 +6,18 @@ and deadline. What it does not do: the JSON and degeneration guards, and
 shadowing (pairs are chat-shaped; a text completion has no messages to mirror).
 The body passes through an allowlist of the completions parameters.
 
-``plan_completion`` is pure; ``fold`` builds the non-streamed answer from chunks.
+``plan_completion`` is pure; ``open_chain`` walks the chain with the one walker
+(``attempts.Walk``); ``fold`` builds the non-streamed answer from chunks.
 """
 
 from __future__ import annotations
 
-import time
-from collections.abc import AsyncGenerator, Callable, Mapping
+import contextlib
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from quantdrift.errors import UpstreamError
+from quantdrift.gateway.attempts import Chunks, Walk
 from quantdrift.gateway.auth import Principal
 from quantdrift.gateway.gateway_config import GatewayConfig
 from quantdrift.gateway.planning import (
@@ -28,7 +29,6 @@ from quantdrift.gateway.planning import (
     unknown_fields,
 )
 from quantdrift.gateway.routing import Decision, RouteState, decide
-from quantdrift.gateway.upstreams import Upstreams
 
 COMPLETION_FIELDS = frozenset(
     {
@@ -64,6 +64,11 @@ class CompletionPlan:
     body: dict[str, Any]
     stream: bool
     include_usage: bool
+
+    @property
+    def expects_json(self) -> bool:
+        """Never: a text completion has no JSON contract (and no guards)."""
+        return False
 
 
 def plan_completion(
@@ -185,36 +190,23 @@ def fold(chunks: list[dict[str, Any]], request_id: str) -> dict[str, Any]:
 PATH = "/v1/completions"
 
 
-async def open_chain(
-    upstreams: Upstreams,
-    plan: CompletionPlan,
-    *,
-    deadline: float,
-    total_s: float,
-    may_fall_back: Callable[[str, UpstreamError], bool],
-) -> tuple[str, list[dict[str, Any]], AsyncGenerator[dict[str, Any], None]]:
+async def open_chain(walk: Walk) -> tuple[str, list[dict[str, Any]], Chunks]:
     """The first precision of the chain whose stream started: (precision, first chunks, rest).
 
-    ``may_fall_back(precision, error)`` records a failure and says whether the chain
-    may go on (retry budget); the last failure is raised when it may not.
+    The walk decides every fallback (budget, deadline, records); a text completion
+    falls back on upstream failures before its first chunk only.
     """
-    chain = plan.decision.chain
-    for i, precision in enumerate(chain):
-        left = deadline - time.monotonic()
-        if left <= 0:
-            raise UpstreamError("the request's deadline passed")
-        stream = upstreams[precision].stream(plan.body, total_s=min(total_s, left), path=PATH)
-        try:
-            first = [await anext(stream)]
-        except StopAsyncIteration:
-            first = []
-        except UpstreamError as exc:
-            await stream.aclose()
-            if i == len(chain) - 1 or not may_fall_back(precision, exc):
-                raise
-            continue
-        except BaseException:
-            await stream.aclose()
-            raise
-        return precision, first, stream
-    raise UpstreamError("empty chain")
+    for attempt in walk:
+        async with attempt as stream:
+            try:
+                first = [await anext(stream)]
+            except StopAsyncIteration:
+                first = []
+            return attempt.precision, first, stream
+    raise walk.failure
+
+
+async def drain(first: list[dict[str, Any]], stream: Chunks) -> list[dict[str, Any]]:
+    """Every chunk of a started answer (for ``fold``); the stream is closed at the end."""
+    async with contextlib.aclosing(stream):
+        return first + [chunk async for chunk in stream]

@@ -87,6 +87,11 @@ class Plan:
     private: bool
     dropped_fields: tuple[str, ...] = field(default=())
 
+    @property
+    def expects_json(self) -> bool:
+        """Whether the answer is held to a JSON contract (and so guarded as JSON)."""
+        return self.spec is not None
+
 
 def json_spec(body: Mapping[str, Any]) -> JsonSpec | None:
     """The request's JSON contract, or None when it asked for free text.
