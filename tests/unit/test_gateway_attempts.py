@@ -26,6 +26,7 @@ from quantdrift.gateway.auth import OPEN
 from quantdrift.gateway.capacity import RetryBudget
 from quantdrift.gateway.completions import CompletionPlan, open_chain, plan_completion
 from quantdrift.gateway.gateway_config import parse_config
+from quantdrift.gateway.planning import Incoming
 from quantdrift.gateway.telemetry import Telemetry
 from quantdrift.gateway.upstreams import UpstreamClientError
 from quantdrift.schemas.degradation import DegradationEvent
@@ -133,9 +134,7 @@ class Clock:
 
 
 def completion_plan() -> CompletionPlan:
-    plan = plan_completion(
-        CONFIG, {"prompt": "hi"}, {}, principal=OPEN, state_of=lambda r: None, request_id="c-1"
-    )
+    plan = plan_completion(CONFIG, {"prompt": "hi"}, Incoming({}, OPEN, "c-1", lambda r: None))
     assert isinstance(plan, CompletionPlan) and plan.decision.chain == ("int4", "int8", "bf16")
     return plan
 

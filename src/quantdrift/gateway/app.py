@@ -59,7 +59,7 @@ from quantdrift.gateway.openai_wire import (
     scrub,
     sse,
 )
-from quantdrift.gateway.planning import Plan, Refusal, plan_request
+from quantdrift.gateway.planning import Incoming, Plan, Refusal, plan_request
 from quantdrift.gateway.preflight_gate import PreflightGate
 from quantdrift.gateway.publisher import ShadowPublisher
 from quantdrift.gateway.routing import RouteState, decide
@@ -246,24 +246,31 @@ class Gateway:
     def principal(self, request: Request) -> Principal | None:
         return self.auth.principal(request.headers.get("authorization"))
 
-    async def chat(self, request: Request) -> Response:
-        t0 = time.monotonic()
+    async def _asked(
+        self, request: Request, id_prefix: str
+    ) -> tuple[dict[str, Any], Incoming] | Response:
+        """The JSON body and what planning reads besides it, or the 401/4xx refusing them."""
         principal = self.principal(request)
         if principal is None:
             return self._refuse_auth()
         body = await json_object(request, self.config.limits.max_body_bytes)
         if isinstance(body, Response):
             return body
-        plan = plan_request(
-            self.config,
-            body,
+        incoming = Incoming(
             {k.lower(): v for k, v in request.headers.items()},
-            principal=principal,
-            state_of=self.route_state,
-            request_id=f"req-{uuid.uuid4().hex}",
-            cap_of=self.preflight.cap,
-            sample_salt=self.sample_salt,
+            principal,
+            f"{id_prefix}-{uuid.uuid4().hex}",
+            self.route_state,
+            self.preflight.cap,
         )
+        return body, incoming
+
+    async def chat(self, request: Request) -> Response:
+        t0 = time.monotonic()
+        asked = await self._asked(request, "req")
+        if isinstance(asked, Response):
+            return asked
+        plan = plan_request(self.config, *asked, sample_salt=self.sample_salt)
         if isinstance(plan, Refusal):
             outcome = "forbidden" if plan.status == 403 else "bad_request"
             if plan.status == 403:
@@ -324,21 +331,10 @@ class Gateway:
         """``POST /v1/completions``: the chain and its upstream fallbacks, no guards (see
         ``completions.py``)."""
         t0 = time.monotonic()
-        principal = self.principal(request)
-        if principal is None:
-            return self._refuse_auth()
-        body = await json_object(request, self.config.limits.max_body_bytes)
-        if isinstance(body, Response):
-            return body
-        plan = plan_completion(
-            self.config,
-            body,
-            {k.lower(): v for k, v in request.headers.items()},
-            principal=principal,
-            state_of=self.route_state,
-            request_id=f"cmpl-{uuid.uuid4().hex}",
-            cap_of=self.preflight.cap,
-        )
+        asked = await self._asked(request, "cmpl")
+        if isinstance(asked, Response):
+            return asked
+        plan = plan_completion(self.config, *asked)
         if isinstance(plan, Refusal):
             return error_response(plan.status, plan.message, plan.type, plan.code, plan.param)
         self.budget.record_request(time.monotonic())

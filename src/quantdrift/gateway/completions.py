@@ -13,22 +13,23 @@ The body passes through an allowlist of the completions parameters.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from quantdrift.gateway.attempts import Chunks, Walk
-from quantdrift.gateway.auth import Principal
 from quantdrift.gateway.gateway_config import GatewayConfig
 from quantdrift.gateway.planning import (
     CLIENT_ID_HEADER,
+    Incoming,
     Refusal,
-    choices_asked,
-    decoding_refusal,
+    checked_fields,
     route_and_preference,
-    unknown_fields,
+    route_decision,
+    upstream_body,
+    usage_asked,
 )
-from quantdrift.gateway.routing import Decision, RouteState, decide
+from quantdrift.gateway.routing import Decision
 
 COMPLETION_FIELDS = frozenset(
     {
@@ -72,66 +73,37 @@ class CompletionPlan:
 
 
 def plan_completion(
-    config: GatewayConfig,
-    body: Mapping[str, Any],
-    headers: Mapping[str, str],
-    *,
-    principal: Principal,
-    state_of: Callable[[str], RouteState | None],
-    request_id: str,
-    cap_of: Callable[[str], float | None] = lambda _route: None,
+    config: GatewayConfig, body: Mapping[str, Any], incoming: Incoming
 ) -> CompletionPlan | Refusal:
-    """Decide one text completion (pure).
+    """Decide one text completion (pure), with chat's route, allowlist and decoding checks.
 
     >>> from quantdrift.gateway.auth import OPEN
     >>> from quantdrift.gateway.gateway_config import parse_config
     >>> cfg = parse_config({"precisions": {"a": ["http://a"], "b": ["http://b"]},
     ...                     "routes": {"r": {"candidate": "a", "reference": "b"}}})
-    >>> p = plan_completion(cfg, {"prompt": "hi", "max_tokens": 3}, {}, principal=OPEN,
-    ...                     state_of=lambda r: None, request_id="cmpl-1")
+    >>> p = plan_completion(cfg, {"prompt": "hi", "max_tokens": 3},
+    ...                     Incoming({}, OPEN, "cmpl-1", state_of=lambda r: None))
     >>> p.decision.chain, p.body
     (('a', 'b'), {'prompt': 'hi', 'max_tokens': 3})
     """
-    chosen = route_and_preference(config, body, headers, principal)
+    chosen = route_and_preference(config, body, incoming.headers, incoming.principal)
     if isinstance(chosen, Refusal):
         return chosen
     route, preference = chosen
     if not isinstance(body.get("prompt"), str | list) or not body.get("prompt"):
         return Refusal(400, "prompt must be a non-empty string or list", "prompt")
-    unknown, refused = unknown_fields(config, body, COMPLETION_FIELDS | EXTENSIONS)
-    if refused is not None:
-        return refused
-    n = choices_asked(body)
-    if isinstance(n, Refusal):
-        return n
-    refused = decoding_refusal(body, n, config.limits.max_total_tokens)
-    if refused is not None:
-        return refused
-    rc = config.routes[route]
-    decision = decide(
-        order=config.order,
-        candidate=rc.candidate,
-        reference=rc.reference,
-        preference=preference,  # type: ignore[arg-type]  # checked in route_and_preference
-        state=state_of(route),
-        request_id=request_id,
-        candidate_cap=cap_of(route),
-    )
-    stream = bool(body.get("stream"))
-    opts = body.get("stream_options")
-    upstream = {
-        k: v
-        for k, v in body.items()
-        if k not in EXTENSIONS and k not in unknown and k not in ("stream", "stream_options")
-    }
+    checked = checked_fields(config, body, COMPLETION_FIELDS | EXTENSIONS)
+    if isinstance(checked, Refusal):
+        return checked
+    unknown, _n = checked
     return CompletionPlan(
-        request_id=request_id,
-        client_request_id=headers.get(CLIENT_ID_HEADER),
+        request_id=incoming.request_id,
+        client_request_id=incoming.headers.get(CLIENT_ID_HEADER),
         route=route,
-        decision=decision,
-        body=upstream,
-        stream=stream,
-        include_usage=stream and isinstance(opts, dict) and bool(opts.get("include_usage")),
+        decision=route_decision(config, route, preference, incoming),
+        body=upstream_body(body, {*EXTENSIONS, *unknown}),
+        stream=bool(body.get("stream")),
+        include_usage=usage_asked(body),
     )
 
 
