@@ -10,7 +10,7 @@ import pytest
 
 from quantdrift.gateway.auth import OPEN, Principal
 from quantdrift.gateway.gateway_config import parse_config
-from quantdrift.gateway.planning import Plan, Refusal, plan_request
+from quantdrift.gateway.planning import Incoming, Plan, Refusal, plan_request
 from quantdrift.gateway.routing import RouteDirective
 
 CONFIG = parse_config(
@@ -39,10 +39,7 @@ def plan(
     return plan_request(
         config,
         {"messages": MESSAGES, **(body or {})},
-        headers or {},
-        principal=who,
-        state_of=lambda route: state,
-        request_id=request_id,
+        Incoming(headers or {}, who, request_id, state_of=lambda route: state),
         sample_salt="secret",
     )
 

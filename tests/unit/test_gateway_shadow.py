@@ -7,7 +7,7 @@ from typing import Any
 from quantdrift.gateway.auth import OPEN
 from quantdrift.gateway.gateway_config import parse_config
 from quantdrift.gateway.openai_wire import Accumulator
-from quantdrift.gateway.planning import Plan, plan_request
+from quantdrift.gateway.planning import Incoming, Plan, plan_request
 from quantdrift.gateway.routing import RouteDirective
 from quantdrift.gateway.shadow import QUEUE_FULL, ShadowRunner
 from quantdrift.gateway.upstreams import Upstreams
@@ -31,10 +31,7 @@ def plan(request_id: str) -> Plan:
     p = plan_request(
         CONFIG,
         {"messages": [{"role": "user", "content": "hi"}]},
-        {},
-        principal=OPEN,
-        state_of=lambda _: None,
-        request_id=request_id,
+        Incoming({}, OPEN, request_id, state_of=lambda _: None),
         sample_salt="x",
     )
     assert isinstance(p, Plan) and p.shadow

@@ -34,21 +34,24 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from quantdrift.errors import UpstreamError
+from quantdrift.gateway.attempts import ChainDeadline, Chunks, Degradations, Trace
 from quantdrift.gateway.auth import Authenticator, Principal
 from quantdrift.gateway.capacity import RetryBudget
-from quantdrift.gateway.completions import CompletionPlan, fold, open_chain, plan_completion
+from quantdrift.gateway.completions import PATH as COMPLETIONS_PATH
+from quantdrift.gateway.completions import (
+    CompletionPlan,
+    drain,
+    fold,
+    open_chain,
+    plan_completion,
+)
 from quantdrift.gateway.control.controller import RouteController
 from quantdrift.gateway.control.preflight_gate import PreflightGate
-from quantdrift.gateway.executor import (
-    ChainDeadline,
-    Degradations,
-    FallbackExecutor,
-    StreamStart,
-    Trace,
-)
+from quantdrift.gateway.executor import FallbackExecutor, StreamStart
 from quantdrift.gateway.gateway_config import GatewayConfig
 from quantdrift.gateway.openai_wire import (
     DONE,
+    STOPPED_MID_STREAM,
     Completion,
     completion_body,
     error_body,
@@ -56,7 +59,7 @@ from quantdrift.gateway.openai_wire import (
     scrub,
     sse,
 )
-from quantdrift.gateway.planning import Plan, Refusal, plan_request
+from quantdrift.gateway.planning import Incoming, Plan, Refusal, plan_request
 from quantdrift.gateway.publisher import DegradationPublisher, ShadowPublisher
 from quantdrift.gateway.routing import RouteDirective, decide
 from quantdrift.gateway.shadow import TOO_LARGE, ShadowRunner
@@ -225,24 +228,31 @@ class Gateway:
     def principal(self, request: Request) -> Principal | None:
         return self.auth.principal(request.headers.get("authorization"))
 
-    async def chat(self, request: Request) -> Response:
-        t0 = time.monotonic()
+    async def _asked(
+        self, request: Request, id_prefix: str
+    ) -> tuple[dict[str, Any], Incoming] | Response:
+        """The JSON body and what planning reads besides it, or the 401/4xx refusing them."""
         principal = self.principal(request)
         if principal is None:
             return self._refuse_auth()
         body = await json_object(request, self.config.limits.max_body_bytes)
         if isinstance(body, Response):
             return body
-        plan = plan_request(
-            self.config,
-            body,
+        incoming = Incoming(
             {k.lower(): v for k, v in request.headers.items()},
-            principal=principal,
-            state_of=self.route_state,
-            request_id=f"req-{uuid.uuid4().hex}",
-            cap_of=self.preflight.cap,
-            sample_salt=self.sample_salt,
+            principal,
+            f"{id_prefix}-{uuid.uuid4().hex}",
+            self.route_state,
+            self.preflight.cap,
         )
+        return body, incoming
+
+    async def chat(self, request: Request) -> Response:
+        t0 = time.monotonic()
+        asked = await self._asked(request, "req")
+        if isinstance(asked, Response):
+            return asked
+        plan = plan_request(self.config, *asked, sample_salt=self.sample_salt)
         if isinstance(plan, Refusal):
             outcome = "forbidden" if plan.status == 403 else "bad_request"
             if plan.status == 403:
@@ -303,46 +313,18 @@ class Gateway:
         """``POST /v1/completions``: the chain and its upstream fallbacks, no guards (see
         ``completions.py``)."""
         t0 = time.monotonic()
-        principal = self.principal(request)
-        if principal is None:
-            return self._refuse_auth()
-        body = await json_object(request, self.config.limits.max_body_bytes)
-        if isinstance(body, Response):
-            return body
-        plan = plan_completion(
-            self.config,
-            body,
-            {k.lower(): v for k, v in request.headers.items()},
-            principal=principal,
-            state_of=self.route_state,
-            request_id=f"cmpl-{uuid.uuid4().hex}",
-            cap_of=self.preflight.cap,
-        )
+        asked = await self._asked(request, "cmpl")
+        if isinstance(asked, Response):
+            return asked
+        plan = plan_completion(self.config, *asked)
         if isinstance(plan, Refusal):
             return error_response(plan.status, plan.message, plan.type, plan.code, plan.param)
         self.budget.record_request(time.monotonic())
-        fallbacks: list[str] = []
-
-        def may_fall_back(precision: str, exc: UpstreamError) -> bool:
-            reason = f"upstream_{getattr(exc, 'reason', 'error')}"
-            fallbacks.append(f"{precision}:{reason}")
-            self.metrics.fallbacks.labels(plan.route, precision, reason).inc()
-            if self.budget.try_fallback(time.monotonic()):
-                return True
-            self.metrics.fallbacks_refused.labels(plan.route, "budget").inc()
-            return False
-
+        trace = Trace(t0, t0 + self.config.timeouts.chain_s)
         headers = {"x-request-id": plan.request_id, "x-quantdrift-route": plan.route}
         try:
             precision, first, stream = await self._until_gone(
-                request,
-                open_chain(
-                    self.upstreams,
-                    plan,
-                    deadline=t0 + self.config.timeouts.chain_s,
-                    total_s=self.config.timeouts.total_s,
-                    may_fall_back=may_fall_back,
-                ),
+                request, open_chain(self.executor.walk(plan, trace, COMPLETIONS_PATH))
             )
         except ClientGone:
             self.metrics.client_disconnects.labels(plan.route).inc()
@@ -361,8 +343,8 @@ class Gateway:
                 headers,
             )
         headers["x-quantdrift-precision"] = precision
-        if fallbacks:
-            headers["x-quantdrift-fallbacks"] = ",".join(fallbacks)
+        if trace.fallbacks:
+            headers["x-quantdrift-fallbacks"] = ",".join(trace.fallbacks)
         self.metrics.requests.labels(plan.route, precision, "ok").inc()
         if plan.stream:
             return StreamingResponse(
@@ -370,13 +352,8 @@ class Gateway:
                 media_type="text/event-stream",
                 headers=headers,
             )
-
-        async def rest() -> list[dict[str, Any]]:
-            async with contextlib.aclosing(stream):
-                return first + [chunk async for chunk in stream]
-
         try:
-            chunks = await self._until_gone(request, rest())
+            chunks = await self._until_gone(request, drain(first, stream))
         except ClientGone:
             self.metrics.client_disconnects.labels(plan.route).inc()
             return Response(status_code=499)
@@ -393,7 +370,7 @@ class Gateway:
         return JSONResponse(fold(chunks, plan.request_id), headers=headers)
 
     async def _text_stream(
-        self, plan: CompletionPlan, first: list[dict[str, Any]], stream: Any
+        self, plan: CompletionPlan, first: list[dict[str, Any]], stream: Chunks
     ) -> AsyncIterator[bytes]:
         usage = None
         try:
@@ -406,13 +383,7 @@ class Gateway:
                     yield sse({k: v for k, v in chunk.items() if k != "usage"})
                 usage = chunk.get("usage") or usage
         except UpstreamError:
-            yield sse(
-                error_body(
-                    "The model stopped answering mid-stream",
-                    "upstream_error",
-                    "upstream_disconnected",
-                )
-            )
+            yield STOPPED_MID_STREAM
         finally:
             await stream.aclose()
         if plan.include_usage:
