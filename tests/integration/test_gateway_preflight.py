@@ -38,6 +38,7 @@ except ImportError:
     )
 
 from quantdrift.config import Settings
+from quantdrift.gateway.observability import health
 from quantdrift.services.gateway import build_gateway
 from quantdrift.stack import free_port
 
@@ -184,7 +185,7 @@ async def test_candidate_waits_for_a_verified_preflight(
         assert f'quantdrift_gateway_preflight_verified{{route="{ROUTE}"}} 1.0' in metrics
         assert (await client.get("/health")).status_code == 401
         # A gateway without an admin token shows no names (its /health is anonymous).
-        assert "signers" not in gw.health(private=False)["routes"][ROUTE]["preflight"]
+        assert "signers" not in health(gw, private=False)["routes"][ROUTE]["preflight"]
 
         # A verified report replaced by `null`: closed at the very next refresh.
         good = report.read_bytes()

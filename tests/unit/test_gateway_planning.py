@@ -39,7 +39,7 @@ def plan(
     return plan_request(
         config,
         {"messages": MESSAGES, **(body or {})},
-        Incoming(headers or {}, who, request_id, state_of=lambda route: state),
+        Incoming(headers or {}, who, request_id, directive_of=lambda route: state),
         sample_salt="secret",
     )
 

@@ -31,7 +31,7 @@ def plan(request_id: str) -> Plan:
     p = plan_request(
         CONFIG,
         {"messages": [{"role": "user", "content": "hi"}]},
-        Incoming({}, OPEN, request_id, state_of=lambda _: None),
+        Incoming({}, OPEN, request_id, directive_of=lambda _: None),
         sample_salt="x",
     )
     assert isinstance(p, Plan) and p.shadow

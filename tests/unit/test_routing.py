@@ -15,7 +15,7 @@ def d(preference: str = "cost_optimized", state: RouteDirective | None = None, r
         candidate="int4",
         reference="bf16",
         preference=preference,
-        state=state,
+        directive=state,
         request_id=rid,
     )  # type: ignore[arg-type]
 
@@ -122,7 +122,7 @@ def capped(
         candidate="int4",
         reference="bf16",
         preference=pref,  # type: ignore[arg-type]
-        state=state,
+        directive=state,
         request_id=rid,
         candidate_cap=cap,
     )

@@ -82,7 +82,7 @@ def plan_completion(
     >>> cfg = parse_config({"precisions": {"a": ["http://a"], "b": ["http://b"]},
     ...                     "routes": {"r": {"candidate": "a", "reference": "b"}}})
     >>> p = plan_completion(cfg, {"prompt": "hi", "max_tokens": 3},
-    ...                     Incoming({}, OPEN, "cmpl-1", state_of=lambda r: None))
+    ...                     Incoming({}, OPEN, "cmpl-1", directive_of=lambda r: None))
     >>> p.decision.chain, p.body
     (('a', 'b'), {'prompt': 'hi', 'max_tokens': 3})
     """

@@ -61,13 +61,14 @@ class Incoming:
     """What planning reads of a request besides its body (chat and text completions alike).
 
     Who asks, the headers (lower-case keys), the gateway's own request id, and the
-    gateway's view of each route: its state and its preflight cap.
+    gateway's view of each route: its directive (``routing.RouteDirective``) and its
+    preflight cap.
     """
 
     headers: Mapping[str, str]
     principal: Principal
     request_id: str
-    state_of: Callable[[str], RouteDirective | None]
+    directive_of: Callable[[str], RouteDirective | None]
     cap_of: Callable[[str], float | None] = _no_cap
 
 
@@ -218,14 +219,14 @@ def checked_fields(
 def route_decision(
     config: GatewayConfig, route: str, preference: str, incoming: Incoming
 ) -> Decision:
-    """Where the request goes: the route's candidate and reference, its state, its cap."""
+    """Where the request goes: the route's candidate and reference, its directive, its cap."""
     rc = config.routes[route]
     return decide(
         order=config.order,
         candidate=rc.candidate,
         reference=rc.reference,
         preference=preference,  # type: ignore[arg-type]  # checked in route_and_preference
-        state=incoming.state_of(route),
+        directive=incoming.directive_of(route),
         request_id=incoming.request_id,
         candidate_cap=incoming.cap_of(route),
     )

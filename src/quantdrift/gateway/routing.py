@@ -112,18 +112,18 @@ def decide(
     candidate: str,
     reference: str,
     preference: Preference,
-    state: RouteDirective | None,
+    directive: RouteDirective | None,
     request_id: str,
     candidate_cap: float | None = None,
 ) -> Decision:
     """The routing decision for one request (pure; see the module docstring).
 
     >>> d = decide(order=["int4", "int8", "bf16"], candidate="int4", reference="bf16",
-    ...            preference="cost_optimized", state=None, request_id="r1")
+    ...            preference="cost_optimized", directive=None, request_id="r1")
     >>> d.serve, d.chain, d.shadow_precision
     ('int4', ('int4', 'int8', 'bf16'), 'bf16')
     """
-    state = state or RouteDirective()
+    state = directive or RouteDirective()
     target = state.target_precision
     rolled_back = target == reference and state.action in ("rollback", "restore")
     half_open = state.action == "canary" and not state.percent
