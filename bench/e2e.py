@@ -46,7 +46,7 @@ from quantdrift.breaker.state import RouteState
 from quantdrift.config import KafkaSettings, RedisSettings, Settings, WorkerSettings
 from quantdrift.demo import synthetic
 from quantdrift.demo.workers import WorkerProcess
-from quantdrift.gateway.controller import RouteController
+from quantdrift.gateway.control.controller import RouteController
 from quantdrift.kafka_clients import consumer_kwargs, producer_kwargs
 from quantdrift.schemas import PairEvent, RouteCommand
 from quantdrift.schemas.keys import route_key

@@ -117,8 +117,9 @@ def live(max_tokens: int, prompts_per_task: int) -> dict[str, object]:
     import uvicorn
 
     from quantdrift.data.prompts import PROMPTS
-    from quantdrift.gateway.app import Gateway, create_app
+    from quantdrift.gateway.app import create_app
     from quantdrift.gateway.gateway_config import parse_config
+    from quantdrift.gateway.service import Gateway
     from quantdrift.stack import free_port
     from quantdrift.stack.ports import stop_popen
 

@@ -33,8 +33,8 @@ from common import write_section
 from gateway_serving import dead_broker_publisher, serving
 from scripted_upstream import upstream
 
-from quantdrift.gateway.app import Gateway
 from quantdrift.gateway.gateway_config import parse_config
+from quantdrift.gateway.service import Gateway
 from quantdrift.stack import free_port
 
 SECTION = "## Gateway overhead and time to first token"

@@ -11,8 +11,9 @@ from contextlib import asynccontextmanager
 import uvicorn
 
 from quantdrift.config import KafkaSettings
-from quantdrift.gateway.app import Gateway, create_app
+from quantdrift.gateway.app import create_app
 from quantdrift.gateway.publisher import ShadowPublisher
+from quantdrift.gateway.service import Gateway
 from quantdrift.stack import free_port
 
 

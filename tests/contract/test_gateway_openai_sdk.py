@@ -32,7 +32,7 @@ from test_gateway import (  # noqa: E402
     serving,
 )
 
-from quantdrift.gateway.app import Gateway  # noqa: E402
+from quantdrift.gateway.service import Gateway  # noqa: E402
 from quantdrift.stack import free_port  # noqa: E402
 
 pytestmark = [pytest.mark.timeout(120)]

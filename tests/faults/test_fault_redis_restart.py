@@ -24,7 +24,7 @@ from faults_support import (
 
 from quantdrift.demo import synthetic
 from quantdrift.demo.workers import WorkerProcess
-from quantdrift.gateway.controller import RouteController
+from quantdrift.gateway.control.controller import RouteController
 from quantdrift.schemas.record_keys import pair_record_key
 from quantdrift.schemas.signing import verifier_from_settings
 

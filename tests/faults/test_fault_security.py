@@ -19,7 +19,7 @@ from faults_support import consume_n, on_route, send_pairs, shadow_only, until_s
 
 from quantdrift.demo import synthetic
 from quantdrift.errors import SchemaError
-from quantdrift.gateway.controller import RouteController, command_key
+from quantdrift.gateway.control.controller import RouteController, command_key
 from quantdrift.gateway.publisher import ShadowPublisher
 from quantdrift.schemas import CommandSigner, DeadLetter, PairEvent, RouteCommand
 from quantdrift.schemas.pair import RequestInfo

@@ -41,9 +41,9 @@ from quantdrift.breaker.state import RouteState
 from quantdrift.config import Settings
 from quantdrift.demo import synthetic
 from quantdrift.demo.workers import WorkerProcess, settings_env
-from quantdrift.gateway.controller import RouteController
+from quantdrift.gateway.control.controller import RouteController
+from quantdrift.gateway.control.targets import resolver_for
 from quantdrift.gateway.gateway_config import parse_config
-from quantdrift.gateway.targets import resolver_for
 from quantdrift.schemas import PairEvent, RouteCommand
 from quantdrift.schemas.keys import route_key
 from quantdrift.schemas.record_keys import pair_record_key

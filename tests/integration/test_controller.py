@@ -13,7 +13,7 @@ import redis.asyncio as aioredis
 
 from quantdrift.config import KafkaSettings
 from quantdrift.errors import UnmappableCommand
-from quantdrift.gateway.controller import RouteController, command_key
+from quantdrift.gateway.control.controller import RouteController, command_key
 from quantdrift.schemas import CommandSigner, CommandVerifier, RouteCommand
 from quantdrift.stack import EmbeddedStack, create_topics, free_port
 
@@ -32,7 +32,7 @@ POOLS = {"candidate": "int4", "reference": "bf16"}
 
 
 def resolve(command: RouteCommand) -> str:
-    """What a gateway with pools int4 / bf16 does (gateway/targets.py for real configs)."""
+    """What a gateway with pools int4 / bf16 does (gateway/control/targets.py for real configs)."""
     if command.target_precision not in (None, POOLS[command.target]):
         raise UnmappableCommand(f"{command.target_precision} is not {POOLS[command.target]}")
     return POOLS[command.target]

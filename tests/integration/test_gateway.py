@@ -25,11 +25,12 @@ from quantdrift.breaker.policy import RoutePolicy
 from quantdrift.breaker.relay import OutboxRelay
 from quantdrift.breaker.store import RedisBreakerStore
 from quantdrift.config import KafkaSettings, TopicNames
-from quantdrift.gateway.app import DegradationPublisher, Gateway, create_app
-from quantdrift.gateway.controller import RouteController
+from quantdrift.gateway.app import create_app
+from quantdrift.gateway.control.controller import RouteController
+from quantdrift.gateway.control.targets import resolver_for
 from quantdrift.gateway.gateway_config import GatewayConfig, parse_config
-from quantdrift.gateway.publisher import ShadowPublisher
-from quantdrift.gateway.targets import resolver_for
+from quantdrift.gateway.publisher import DegradationPublisher, ShadowPublisher
+from quantdrift.gateway.service import Gateway
 from quantdrift.schemas import (
     CommandSigner,
     CommandVerifier,

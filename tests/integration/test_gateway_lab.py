@@ -17,9 +17,9 @@ import httpx
 import pytest
 
 from quantdrift.config import KafkaSettings
-from quantdrift.gateway.app import Gateway
 from quantdrift.gateway.gateway_config import parse_config
 from quantdrift.gateway.publisher import ShadowPublisher
+from quantdrift.gateway.service import Gateway
 from quantdrift.schemas import PairEvent
 from quantdrift.stack import EmbeddedStack, free_port
 from quantdrift.stack.ports import stop_popen

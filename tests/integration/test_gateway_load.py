@@ -41,7 +41,7 @@ except ImportError:
         serving,
     )
 
-from quantdrift.gateway.app import Gateway
+from quantdrift.gateway.service import Gateway
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
 

@@ -38,6 +38,7 @@ except ImportError:
     )
 
 from quantdrift.config import Settings
+from quantdrift.gateway.observability import health
 from quantdrift.services.gateway import build_gateway
 from quantdrift.stack import free_port
 
@@ -184,7 +185,7 @@ async def test_candidate_waits_for_a_verified_preflight(
         assert f'quantdrift_gateway_preflight_verified{{route="{ROUTE}"}} 1.0' in metrics
         assert (await client.get("/health")).status_code == 401
         # A gateway without an admin token shows no names (its /health is anonymous).
-        assert "signers" not in gw.health(private=False)["routes"][ROUTE]["preflight"]
+        assert "signers" not in health(gw, private=False)["routes"][ROUTE]["preflight"]
 
         # A verified report replaced by `null`: closed at the very next refresh.
         good = report.read_bytes()
@@ -214,8 +215,8 @@ async def test_candidate_waits_for_a_verified_preflight(
 
 def test_a_gate_without_its_report_holds_and_says_why(tmp_path: Path) -> None:
     """A missing report is a held route with its reason, not a crash at startup."""
+    from quantdrift.gateway.control.preflight_gate import PreflightGate
     from quantdrift.gateway.gateway_config import load_config
-    from quantdrift.gateway.preflight_gate import PreflightGate
 
     config = tmp_path / "gateway.yaml"
     config.write_text(
@@ -242,8 +243,8 @@ def test_a_gate_without_its_report_holds_and_says_why(tmp_path: Path) -> None:
 
 
 def test_routes_without_a_gate_are_never_capped() -> None:
+    from quantdrift.gateway.control.preflight_gate import PreflightGate
     from quantdrift.gateway.gateway_config import parse_config
-    from quantdrift.gateway.preflight_gate import PreflightGate
 
     cfg = parse_config(
         {

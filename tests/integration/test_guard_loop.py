@@ -16,7 +16,7 @@ from aiokafka import AIOKafkaProducer
 from quantdrift.config import Settings
 from quantdrift.demo import synthetic
 from quantdrift.demo.workers import WorkerProcess
-from quantdrift.gateway.controller import RouteController
+from quantdrift.gateway.control.controller import RouteController
 from quantdrift.schemas import AlertEvent, DeadLetter, PairEvent
 from quantdrift.schemas.keys import route_key
 from quantdrift.schemas.pair import EngineInfo

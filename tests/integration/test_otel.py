@@ -44,9 +44,10 @@ from quantdrift.breaker.store import RedisBreakerStore
 from quantdrift.config import KafkaSettings, TopicNames
 from quantdrift.demo import synthetic
 from quantdrift.demo.workers import WorkerProcess
-from quantdrift.gateway.app import Gateway, create_app
+from quantdrift.gateway.app import create_app
 from quantdrift.gateway.gateway_config import parse_config
 from quantdrift.gateway.publisher import ShadowPublisher
+from quantdrift.gateway.service import Gateway
 from quantdrift.integrations import otel
 from quantdrift.schemas import Metrics, PairEvent, ScoreEvent
 from quantdrift.schemas.signing import CommandSigner

@@ -55,10 +55,10 @@ def worker_metrics() -> set[str]:
 def gateway_metrics() -> set[str]:
     """A Gateway with a publisher and a controller (neither started: nothing connects)."""
     from quantdrift.config import KafkaSettings
-    from quantdrift.gateway.app import Gateway
-    from quantdrift.gateway.controller import RouteController
+    from quantdrift.gateway.control.controller import RouteController
     from quantdrift.gateway.gateway_config import GatewayConfig
     from quantdrift.gateway.publisher import ShadowPublisher
+    from quantdrift.gateway.service import Gateway
     from quantdrift.schemas.signing import CommandVerifier
 
     config = GatewayConfig.model_validate(

@@ -164,6 +164,28 @@ def test_no_arrow_the_table_forbids() -> None:
     assert not bad, "imports ARCHITECTURE.md's table forbids:\n" + "\n".join(sorted(set(bad)))
 
 
+def test_the_gateways_control_side_imports_nothing_of_serving() -> None:
+    """ARCHITECTURE: the gateway is serving apart from control. ``gateway.control`` (the
+    RouteController, target mapping, preflight gate) reads the gateway's config and
+    nothing else of the serving side; serving reads control, never the other way."""
+    bad = {
+        a.where
+        for a in all_arrows()
+        if a.source.startswith("quantdrift.gateway.control")
+        and a.target.startswith("quantdrift.gateway.")
+        and not a.target.startswith("quantdrift.gateway.control")
+        and a.target != "quantdrift.gateway.gateway_config"
+        and is_module(a.target)
+    }
+    found = {a.source for a in all_arrows() if a.source.startswith("quantdrift.gateway.control.")}
+    assert found >= {
+        "quantdrift.gateway.control.controller",
+        "quantdrift.gateway.control.targets",
+        "quantdrift.gateway.control.preflight_gate",
+    }
+    assert not bad, "\n".join(sorted(bad))
+
+
 def test_lab_only_code_stays_out_of_production_packages() -> None:
     bad = {
         a.where

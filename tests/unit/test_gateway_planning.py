@@ -10,8 +10,8 @@ import pytest
 
 from quantdrift.gateway.auth import OPEN, Principal
 from quantdrift.gateway.gateway_config import parse_config
-from quantdrift.gateway.planning import Plan, Refusal, plan_request
-from quantdrift.gateway.routing import RouteState
+from quantdrift.gateway.planning import Incoming, Plan, Refusal, plan_request
+from quantdrift.gateway.routing import RouteDirective
 
 CONFIG = parse_config(
     {
@@ -32,17 +32,14 @@ def plan(
     body: dict[str, Any] | None = None,
     headers: dict[str, str] | None = None,
     who: Principal = OPEN,
-    state: RouteState | None = None,
+    state: RouteDirective | None = None,
     request_id: str = "req-1",
     config: Any = CONFIG,
 ) -> Plan | Refusal:
     return plan_request(
         config,
         {"messages": MESSAGES, **(body or {})},
-        headers or {},
-        principal=who,
-        state_of=lambda route: state,
-        request_id=request_id,
+        Incoming(headers or {}, who, request_id, directive_of=lambda route: state),
         sample_salt="secret",
     )
 
@@ -117,7 +114,7 @@ def test_sampling_is_keyed_on_the_gateways_id_and_salt() -> None:
 
 
 def test_rolled_back_routes_do_not_shadow_and_private_header() -> None:
-    state = RouteState("rollback", "bf16", None)
+    state = RouteDirective("rollback", "bf16", None)
     p = plan({"model": "r2"}, {"x-quantdrift-private": "1"}, state=state)
     assert isinstance(p, Plan)
     assert p.decision.serve == "bf16" and not p.shadow and p.private

@@ -7,8 +7,8 @@ from typing import Any
 from quantdrift.gateway.auth import OPEN
 from quantdrift.gateway.gateway_config import parse_config
 from quantdrift.gateway.openai_wire import Accumulator
-from quantdrift.gateway.planning import Plan, plan_request
-from quantdrift.gateway.routing import RouteState
+from quantdrift.gateway.planning import Incoming, Plan, plan_request
+from quantdrift.gateway.routing import RouteDirective
 from quantdrift.gateway.shadow import QUEUE_FULL, ShadowRunner
 from quantdrift.gateway.upstreams import Upstreams
 from quantdrift.schemas.privacy import prompt_hash
@@ -23,7 +23,7 @@ CONFIG = parse_config(
 )
 
 
-def runner(state: dict[str, RouteState | None]) -> ShadowRunner:
+def runner(state: dict[str, RouteDirective | None]) -> ShadowRunner:
     return ShadowRunner(CONFIG, Upstreams(CONFIG, shadow=True), None, state.get, prompt_salt="s")
 
 
@@ -31,10 +31,7 @@ def plan(request_id: str) -> Plan:
     p = plan_request(
         CONFIG,
         {"messages": [{"role": "user", "content": "hi"}]},
-        {},
-        principal=OPEN,
-        state_of=lambda _: None,
-        request_id=request_id,
+        Incoming({}, OPEN, request_id, directive_of=lambda _: None),
         sample_salt="x",
     )
     assert isinstance(p, Plan) and p.shadow
@@ -74,11 +71,11 @@ def test_queued_jobs_hold_only_what_the_pair_needs() -> None:
 
 
 def test_a_rolled_back_route_suspends_its_candidate_before_the_call() -> None:
-    state: dict[str, RouteState | None] = {"r": None}
+    state: dict[str, RouteDirective | None] = {"r": None}
     r = runner(state)
     p = plan("req-1")
     assert not r._candidate_suspended(p)
-    state["r"] = RouteState("rollback", "bf16", None)
+    state["r"] = RouteDirective("rollback", "bf16", None)
     assert r._candidate_suspended(p)
 
 

@@ -4,18 +4,18 @@ from __future__ import annotations
 
 import pytest
 
-from quantdrift.gateway.routing import RouteState, decide, fallback_chain
+from quantdrift.gateway.routing import RouteDirective, decide, fallback_chain
 
 ORDER = ["int4", "int8", "bf16"]
 
 
-def d(preference: str = "cost_optimized", state: RouteState | None = None, rid: str = "r"):
+def d(preference: str = "cost_optimized", state: RouteDirective | None = None, rid: str = "r"):
     return decide(
         order=ORDER,
         candidate="int4",
         reference="bf16",
         preference=preference,
-        state=state,
+        directive=state,
         request_id=rid,
     )  # type: ignore[arg-type]
 
@@ -25,21 +25,35 @@ def d(preference: str = "cost_optimized", state: RouteState | None = None, rid: 
     [
         ("cost_optimized", None, "int4", "normal", "bf16", ("int4", "int8", "bf16")),
         ("high_precision", None, "bf16", "high_precision", "int4", ("bf16",)),
-        ("cost_optimized", RouteState("restore", "int4"), "int4", "normal", "bf16", ORDER),
-        ("cost_optimized", RouteState("rollback", "bf16"), "bf16", "rolled_back", None, ("bf16",)),
+        ("cost_optimized", RouteDirective("restore", "int4"), "int4", "normal", "bf16", ORDER),
+        (
+            "cost_optimized",
+            RouteDirective("rollback", "bf16"),
+            "bf16",
+            "rolled_back",
+            None,
+            ("bf16",),
+        ),
         (
             "high_precision",
-            RouteState("rollback", "bf16"),
+            RouteDirective("rollback", "bf16"),
             "bf16",
             "high_precision",
             None,
             ("bf16",),
         ),
-        ("cost_optimized", RouteState("restore", "bf16"), "bf16", "rolled_back", None, ("bf16",)),
+        (
+            "cost_optimized",
+            RouteDirective("restore", "bf16"),
+            "bf16",
+            "rolled_back",
+            None,
+            ("bf16",),
+        ),
         # Rolled back to an intermediate precision: serve it, the reference shadows it.
         (
             "cost_optimized",
-            RouteState("rollback", "int8"),
+            RouteDirective("rollback", "int8"),
             "int8",
             "normal",
             "bf16",
@@ -48,7 +62,7 @@ def d(preference: str = "cost_optimized", state: RouteState | None = None, rid: 
         # Half-open: users on the reference, the candidate in shadow (roles swap).
         (
             "cost_optimized",
-            RouteState("canary", "bf16", 0.0),
+            RouteDirective("canary", "bf16", 0.0),
             "bf16",
             "half_open",
             "int4",
@@ -56,13 +70,20 @@ def d(preference: str = "cost_optimized", state: RouteState | None = None, rid: 
         ),
         (
             "cost_optimized",
-            RouteState("canary", "bf16", None),
+            RouteDirective("canary", "bf16", None),
             "bf16",
             "half_open",
             "int4",
             ("bf16",),
         ),
-        ("cost_optimized", RouteState("canary", "bf16", 100.0), "int4", "canary", "bf16", ORDER),
+        (
+            "cost_optimized",
+            RouteDirective("canary", "bf16", 100.0),
+            "int4",
+            "canary",
+            "bf16",
+            ORDER,
+        ),
     ],
 )
 def test_table(preference, state, serve, mode, shadow, chain) -> None:
@@ -77,7 +98,7 @@ def test_table(preference, state, serve, mode, shadow, chain) -> None:
 
 
 def test_canary_percent_is_deterministic_per_request() -> None:
-    state = RouteState("canary", "bf16", 30.0)
+    state = RouteDirective("canary", "bf16", 30.0)
     serves = [d(state=state, rid=f"req-{i}").serve for i in range(2000)]
     share = serves.count("int4") / len(serves)
     assert 0.25 < share < 0.35
@@ -91,14 +112,17 @@ def test_fallback_chain() -> None:
 
 
 def capped(
-    cap: float | None, state: RouteState | None = None, rid: str = "r", pref: str = "cost_optimized"
+    cap: float | None,
+    state: RouteDirective | None = None,
+    rid: str = "r",
+    pref: str = "cost_optimized",
 ):  # type: ignore[no-untyped-def]
     return decide(
         order=ORDER,
         candidate="int4",
         reference="bf16",
         preference=pref,  # type: ignore[arg-type]
-        state=state,
+        directive=state,
         request_id=rid,
         candidate_cap=cap,
     )
@@ -115,7 +139,7 @@ def test_a_route_awaiting_preflight_holds_the_candidate_at_its_cap() -> None:
     assert 0.08 < len(on) / len(ids) < 0.12
     assert on == [i for i in ids if capped(10.0, rid=i).serve == "int4"]
     # A canary is lowered to the cap, never raised by it.
-    canary = RouteState("canary", "int4", 50.0)
+    canary = RouteDirective("canary", "int4", 50.0)
     share = sum(capped(5.0, canary, rid=i).serve == "int4" for i in ids) / len(ids)
     assert share < 0.07
     assert sum(capped(80.0, canary, rid=i).serve == "int4" for i in ids) / len(ids) < 0.55
@@ -126,8 +150,8 @@ def test_a_route_awaiting_preflight_holds_the_candidate_at_its_cap() -> None:
 @pytest.mark.parametrize(
     ("state", "pref", "mode"),
     [
-        (RouteState("rollback", "bf16"), "cost_optimized", "rolled_back"),
-        (RouteState("canary", "bf16", 0.0), "cost_optimized", "half_open"),
+        (RouteDirective("rollback", "bf16"), "cost_optimized", "rolled_back"),
+        (RouteDirective("canary", "bf16", 0.0), "cost_optimized", "half_open"),
         (None, "high_precision", "high_precision"),
     ],
 )

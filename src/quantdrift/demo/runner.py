@@ -23,7 +23,7 @@ from quantdrift.demo.workers import WorkerProcess
 from quantdrift.embedding import build_scorer
 from quantdrift.errors import QuantdriftError
 from quantdrift.evaluation import ScoreCache, floor_seed, to_score
-from quantdrift.gateway.controller import RouteController
+from quantdrift.gateway.control.controller import RouteController
 from quantdrift.kafka_clients import consumer_kwargs, producer_kwargs
 from quantdrift.schemas import PairEvent, RouteCommand, ScoreEvent, unverified_score
 from quantdrift.schemas.record_keys import pair_record_key

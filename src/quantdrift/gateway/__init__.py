@@ -1,17 +1,19 @@
 """The gateway side of the guard loop: mirror pairs out, obey commands in.
 
-* ``ShadowPublisher``: deterministic sampling and a non-blocking, bounded produce path.
-* ``RouteController``: follows signed RouteCommands on the control topic, with the
-  route's Redis key as a backstop.
+* ``ShadowPublisher``: deterministic sampling and a non-blocking, bounded produce path
+  (``producer.BoundedProducer``).
+* ``RouteController`` (``control/``): follows signed RouteCommands on the control topic,
+  with the route's Redis key as a backstop.
 """
 
-from quantdrift.gateway.controller import (
+from quantdrift.gateway.control.controller import (
     AppliedCommand,
     ControllerStats,
     RouteController,
     command_key,
 )
-from quantdrift.gateway.publisher import PublisherStats, ShadowPublisher
+from quantdrift.gateway.producer import PublisherStats
+from quantdrift.gateway.publisher import ShadowPublisher
 from quantdrift.gateway.sampling import bucket, sampled
 from quantdrift.kafka_clients import consumer_kwargs, producer_kwargs
 

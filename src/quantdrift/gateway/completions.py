@@ -6,29 +6,30 @@ and deadline. What it does not do: the JSON and degeneration guards, and
 shadowing (pairs are chat-shaped; a text completion has no messages to mirror).
 The body passes through an allowlist of the completions parameters.
 
-``plan_completion`` is pure; ``fold`` builds the non-streamed answer from chunks.
+``plan_completion`` is pure; ``open_chain`` walks the chain with the one walker
+(``attempts.Walk``); ``fold`` builds the non-streamed answer from chunks.
 """
 
 from __future__ import annotations
 
-import time
-from collections.abc import AsyncGenerator, Callable, Mapping
+import contextlib
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from quantdrift.errors import UpstreamError
-from quantdrift.gateway.auth import Principal
+from quantdrift.gateway.attempts import Chunks, Walk
 from quantdrift.gateway.gateway_config import GatewayConfig
 from quantdrift.gateway.planning import (
     CLIENT_ID_HEADER,
+    Incoming,
     Refusal,
-    choices_asked,
-    decoding_refusal,
+    checked_fields,
     route_and_preference,
-    unknown_fields,
+    route_decision,
+    upstream_body,
+    usage_asked,
 )
-from quantdrift.gateway.routing import Decision, RouteState, decide
-from quantdrift.gateway.upstreams import Upstreams
+from quantdrift.gateway.routing import Decision
 
 COMPLETION_FIELDS = frozenset(
     {
@@ -65,68 +66,44 @@ class CompletionPlan:
     stream: bool
     include_usage: bool
 
+    @property
+    def expects_json(self) -> bool:
+        """Never: a text completion has no JSON contract (and no guards)."""
+        return False
+
 
 def plan_completion(
-    config: GatewayConfig,
-    body: Mapping[str, Any],
-    headers: Mapping[str, str],
-    *,
-    principal: Principal,
-    state_of: Callable[[str], RouteState | None],
-    request_id: str,
-    cap_of: Callable[[str], float | None] = lambda _route: None,
+    config: GatewayConfig, body: Mapping[str, Any], incoming: Incoming
 ) -> CompletionPlan | Refusal:
-    """Decide one text completion (pure).
+    """Decide one text completion (pure), with chat's route, allowlist and decoding checks.
 
     >>> from quantdrift.gateway.auth import OPEN
     >>> from quantdrift.gateway.gateway_config import parse_config
     >>> cfg = parse_config({"precisions": {"a": ["http://a"], "b": ["http://b"]},
     ...                     "routes": {"r": {"candidate": "a", "reference": "b"}}})
-    >>> p = plan_completion(cfg, {"prompt": "hi", "max_tokens": 3}, {}, principal=OPEN,
-    ...                     state_of=lambda r: None, request_id="cmpl-1")
+    >>> p = plan_completion(cfg, {"prompt": "hi", "max_tokens": 3},
+    ...                     Incoming({}, OPEN, "cmpl-1", directive_of=lambda r: None))
     >>> p.decision.chain, p.body
     (('a', 'b'), {'prompt': 'hi', 'max_tokens': 3})
     """
-    chosen = route_and_preference(config, body, headers, principal)
+    chosen = route_and_preference(config, body, incoming.headers, incoming.principal)
     if isinstance(chosen, Refusal):
         return chosen
     route, preference = chosen
     if not isinstance(body.get("prompt"), str | list) or not body.get("prompt"):
         return Refusal(400, "prompt must be a non-empty string or list", "prompt")
-    unknown, refused = unknown_fields(config, body, COMPLETION_FIELDS | EXTENSIONS)
-    if refused is not None:
-        return refused
-    n = choices_asked(body)
-    if isinstance(n, Refusal):
-        return n
-    refused = decoding_refusal(body, n, config.limits.max_total_tokens)
-    if refused is not None:
-        return refused
-    rc = config.routes[route]
-    decision = decide(
-        order=config.order,
-        candidate=rc.candidate,
-        reference=rc.reference,
-        preference=preference,  # type: ignore[arg-type]  # checked in route_and_preference
-        state=state_of(route),
-        request_id=request_id,
-        candidate_cap=cap_of(route),
-    )
-    stream = bool(body.get("stream"))
-    opts = body.get("stream_options")
-    upstream = {
-        k: v
-        for k, v in body.items()
-        if k not in EXTENSIONS and k not in unknown and k not in ("stream", "stream_options")
-    }
+    checked = checked_fields(config, body, COMPLETION_FIELDS | EXTENSIONS)
+    if isinstance(checked, Refusal):
+        return checked
+    unknown, _n = checked
     return CompletionPlan(
-        request_id=request_id,
-        client_request_id=headers.get(CLIENT_ID_HEADER),
+        request_id=incoming.request_id,
+        client_request_id=incoming.headers.get(CLIENT_ID_HEADER),
         route=route,
-        decision=decision,
-        body=upstream,
-        stream=stream,
-        include_usage=stream and isinstance(opts, dict) and bool(opts.get("include_usage")),
+        decision=route_decision(config, route, preference, incoming),
+        body=upstream_body(body, {*EXTENSIONS, *unknown}),
+        stream=bool(body.get("stream")),
+        include_usage=usage_asked(body),
     )
 
 
@@ -185,36 +162,23 @@ def fold(chunks: list[dict[str, Any]], request_id: str) -> dict[str, Any]:
 PATH = "/v1/completions"
 
 
-async def open_chain(
-    upstreams: Upstreams,
-    plan: CompletionPlan,
-    *,
-    deadline: float,
-    total_s: float,
-    may_fall_back: Callable[[str, UpstreamError], bool],
-) -> tuple[str, list[dict[str, Any]], AsyncGenerator[dict[str, Any], None]]:
+async def open_chain(walk: Walk) -> tuple[str, list[dict[str, Any]], Chunks]:
     """The first precision of the chain whose stream started: (precision, first chunks, rest).
 
-    ``may_fall_back(precision, error)`` records a failure and says whether the chain
-    may go on (retry budget); the last failure is raised when it may not.
+    The walk decides every fallback (budget, deadline, records); a text completion
+    falls back on upstream failures before its first chunk only.
     """
-    chain = plan.decision.chain
-    for i, precision in enumerate(chain):
-        left = deadline - time.monotonic()
-        if left <= 0:
-            raise UpstreamError("the request's deadline passed")
-        stream = upstreams[precision].stream(plan.body, total_s=min(total_s, left), path=PATH)
-        try:
-            first = [await anext(stream)]
-        except StopAsyncIteration:
-            first = []
-        except UpstreamError as exc:
-            await stream.aclose()
-            if i == len(chain) - 1 or not may_fall_back(precision, exc):
-                raise
-            continue
-        except BaseException:
-            await stream.aclose()
-            raise
-        return precision, first, stream
-    raise UpstreamError("empty chain")
+    for attempt in walk:
+        async with attempt as stream:
+            try:
+                first = [await anext(stream)]
+            except StopAsyncIteration:
+                first = []
+            return attempt.precision, first, stream
+    raise walk.failure
+
+
+async def drain(first: list[dict[str, Any]], stream: Chunks) -> list[dict[str, Any]]:
+    """Every chunk of a started answer (for ``fold``); the stream is closed at the end."""
+    async with contextlib.aclosing(stream):
+        return first + [chunk async for chunk in stream]

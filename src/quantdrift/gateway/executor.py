@@ -4,7 +4,8 @@ Every upstream call streams. Per attempt, each choice has a ``JsonGuard`` (when
 the request asked for JSON) and a ``DegenerationProbe``; the moment one fails,
 the upstream stream is cut and the request moves to the next precision of the
 chain, silently (a ``DegradationEvent`` records it). Upstream failures move the
-same way. Guarded, and not:
+same way. The chain is walked by ``attempts.Walk``, the one walker that buffered,
+streamed and text completions share. Guarded, and not:
 
 * the last precision of the chain is never cut: its answer is the best there is;
 * a fallback takes one token from the **retry budget**; when the budget is spent
@@ -26,104 +27,39 @@ detected after that stops it with ``finish_reason: length``.
 
 from __future__ import annotations
 
-import contextlib
-import logging
 import time
-import uuid
 from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from quantdrift.detectors.json_contract import check_json_contract
-from quantdrift.errors import UpstreamError, UpstreamTimeout
+from quantdrift.errors import UpstreamError
+from quantdrift.gateway.attempts import (
+    Attempt,
+    Chained,
+    Degradations,
+    GuardTrip,
+    Trace,
+    Walk,
+)
 from quantdrift.gateway.capacity import RetryBudget
 from quantdrift.gateway.degeneration import DegenerationProbe
 from quantdrift.gateway.gateway_config import GatewayConfig
 from quantdrift.gateway.json_guard import JsonGuard, guard_for
 from quantdrift.gateway.openai_wire import (
     DONE,
+    STOPPED_MID_STREAM,
     Accumulator,
     Completion,
     client_chunk,
-    error_body,
     sse,
     usage_chunk,
 )
-from quantdrift.gateway.planning import JsonSpec, Plan
+from quantdrift.gateway.planning import Plan
 from quantdrift.gateway.telemetry import Telemetry
 from quantdrift.gateway.upstreams import Upstreams, error_reason
-from quantdrift.schemas.degradation import DegradationEvent
 
-log = logging.getLogger(__name__)
-
-
-class GuardTrip(Exception):
-    """A guard cut the stream: ``reason`` like ``json_invalid_char`` or ``loop``."""
-
-    def __init__(self, reason: str, detail: str = "", position: int | None = None) -> None:
-        super().__init__(reason)
-        self.reason = reason
-        self.detail = detail
-        self.position = position
-
-
-class ChainDeadline(UpstreamTimeout):
-    """The request's whole chain ran out of time."""
-
-    reason = "chain_deadline"
-
-
-@dataclass(slots=True)
-class Trace:
-    """What happened to one request while it ran (headers, metrics, events)."""
-
-    t0: float
-    deadline: float
-    fallbacks: list[str] = field(default_factory=list)
-    timeouts: int = 0
-    upstream_errors: int = 0
-    truncated: bool = False
-    attempt_t0: float = 0.0
-    first_token_at: float | None = None
-
-
-class Degradations:
-    """Where DegradationEvents go (a publisher's non-blocking ``send``), or nowhere."""
-
-    def __init__(self, send: Callable[[DegradationEvent], Any] | None) -> None:
-        self._send = send
-
-    def record(
-        self,
-        plan: Plan,
-        precision: str,
-        nxt: str | None,
-        trip: GuardTrip,
-        after_flush: bool,
-    ) -> None:
-        if self._send is None:
-            return
-        try:
-            self._send(
-                DegradationEvent(
-                    event_id=uuid.uuid4().hex,
-                    route=plan.route,
-                    precision=precision,
-                    fallback_precision=nxt,
-                    reason=trip.reason,
-                    ts=time.time(),
-                    request_id=plan.request_id[:128],
-                    detail={
-                        "detail": trip.detail[:300],
-                        "position": trip.position,
-                        "after_flush": after_flush,
-                        "expects_json": plan.spec is not None,
-                        "client_request_id": (plan.client_request_id or "")[:128] or None,
-                    },
-                )
-            )
-        except Exception:  # never fail the user's request over a telemetry event
-            log.exception("degradation event not recorded")
+CHAT_PATH = "/v1/chat/completions"
 
 
 @dataclass(slots=True)
@@ -163,71 +99,39 @@ class _Guards:
             raise GuardTrip(str(probe.reason), probe.detail)
 
 
+@dataclass(slots=True)
 class FallbackExecutor:
     """Runs plans; owns nothing but references to the pools, budget and telemetry."""
 
-    def __init__(
-        self,
-        config: GatewayConfig,
-        upstreams: Upstreams,
-        telemetry: Telemetry,
-        degradations: Degradations,
-        budget: RetryBudget,
-        clock: Callable[[], float] = time.monotonic,
-    ) -> None:
-        self.config = config
-        self.upstreams = upstreams
-        self.metrics = telemetry
-        self.degradations = degradations
-        self.budget = budget
-        self.clock = clock
+    config: GatewayConfig
+    upstreams: Upstreams
+    metrics: Telemetry
+    degradations: Degradations
+    budget: RetryBudget
+    clock: Callable[[], float] = time.monotonic
 
-    # -- chain bookkeeping -------------------------------------------------------------
+    def walk(self, plan: Chained, trace: Trace, path: str = CHAT_PATH) -> Walk:
+        """The chain's one walker, for a chat plan or (``path``) a text completion's."""
+        return Walk(
+            plan,
+            trace,
+            self.upstreams,
+            self.budget,
+            self.metrics,
+            self.degradations,
+            self.config.timeouts.total_s,
+            path,
+            self.clock,
+        )
 
-    def _remaining(self, trace: Trace) -> float:
-        left = trace.deadline - self.clock()
-        if left <= 0:
-            raise ChainDeadline("the request's deadline passed")
-        return min(self.config.timeouts.total_s, left)
-
-    def _enforce(self, plan: Plan, trace: Trace, i: int) -> bool:
-        """Whether attempt ``i`` is guarded: not the chain's last, and a fallback would fit.
-
-        With the retry budget spent (or the chain's deadline past) this attempt is
-        the last one: its answer is served whole, as the chain's last would be,
-        rather than cut by a guard with nowhere to go.
-        """
-        if i >= len(plan.decision.chain) - 1:
-            return False
-        now = self.clock()
-        return now < trace.deadline and self.budget.available(now)
-
-    def _take_fallback(self, plan: Plan, trace: Trace, why: str) -> bool:
-        if trace.deadline - self.clock() <= 0:
-            self.metrics.fallbacks_refused.labels(plan.route, "deadline").inc()
-            return False
-        if not self.budget.try_fallback(self.clock()):
-            self.metrics.fallbacks_refused.labels(plan.route, "budget").inc()
-            log.warning("route %s: fallback (%s) refused, retry budget spent", plan.route, why)
-            return False
-        return True
-
-    def _fallback(self, plan: Plan, trace: Trace, precision: str, reason: str, trip: Any) -> None:
-        trace.fallbacks.append(f"{precision}:{reason}")
-        self.metrics.fallbacks.labels(plan.route, precision, reason).inc()
-        if trip is not None:
-            chain = plan.decision.chain
-            at = chain.index(precision) if precision in chain else -1
-            nxt = chain[at + 1] if 0 <= at < len(chain) - 1 else None
-            self.degradations.record(plan, precision, nxt, trip, after_flush=False)
-
-    def _upstream_failed(self, plan: Plan, trace: Trace, precision: str, exc: UpstreamError):  # type: ignore[no-untyped-def]
-        trace.upstream_errors += 1
-        if isinstance(exc, UpstreamTimeout):
-            trace.timeouts += 1
-        reason = f"upstream_{error_reason(exc)}"
-        log.warning("route %s: %s failed (%s): %s", plan.route, precision, reason, exc)
-        self._fallback(plan, trace, precision, reason, None)
+    def _attempt_state(self, plan: Plan, attempt: Attempt) -> tuple[_Guards, Accumulator]:
+        """Fresh guards and a fresh accumulator for one precision's answer."""
+        acc = Accumulator(
+            attempt.precision,
+            keep_logprobs=self.config.limits.max_logprob_tokens,
+            all_choices=plan.user_logprobs,
+        )
+        return _Guards(plan, self.config), acc
 
     def _close(
         self, plan: Plan, acc: Accumulator, guards: _Guards, trace: Trace, json: bool
@@ -262,7 +166,7 @@ class FallbackExecutor:
         return texts
 
     def _final(
-        self, plan: Plan, acc: Accumulator, guards: _Guards, trace: Trace, last: bool = True
+        self, plan: Plan, acc: Accumulator, guards: _Guards, trace: Trace, attempt: Attempt
     ) -> dict[int, str]:
         """An unguarded answer (the chain's last, or the budget spent): counted, not acted on."""
         for index in list(guards.by_index):
@@ -272,80 +176,44 @@ class FallbackExecutor:
         try:
             return self._close(plan, acc, guards, trace, json=True)
         except GuardTrip as trip:
-            precision = acc.completion.precision
-            if last:
-                self.metrics.final_guard_failures.labels(plan.route, precision, trip.reason).inc()
-            else:
-                self.metrics.fallbacks_refused.labels(plan.route, "budget").inc()
-            trace.fallbacks.append(f"{precision}:{trip.reason}:served")
+            attempt.served(trip)
             return {i: acc.text(i) for i in {*guards.by_index, 0}}
 
     # -- buffered (non-stream, or JSON) ----------------------------------------------------
 
     async def buffered(self, plan: Plan, trace: Trace) -> tuple[Completion, dict[int, str]]:
         """The first answer along the chain that passes the guards (or the last one)."""
-        chain = plan.decision.chain
-        last: UpstreamError | None = None
-        for i, precision in enumerate(chain):
-            enforce = self._enforce(plan, trace, i)
-            guards = _Guards(plan, self.config)
-            acc = Accumulator(
-                precision,
-                keep_logprobs=self.config.limits.max_logprob_tokens,
-                all_choices=plan.user_logprobs,
-            )
-            trace.attempt_t0 = self.clock()
-            try:
-                stream = self.upstreams[precision].stream(plan.body, total_s=self._remaining(trace))
-                async with contextlib.aclosing(stream):
-                    async for chunk in stream:
-                        for d in acc.add(chunk):
-                            if enforce:
-                                guards.check(d.index, d.text, d.tops, json=True)
-                            else:
-                                guards.of(d.index)
+        walk = self.walk(plan, trace)
+        for attempt in walk:
+            guards, acc = self._attempt_state(plan, attempt)
+            async with attempt as stream:
+                async for chunk in stream:
+                    for d in acc.add(chunk):
+                        if attempt.guarded:
+                            guards.check(d.index, d.text, d.tops, json=True)
+                        else:
+                            guards.of(d.index)
                 acc.finish()
-                if not enforce:
-                    is_last = i == len(chain) - 1
-                    return acc.completion, self._final(plan, acc, guards, trace, is_last)
+                if not attempt.guarded:
+                    return acc.completion, self._final(plan, acc, guards, trace, attempt)
                 return acc.completion, self._close(plan, acc, guards, trace, json=True)
-            except GuardTrip as trip:
-                if not self._take_fallback(plan, trace, trip.reason):
-                    # Budget spent: this answer is the answer, as the last one would be.
-                    acc.finish()
-                    trace.fallbacks.append(f"{precision}:{trip.reason}:served")
-                    return acc.completion, {c.index: c.text for c in acc.completion.choices}
-                self._fallback(plan, trace, precision, trip.reason, trip)
-            except UpstreamError as exc:
-                last = exc
-                if isinstance(exc, ChainDeadline):
-                    raise
-                self._upstream_failed(plan, trace, precision, exc)
-                if i < len(chain) - 1 and not self._take_fallback(plan, trace, "upstream"):
-                    raise
-        assert last is not None  # the last precision never trips a guard
-        raise last
+            if attempt.kept is not None:
+                # Budget spent: this answer is the answer, as the last one would be.
+                acc.finish()
+                return acc.completion, {c.index: c.text for c in acc.completion.choices}
+        raise walk.failure
 
     # -- streaming free text --------------------------------------------------------------
 
     async def open_stream(self, plan: Plan, trace: Trace) -> StreamStart:
         """Run the chain until one precision got past the hold-back; its stream continues."""
-        chain = plan.decision.chain
         holdback = self.config.stream_holdback_tokens
-        last: UpstreamError | None = None
-        for i, precision in enumerate(chain):
-            enforce = self._enforce(plan, trace, i)
-            guards = _Guards(plan, self.config)
-            acc = Accumulator(
-                precision,
-                keep_logprobs=self.config.limits.max_logprob_tokens,
-                all_choices=plan.user_logprobs,
-            )
-            trace.attempt_t0 = self.clock()
-            stream = self.upstreams[precision].stream(plan.body, total_s=self._remaining(trace))
+        walk = self.walk(plan, trace)
+        for attempt in walk:
+            guards, acc = self._attempt_state(plan, attempt)
             held: list[dict[str, Any]] = []
-            done = False
-            try:
+            async with attempt as stream:
+                done = False
                 while acc.content_chunks < holdback or (holdback == 0 and not held):
                     try:
                         chunk = await anext(stream)
@@ -354,36 +222,20 @@ class FallbackExecutor:
                         break
                     held.append(chunk)
                     for d in acc.add(chunk):
-                        if enforce:
+                        if attempt.guarded:
                             guards.check(d.index, d.text, d.tops, json=False)
-                if done and enforce:
+                if done and attempt.guarded:
                     for index in list(guards.by_index):
                         _, probe = guards.of(index)
                         if probe.finish():
                             raise GuardTrip(str(probe.reason), probe.detail)
-            except GuardTrip as trip:
-                await stream.aclose()
-                if not self._take_fallback(plan, trace, trip.reason):
-                    trace.fallbacks.append(f"{precision}:{trip.reason}:served")
-                    # Budget spent: re-run nothing; serve what was held, then stop.
-                    return StreamStart(precision, acc, guards, held, _empty(), True, False)
-                self._fallback(plan, trace, precision, trip.reason, trip)
-                continue
-            except UpstreamError as exc:
-                await stream.aclose()
-                last = exc
-                if isinstance(exc, ChainDeadline):
-                    raise
-                self._upstream_failed(plan, trace, precision, exc)
-                if i < len(chain) - 1 and not self._take_fallback(plan, trace, "upstream"):
-                    raise
-                continue
-            except BaseException:
-                await stream.aclose()
-                raise
-            return StreamStart(precision, acc, guards, held, stream, done, enforce)
-        assert last is not None
-        raise last
+                return StreamStart(
+                    attempt.precision, acc, guards, held, stream, done, attempt.guarded
+                )
+            if attempt.kept is not None:
+                # Budget spent: re-run nothing; serve what was held, then stop.
+                return StreamStart(attempt.precision, acc, guards, held, _empty(), True, False)
+        raise walk.failure
 
     async def forward(
         self,
@@ -426,13 +278,7 @@ class FallbackExecutor:
             left = False
             self.metrics.stream_errors.labels(plan.route, precision, error_reason(exc)).inc()
             self.metrics.requests.labels(plan.route, precision, "stream_error").inc()
-            yield sse(
-                error_body(
-                    "The model stopped answering mid-stream",
-                    "upstream_error",
-                    "upstream_disconnected",
-                )
-            )
+            yield STOPPED_MID_STREAM
         finally:
             await stream.aclose()
             if left:
@@ -489,11 +335,8 @@ class StreamStart:
 
 
 __all__ = [
-    "ChainDeadline",
-    "Degradations",
+    "CHAT_PATH",
     "FallbackExecutor",
-    "GuardTrip",
-    "JsonSpec",
     "StreamStart",
-    "Trace",
+    "stop_chunk",
 ]

@@ -87,6 +87,10 @@ def sse(obj: Any) -> bytes:
 
 
 DONE = b"data: [DONE]\n\n"
+# The event a stream ends on when its upstream failed after forwarding began (chat and text).
+STOPPED_MID_STREAM = sse(
+    error_body("The model stopped answering mid-stream", "upstream_error", "upstream_disconnected")
+)
 
 
 # -- folding a stream into choices ---------------------------------------------------

@@ -29,7 +29,7 @@ from typing import Any
 from quantdrift.gateway.auth import Principal
 from quantdrift.gateway.gateway_config import GatewayConfig
 from quantdrift.gateway.openai_wire import EXTENSION_FIELDS, OPENAI_FIELDS
-from quantdrift.gateway.routing import PREFERENCES, Decision, RouteState, decide
+from quantdrift.gateway.routing import PREFERENCES, Decision, RouteDirective, decide
 from quantdrift.gateway.sampling import sampled
 from quantdrift.schemas.pair import RequestInfo
 
@@ -50,6 +50,26 @@ class Refusal:
     param: str | None = None
     code: str = "invalid_value"
     type: str = "invalid_request_error"
+
+
+def _no_cap(_route: str) -> float | None:
+    return None
+
+
+@dataclass(frozen=True, slots=True)
+class Incoming:
+    """What planning reads of a request besides its body (chat and text completions alike).
+
+    Who asks, the headers (lower-case keys), the gateway's own request id, and the
+    gateway's view of each route: its directive (``routing.RouteDirective``) and its
+    preflight cap.
+    """
+
+    headers: Mapping[str, str]
+    principal: Principal
+    request_id: str
+    directive_of: Callable[[str], RouteDirective | None]
+    cap_of: Callable[[str], float | None] = _no_cap
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,6 +106,11 @@ class Plan:
     noise: bool
     private: bool
     dropped_fields: tuple[str, ...] = field(default=())
+
+    @property
+    def expects_json(self) -> bool:
+        """Whether the answer is held to a JSON contract (and so guarded as JSON)."""
+        return self.spec is not None
 
 
 def json_spec(body: Mapping[str, Any]) -> JsonSpec | None:
@@ -174,6 +199,52 @@ def decoding_refusal(body: Mapping[str, Any], n: int, max_total_tokens: int) -> 
     return None
 
 
+def checked_fields(
+    config: GatewayConfig, body: Mapping[str, Any], known: frozenset[str]
+) -> tuple[list[str], int] | Refusal:
+    """The checks every body passes after its content: the allowlist, ``n``, the decoding.
+
+    The fields outside the allowlist (dropped) and ``n``, or the first refusal.
+    """
+    unknown, refused = unknown_fields(config, body, known)
+    if refused is not None:
+        return refused
+    n = choices_asked(body)
+    if isinstance(n, Refusal):
+        return n
+    refused = decoding_refusal(body, n, config.limits.max_total_tokens)
+    return refused if refused is not None else (unknown, n)
+
+
+def route_decision(
+    config: GatewayConfig, route: str, preference: str, incoming: Incoming
+) -> Decision:
+    """Where the request goes: the route's candidate and reference, its directive, its cap."""
+    rc = config.routes[route]
+    return decide(
+        order=config.order,
+        candidate=rc.candidate,
+        reference=rc.reference,
+        preference=preference,  # type: ignore[arg-type]  # checked in route_and_preference
+        directive=incoming.directive_of(route),
+        request_id=incoming.request_id,
+        candidate_cap=incoming.cap_of(route),
+    )
+
+
+def upstream_body(body: Mapping[str, Any], removed: set[str]) -> dict[str, Any]:
+    """What goes upstream: the body without ``removed`` and the stream options (every
+    upstream call streams; a pool shapes its own)."""
+    drop = removed | {"stream", "stream_options"}
+    return {k: v for k, v in body.items() if k not in drop}
+
+
+def usage_asked(body: Mapping[str, Any]) -> bool:
+    """Whether a streamed answer ends with the ``include_usage`` chunk."""
+    opts = body.get("stream_options")
+    return bool(body.get("stream")) and isinstance(opts, dict) and bool(opts.get("include_usage"))
+
+
 def route_and_preference(
     config: GatewayConfig, body: Mapping[str, Any], headers: Mapping[str, str], principal: Principal
 ) -> tuple[str, str] | Refusal:
@@ -203,19 +274,12 @@ def route_and_preference(
 
 
 def plan_request(
-    config: GatewayConfig,
-    body: Mapping[str, Any],
-    headers: Mapping[str, str],
-    *,
-    principal: Principal,
-    state_of: Callable[[str], RouteState | None],
-    request_id: str,
-    cap_of: Callable[[str], float | None] = lambda _route: None,
-    sample_salt: str,
+    config: GatewayConfig, body: Mapping[str, Any], incoming: Incoming, *, sample_salt: str
 ) -> Plan | Refusal:
-    """Decide one request (pure; see the module docstring). ``headers`` keys are lowercase."""
+    """Decide one request (pure; see the module docstring)."""
     cfg = config
-    chosen = route_and_preference(cfg, body, headers, principal)
+    request_id, headers = incoming.request_id, incoming.headers
+    chosen = route_and_preference(cfg, body, headers, incoming.principal)
     if isinstance(chosen, Refusal):
         return chosen
     route, preference = chosen
@@ -224,39 +288,17 @@ def plan_request(
         return Refusal(400, "messages must be a non-empty list", "messages")
     if len(messages) > cfg.limits.max_messages:
         return Refusal(400, f"at most {cfg.limits.max_messages} messages", "messages")
-    unknown, refused = unknown_fields(cfg, body, OPENAI_FIELDS | EXTENSION_FIELDS)
-    if refused is not None:
-        return refused
-    n = choices_asked(body)
-    if isinstance(n, Refusal):
-        return n
-    refused = decoding_refusal(body, n, cfg.limits.max_total_tokens)
-    if refused is not None:
-        return refused
+    checked = checked_fields(cfg, body, OPENAI_FIELDS | EXTENSION_FIELDS)
+    if isinstance(checked, Refusal):
+        return checked
+    unknown, n = checked
     top = body.get("top_logprobs")
     if top is not None and (
         not isinstance(top, int) or isinstance(top, bool) or not 0 <= top <= 20
     ):
         return Refusal(400, "top_logprobs must be an integer in 0..20", "top_logprobs")
-    opts = body.get("stream_options")
-    stream = bool(body.get("stream"))
-    include_usage = stream and isinstance(opts, dict) and bool(opts.get("include_usage"))
-
-    upstream = {
-        k: v
-        for k, v in body.items()
-        if k not in EXTENSION_FIELDS and k not in unknown and k not in ("stream", "stream_options")
-    }
-    route_cfg = cfg.routes[route]
-    decision = decide(
-        order=cfg.order,
-        candidate=route_cfg.candidate,
-        reference=route_cfg.reference,
-        preference=preference,  # type: ignore[arg-type]  # checked against PREFERENCES
-        state=state_of(route),
-        request_id=request_id,
-        candidate_cap=cap_of(route),
-    )
+    upstream = upstream_body(body, {*EXTENSION_FIELDS, *unknown})
+    decision = route_decision(cfg, route, preference, incoming)
     shadow = decision.pair_candidate is not None and sampled(
         request_id, cfg.shadow_rate(route), sample_salt
     )
@@ -273,8 +315,8 @@ def plan_request(
         preference=preference,
         decision=decision,
         body=upstream,
-        stream=stream,
-        include_usage=include_usage,
+        stream=bool(body.get("stream")),
+        include_usage=usage_asked(body),
         n=n,
         user_logprobs=user_logprobs,
         user_top_logprobs=user_top,

@@ -1,71 +1,75 @@
-"""ShadowPublisher: mirror sampled pairs to Kafka without ever slowing a user down.
+"""What the gateway publishes: sampled pairs and degradation events.
 
-The request path calls ``offer(pair)``, which only puts the pair on a bounded
-in-process queue and returns. A background task drains the queue to Kafka.
-When Kafka is slow or gone the queue fills and further pairs are dropped and
-counted: losing a shadow sample costs a little statistical power, blocking a
-user request costs the user. Nothing is dropped silently; every drop is in
-``stats.dropped`` under its reason.
+Both go through one bounded producer (``producer.py``: a bounded queue, a
+supervised drain task, every drop counted by reason); what differs is only the
+topic and the encoder, which live here as plain functions:
 
-``offer`` must be called from the event loop the publisher was started on
-(asyncio queues are not thread-safe).
+* ``ShadowPublisher``: decides deterministically which requests are mirrored
+  (``should_mirror``) and sends their pairs to the pairs topic, keyed by
+  ``pair_id`` (``encode_pair``), prompts hashed where they must not travel.
+* ``DegradationPublisher``: sends DegradationEvents (a silent retry the user
+  never saw) to the degradations topic, keyed by route (``encode_degradation``).
 """
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
-import logging
-import random
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 from typing import Any
-
-from aiokafka import AIOKafkaProducer
 
 from quantdrift.config import KafkaSettings
 from quantdrift.errors import SchemaError
+from quantdrift.gateway.producer import BoundedProducer
 from quantdrift.gateway.sampling import sampled
-from quantdrift.kafka_clients import producer_kwargs
+from quantdrift.schemas.degradation import DegradationEvent
 from quantdrift.schemas.pair import PairEvent
 from quantdrift.schemas.privacy import prompt_hash
 from quantdrift.schemas.record_keys import pair_record_key
-from quantdrift.supervision import Supervisor
 
-log = logging.getLogger(__name__)
-
-# Drop reasons, as they appear in PublisherStats.dropped.
-QUEUE_FULL = "queue_full"
-STOPPED = "stopped"
-INVALID = "invalid"
-STOP_TIMEOUT = "stop_timeout"
-OFFER_ERROR = "offer_error"
-BUG = "bug"  # the drain loop raised; the supervisor restarted it
-SEND_ERROR = "send_error"  # stored as "send_error:<ExceptionName>"
+PairItem = PairEvent | Mapping[str, Any]
 
 
-@dataclass(slots=True)
-class PublisherStats:
-    """Counters of a ShadowPublisher; ``dropped`` holds every loss by reason."""
+def encode_pair(
+    item: PairItem, *, hash_prompts: bool = False, prompt_salt: str = ""
+) -> tuple[bytes, bytes]:
+    """(key, value) for the pairs topic, prompts hashed where they must not travel.
 
-    offered: int = 0
-    sent: int = 0
-    failed: int = 0
-    dropped_queue_full: int = 0
-    connect_failures: int = 0
-    dropped: dict[str, int] = field(default_factory=dict)
+    A mapping is validated as a PairEvent first: a pair that is not one raises
+    SchemaError (the producer drops it as ``invalid``).
+    """
+    if isinstance(item, PairEvent):
+        request = item.request
+        if request.prompt is None or not (hash_prompts or request.private):
+            return pair_record_key(item), item.dumps()
+        data = item.model_dump(mode="json", exclude_none=True)
+    elif isinstance(item, Mapping):
+        data = dict(item)
+    else:
+        raise SchemaError(f"expected a PairEvent or a mapping, got {type(item).__name__}")
+    pair = PairEvent.parse(_scrub(data, hash_prompts, prompt_salt))
+    return pair_record_key(pair), pair.dumps()
 
-    @property
-    def dropped_total(self) -> int:
-        return sum(self.dropped.values())
 
-    def drop(self, reason: str, n: int = 1) -> None:
-        self.dropped[reason] = self.dropped.get(reason, 0) + n
-        if reason == QUEUE_FULL:
-            self.dropped_queue_full += n
+def _scrub(data: dict[str, Any], hash_prompts: bool, prompt_salt: str) -> dict[str, Any]:
+    request = data.get("request")
+    if not isinstance(request, Mapping):
+        return data
+    prompt = request.get("prompt")
+    if prompt is None or not (hash_prompts or request.get("private")):
+        return data
+    scrubbed = {k: v for k, v in request.items() if k != "prompt"}
+    if isinstance(prompt, str):
+        scrubbed["prompt_hash"] = prompt_hash(prompt, prompt_salt)
+    return {**data, "request": scrubbed}
 
 
-class ShadowPublisher:
+def encode_degradation(event: DegradationEvent) -> tuple[bytes, bytes]:
+    """(key, value) for the degradations topic: keyed by route, like scores and commands."""
+    if isinstance(event, DegradationEvent):
+        return event.route.encode(), event.dumps()
+    raise SchemaError(f"expected a DegradationEvent, got {type(event).__name__}")
+
+
+class ShadowPublisher(BoundedProducer[PairItem]):
     """Sample requests, queue pairs, send them to the pairs topic (key = pair_id).
 
     ``hash_prompts`` replaces every prompt by its salted hash (``prompt_hash`` with
@@ -91,234 +95,45 @@ class ShadowPublisher:
     ) -> None:
         if not 0.0 <= sample_rate <= 1.0:
             raise ValueError(f"sample_rate must be in [0, 1], got {sample_rate}")
-        if queue_size < 1:
-            raise ValueError(f"queue_size must be >= 1, got {queue_size}")
-        self._kafka = kafka
+        super().__init__(
+            kafka,
+            topic or kafka.topics.pairs,
+            self._encode_pair,
+            queue_size=queue_size,
+            max_in_flight=max_in_flight,
+            log_every=log_every,
+            backoff_s=backoff_s,
+            what="shadow pair",
+        )
         self._rate = sample_rate
-        self._topic = topic or kafka.topics.pairs
         self._hash_prompts = hash_prompts
         self._salt = salt
         # The Gateway sets it to its own prompt salt when it is left empty here.
         self.prompt_salt = prompt_salt
-        self._log_every = max(1, log_every)
-        self._backoff = backoff_s
-        self._queue: asyncio.Queue[PairEvent | Mapping[str, Any]] = asyncio.Queue(queue_size)
-        self._in_flight = asyncio.Semaphore(max_in_flight)
-        self._producer: AIOKafkaProducer | None = None
-        self._task: asyncio.Task[None] | None = None
-        self._closing: asyncio.Task[None] | None = None
-        self._closed = False
-        self._connected = asyncio.Event()
-        self.stats = PublisherStats()
-        # Restarts the drain loop if it ever raises; the gateway shares its own.
-        self.supervisor = Supervisor()
-
-    @property
-    def topic(self) -> str:
-        return self._topic
 
     @property
     def sample_rate(self) -> float:
         return self._rate
 
-    @property
-    def queue_depth(self) -> int:
-        return self._queue.qsize()
-
-    @property
-    def connected(self) -> bool:
-        return self._connected.is_set()
-
     def should_mirror(self, request_id: str) -> bool:
         """Deterministic: the same request id always gets the same answer."""
         return sampled(request_id, self._rate, self._salt)
 
-    def offer(self, pair: PairEvent | Mapping[str, Any]) -> bool:
-        """Queue a pair for sending; never blocks, never raises. False = dropped (counted)."""
-        try:
-            self.stats.offered += 1
-            if self._closed:
-                self.stats.drop(STOPPED)
-                return False
-            self._queue.put_nowait(pair)
-            return True
-        except asyncio.QueueFull:
-            self.stats.drop(QUEUE_FULL)
-            if self.stats.dropped_queue_full % self._log_every == 1 or self._log_every == 1:
-                log.warning(
-                    "shadow queue full (%d): %d pairs dropped so far",
-                    self._queue.maxsize,
-                    self.stats.dropped_queue_full,
-                )
-            return False
-        except Exception:  # the user's request must not fail because of the mirror
-            self.stats.drop(OFFER_ERROR)
-            log.exception("offer failed; pair dropped")
-            return False
+    def _encode_pair(self, item: PairItem) -> tuple[bytes, bytes]:
+        # Read at send time: the Gateway may set prompt_salt after construction.
+        return encode_pair(item, hash_prompts=self._hash_prompts, prompt_salt=self.prompt_salt)
 
-    async def start(self) -> None:
-        """Start the drain task; returns at once, Kafka is connected in the background."""
-        if self._task is None:
-            self._closed = False
-            self._task = self.supervisor.spawn(f"publisher:{self._topic}", self._run)
 
-    async def wait_connected(self, timeout: float) -> bool:
-        """True once the producer is up (tests and health checks); False on timeout."""
-        try:
-            async with asyncio.timeout(timeout):
-                await self._connected.wait()
-        except TimeoutError:
-            return False
-        return True
+class DegradationPublisher(BoundedProducer[DegradationEvent]):
+    """The bounded producer for DegradationEvents, on the degradations topic."""
 
-    async def stop(self, timeout: float = 5.0) -> None:
-        """Refuse new pairs, send what is queued for at most ``timeout`` s, then close.
-
-        Pairs still queued when the time is up are counted as ``stop_timeout``.
-        """
-        self._closed = True
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + timeout
-        task, self._task = self._task, None
-        if task is not None:
-            # queue.join() covers queued pairs and those in flight (task_done on delivery).
-            with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(timeout):
-                    if not self._queue.empty():
-                        await self._connected.wait()
-                    await self._queue.join()
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
-        left = self._queue.qsize()
-        if left:
-            self.stats.drop(STOP_TIMEOUT, left)
-            log.warning("shadow publisher stopped with %d pairs unsent", left)
-            while not self._queue.empty():
-                self._queue.get_nowait()
-                self._queue.task_done()
-        producer, self._producer = self._producer, None
-        self._connected.clear()
-        if producer is not None:
-            # aiokafka's stop() waits for in-flight batches; with a dead broker that is up
-            # to request_timeout_ms. Let it finish in the background past our deadline.
-            closing = asyncio.create_task(producer.stop())
-            done, _ = await asyncio.wait({closing}, timeout=max(0.1, deadline - loop.time()))
-            if not done:
-                log.warning("producer still closing after %.1f s; finishing in background", timeout)
-                self._closing = closing
-
-    # -- background ------------------------------------------------------------
-
-    async def _run(self) -> None:
-        # A restart after a crash keeps the producer it already has.
-        producer = self._producer or await self._connect()
-        while True:
-            item = await self._queue.get()
-            try:
-                await self._send_one(producer, item)
-            except asyncio.CancelledError:
-                # Taken off the queue but never handed to the producer: say so.
-                self.stats.drop(STOP_TIMEOUT)
-                self._queue.task_done()
-                raise
-            except Exception:
-                # _send_one owns the slot until it hands the pair over; a bug before
-                # that must not leave queue.join() waiting forever. The supervisor logs it.
-                self.stats.drop(BUG)
-                self._queue.task_done()
-                raise
-
-    async def _send_one(self, producer: AIOKafkaProducer, item: Any) -> None:
-        """Own one queue slot: ``task_done`` exactly once, here or on delivery."""
-        try:
-            key, value = self._encode(item)
-        except (SchemaError, TypeError, ValueError, OverflowError) as exc:
-            # One poisoned pair (e.g. an integer beyond 64 bits in a user's json_schema,
-            # which orjson refuses to encode) is dropped and counted; the next is sent.
-            self.stats.drop(INVALID)
-            self._queue.task_done()
-            log.warning("pair dropped, invalid: %s: %s", type(exc).__name__, exc)
-            return
-        await self._in_flight.acquire()
-        try:
-            future = await producer.send(self._topic, key=key, value=value)
-        except asyncio.CancelledError:
-            self._in_flight.release()
-            raise
-        except Exception as exc:  # KafkaError, timeouts: counted, never fatal
-            self._in_flight.release()
-            self._queue.task_done()
-            self._failed(exc)
-            return
-        future.add_done_callback(self._delivered)
-
-    def _delivered(self, future: asyncio.Future[Any]) -> None:
-        self._in_flight.release()
-        self._queue.task_done()
-        if future.cancelled():
-            self._failed(asyncio.CancelledError())
-        elif (exc := future.exception()) is not None:
-            self._failed(exc)
-        else:
-            self.stats.sent += 1
-
-    def _failed(self, exc: BaseException) -> None:
-        self.stats.failed += 1
-        self.stats.drop(f"{SEND_ERROR}:{type(exc).__name__}")
-        if self.stats.failed == 1 or self.stats.failed % self._log_every == 0:
-            log.warning("shadow pair not delivered (%d so far): %r", self.stats.failed, exc)
-
-    async def _connect(self) -> AIOKafkaProducer:
-        """Start a producer, retrying with capped, jittered backoff until it works."""
-        low, high = self._backoff
-        delay = low
-        while True:
-            producer = AIOKafkaProducer(**producer_kwargs(self._kafka))
-            try:
-                await producer.start()
-            except asyncio.CancelledError:
-                await producer.stop()
-                raise
-            except Exception as exc:  # KafkaConnectionError, OSError, auth errors
-                await producer.stop()
-                self.stats.connect_failures += 1
-                if self.stats.connect_failures == 1 or self.stats.connect_failures % 20 == 0:
-                    log.warning(
-                        "shadow producer cannot reach %s (attempt %d): %r",
-                        self._kafka.bootstrap_servers,
-                        self.stats.connect_failures,
-                        exc,
-                    )
-                await asyncio.sleep(delay * random.uniform(0.8, 1.2))
-                delay = min(high, delay * 2)
-                continue
-            self._producer = producer
-            self._connected.set()
-            return producer
-
-    def _encode(self, item: PairEvent | Mapping[str, Any]) -> tuple[bytes, bytes]:
-        """(key, value) for Kafka, prompts hashed where they must not travel."""
-        if isinstance(item, PairEvent):
-            request = item.request
-            if request.prompt is None or not (self._hash_prompts or request.private):
-                return pair_record_key(item), item.dumps()
-            data = item.model_dump(mode="json", exclude_none=True)
-        elif isinstance(item, Mapping):
-            data = dict(item)
-        else:
-            raise SchemaError(f"expected a PairEvent or a mapping, got {type(item).__name__}")
-        pair = PairEvent.parse(self._scrub(data))
-        return pair_record_key(pair), pair.dumps()
-
-    def _scrub(self, data: dict[str, Any]) -> dict[str, Any]:
-        request = data.get("request")
-        if not isinstance(request, Mapping):
-            return data
-        prompt = request.get("prompt")
-        if prompt is None or not (self._hash_prompts or request.get("private")):
-            return data
-        scrubbed = {k: v for k, v in request.items() if k != "prompt"}
-        if isinstance(prompt, str):
-            scrubbed["prompt_hash"] = prompt_hash(prompt, self.prompt_salt)
-        return {**data, "request": scrubbed}
+    def __init__(
+        self, kafka: KafkaSettings, topic: str | None = None, queue_size: int = 1000
+    ) -> None:
+        super().__init__(
+            kafka,
+            topic or kafka.topics.degradations,
+            encode_degradation,
+            queue_size=queue_size,
+            what="degradation event",
+        )

@@ -19,7 +19,7 @@ Rules, first match wins:
    shadow side.
 
 A route held by its launch gate (``candidate_cap``: its preflight report does
-not verify yet, see ``gateway/preflight_gate.py``) sends at most that percent
+not verify yet, see ``gateway/control/preflight_gate.py``) sends at most that percent
 of requests to the candidate: rule 5 becomes a canary at the cap (mode
 ``awaiting_preflight``), and a canary's percent is lowered to it. Rules 1-3
 never serve the candidate, so the gate does not touch them.
@@ -47,8 +47,24 @@ CANARY_SALT = "canary:"
 
 
 @dataclass(frozen=True, slots=True)
-class RouteState:
-    """What the RouteController says about a route (None fields: no command yet)."""
+class RouteDirective:
+    """What routing reads of a route's command: action, target pool, percent.
+
+    None fields: no command yet. A route's decision takes one name per shape on
+    its way here, each owned by one side:
+
+    1. ``breaker.state.RouteState``: the breaker's whole per-route state
+       (closed / open / half_open, epoch, evidence), in Redis; the worker's.
+    2. ``schemas.command.RouteCommand``: what a transition sends on the wire,
+       signed, its target a role (``candidate`` / ``reference``).
+    3. ``gateway.control.controller.AppliedCommand``: the command a gateway
+       accepted, its role mapped onto a pool (``control/targets.py``), with the
+       epoch, lock and source it was applied with.
+    4. ``RouteDirective`` (this): the three fields of it that ``decide`` needs,
+       built by the Gateway from the AppliedCommand (or a fail-closed rollback
+       until the controller knows every route), so routing stays pure and knows
+       nothing of epochs, signatures or Redis.
+    """
 
     action: str | None = None
     target_precision: str | None = None
@@ -96,18 +112,18 @@ def decide(
     candidate: str,
     reference: str,
     preference: Preference,
-    state: RouteState | None,
+    directive: RouteDirective | None,
     request_id: str,
     candidate_cap: float | None = None,
 ) -> Decision:
     """The routing decision for one request (pure; see the module docstring).
 
     >>> d = decide(order=["int4", "int8", "bf16"], candidate="int4", reference="bf16",
-    ...            preference="cost_optimized", state=None, request_id="r1")
+    ...            preference="cost_optimized", directive=None, request_id="r1")
     >>> d.serve, d.chain, d.shadow_precision
     ('int4', ('int4', 'int8', 'bf16'), 'bf16')
     """
-    state = state or RouteState()
+    state = directive or RouteDirective()
     target = state.target_precision
     rolled_back = target == reference and state.action in ("rollback", "restore")
     half_open = state.action == "canary" and not state.percent

@@ -40,7 +40,7 @@ from quantdrift.errors import UpstreamError
 from quantdrift.gateway.gateway_config import GatewayConfig
 from quantdrift.gateway.openai_wire import Accumulator, Completion
 from quantdrift.gateway.planning import JsonSpec, Plan
-from quantdrift.gateway.routing import RouteState, decide
+from quantdrift.gateway.routing import RouteDirective, decide
 from quantdrift.gateway.teacher_forcing import UNSUPPORTED, Scored
 from quantdrift.gateway.telemetry import counter, gauge
 from quantdrift.gateway.upstreams import UpstreamClientError, Upstreams, error_reason
@@ -92,7 +92,7 @@ class ShadowRunner:
         config: GatewayConfig,
         upstreams: Upstreams,
         offer: Callable[[PairEvent], Any] | None,
-        state_of: Callable[[str], RouteState | None],
+        directive_of: Callable[[str], RouteDirective | None],
         *,
         prompt_salt: str,
         clock: Callable[[], float] = time.monotonic,
@@ -100,7 +100,7 @@ class ShadowRunner:
         self.config = config
         self.upstreams = upstreams
         self._offer = offer
-        self._state_of = state_of
+        self._directive_of = directive_of
         self._salt = prompt_salt
         self._clock = clock
         self._queue: deque[ShadowJob] = deque()
@@ -302,7 +302,7 @@ class ShadowRunner:
             candidate=rc.candidate,
             reference=rc.reference,
             preference=plan.preference,  # type: ignore[arg-type]
-            state=self._state_of(plan.route),
+            directive=self._directive_of(plan.route),
             request_id=plan.request_id,
         )
         return now.pair_candidate is None

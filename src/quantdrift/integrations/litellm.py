@@ -155,7 +155,7 @@ class QuantdriftGuard(CustomLogger):  # type: ignore[misc]
     def _build(self) -> None:
         """The gateway's producer and route controller (no I/O until ``_start``)."""
         # Deferred: the controller (aiokafka, redis) starts only inside a running proxy.
-        from quantdrift.gateway.controller import RouteController
+        from quantdrift.gateway.control.controller import RouteController
         from quantdrift.gateway.publisher import ShadowPublisher
         from quantdrift.schemas.signing import verifier_from_settings
 

@@ -49,7 +49,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from quantdrift.breaker.outbox import Outbox
     from quantdrift.breaker.protocol import FoldResult
-    from quantdrift.gateway.executor import Trace
+    from quantdrift.gateway.attempts import Trace
     from quantdrift.gateway.openai_wire import Completion
     from quantdrift.gateway.planning import Plan
     from quantdrift.schemas.score import ScoreEvent

@@ -20,7 +20,7 @@ from typing import Any
 
 from quantdrift.config import configured_redis_url
 from quantdrift.errors import InputError
-from quantdrift.gateway.controller import RouteController
+from quantdrift.gateway.control.controller import RouteController
 from quantdrift.preflight.context import Context
 from quantdrift.preflight.report import Item, failed, judged, skipped
 from quantdrift.schemas.signing import verifier_from_settings

@@ -12,11 +12,11 @@ from pathlib import Path
 
 from quantdrift.config import Settings, configured_redis_url
 from quantdrift.errors import ConfigError
-from quantdrift.gateway.app import DegradationPublisher, Gateway
-from quantdrift.gateway.controller import RouteController
+from quantdrift.gateway.control.controller import RouteController
+from quantdrift.gateway.control.targets import resolver_for
 from quantdrift.gateway.gateway_config import GatewayConfig, load_config, parse_config
-from quantdrift.gateway.publisher import ShadowPublisher
-from quantdrift.gateway.targets import resolver_for
+from quantdrift.gateway.publisher import DegradationPublisher, ShadowPublisher
+from quantdrift.gateway.service import Gateway
 from quantdrift.schemas.signing import verifier_from_settings
 from quantdrift.schemas.signoff import key_ring
 

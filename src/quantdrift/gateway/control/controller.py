@@ -176,7 +176,7 @@ class RouteController:
         """True once the Redis keys were read or the control topic was replayed, once.
 
         Before that a route's latest command (a locked rollback, say) may be unknown,
-        so the gateway serves such routes their reference (see ``Gateway.route_state``).
+        so the gateway serves such routes their reference (see ``Gateway.directive``).
         """
         return self._backstop.is_set()
 

@@ -1,0 +1,174 @@
+"""The gateway as a service: its parts composed once, started and stopped in order.
+
+``Gateway`` holds what every request shares (config, pools, controller,
+publishers, shadow runner, preflight gate, retry budget, metrics) and owns their
+lifecycle: one supervisor for every long-lived task, start in dependency order,
+stop with bounded drains so a shutdown stays inside a container's grace period.
+It serves nothing itself: the routes are ``app.py`` over ``endpoints.py``, and
+health and live metrics are ``observability.py``. The composition root that
+builds one from a config file and settings is ``services/gateway.build_gateway``.
+"""
+
+from __future__ import annotations
+
+import logging
+import secrets
+import time
+from collections.abc import Mapping
+
+from quantdrift.gateway.attempts import Degradations
+from quantdrift.gateway.auth import Authenticator
+from quantdrift.gateway.capacity import RetryBudget
+from quantdrift.gateway.control.controller import RouteController
+from quantdrift.gateway.control.preflight_gate import PreflightGate
+from quantdrift.gateway.executor import FallbackExecutor
+from quantdrift.gateway.gateway_config import GatewayConfig
+from quantdrift.gateway.observability import live_metrics
+from quantdrift.gateway.publisher import DegradationPublisher, ShadowPublisher
+from quantdrift.gateway.routing import RouteDirective
+from quantdrift.gateway.shadow import ShadowRunner
+from quantdrift.gateway.telemetry import Telemetry
+from quantdrift.gateway.upstreams import Upstreams
+from quantdrift.schemas.privacy import salt_problem
+from quantdrift.supervision import Supervisor
+
+log = logging.getLogger(__name__)
+
+# On shutdown, after the shadow drain: what Kafka gets to take the queued pairs.
+# With uvicorn's 2 s and the default 4 s drain, a stop stays under Docker's 10 s.
+PUBLISH_DRAIN_S = 2.0
+
+
+class Gateway:
+    """The gateway's parts, composed once, started and stopped together.
+
+    Pools, controller, publishers, shadow runner, preflight gate, retry budget and
+    metrics, all under one supervisor; ``app.create_app`` serves requests over them
+    (``endpoints.py``) and ``observability.py`` reports on them.
+    """
+
+    def __init__(
+        self,
+        config: GatewayConfig,
+        *,
+        publisher: ShadowPublisher | None = None,
+        degradations: DegradationPublisher | None = None,
+        controller: RouteController | None = None,
+        upstreams: Upstreams | None = None,
+        shadow_upstreams: Upstreams | None = None,
+        preflight_keys: Mapping[str, bytes] | None = None,
+    ) -> None:
+        self.config = config
+        self.publisher = publisher
+        self.degradations = degradations
+        self.controller = controller
+        self.upstreams = upstreams or Upstreams(config)
+        self.auth = Authenticator(config.auth)
+        self.metrics = Telemetry()
+        # A secret salt: a caller cannot compute which of its requests get mirrored.
+        self.sample_salt = config.sample_salt or secrets.token_hex(16)
+        prompt_salt = config.prompt_salt or self.sample_salt
+        if isinstance(publisher, ShadowPublisher) and not publisher.prompt_salt:
+            publisher.prompt_salt = prompt_salt  # one salt for every prompt hash
+        self.prompt_salt_problem = salt_problem(prompt_salt)
+        self.budget = RetryBudget(
+            config.retry_budget.ratio,
+            config.retry_budget.min_per_window,
+            config.retry_budget.window_s,
+        )
+        self.executor = FallbackExecutor(
+            config,
+            self.upstreams,
+            self.metrics,
+            Degradations(degradations.offer if degradations is not None else None),
+            self.budget,
+        )
+        self.shadow = ShadowRunner(
+            config,
+            shadow_upstreams or Upstreams(config, shadow=True),
+            publisher.offer if publisher is not None else None,
+            self.directive,
+            prompt_salt=prompt_salt,
+        )
+        # Routes with a ``preflight:`` gate verify their report with the signing key ring.
+        self.preflight = PreflightGate(config, dict(preflight_keys or {}))
+        # One supervisor for every long-lived task: crashes counted in /metrics, and a
+        # task given up on makes /health answer 503.
+        self.supervisor = Supervisor()
+        for part in (self.shadow, self.preflight, publisher, degradations, controller):
+            if part is not None:
+                part.supervisor = self.supervisor
+        self.metrics.live(lambda: live_metrics(self))
+        self.started_at = time.time()
+        # Names an error message must never show a client (``openai_errors.client_error``).
+        self.hosts = self.upstreams.hosts
+
+    # -- lifecycle -------------------------------------------------------------------
+
+    async def start(self) -> None:
+        if not self.auth.enabled:
+            log.warning(
+                "gateway: no auth keys configured, every caller may use every route and "
+                "high_precision (add an auth: section to the config)"
+            )
+        if not self.config.sample_salt:
+            log.warning(
+                "gateway: no sample_salt, a random one per process (sampling differs "
+                "across replicas)"
+            )
+        if self.prompt_salt_problem is not None:
+            log.error(
+                "gateway: the prompt salt %s: prompt hashes in pairs can be reversed by "
+                "anyone who guesses prompts. Set prompt_salt (or sample_salt) to a secret.",
+                self.prompt_salt_problem,
+            )
+        await self.preflight.start()
+        await self.shadow.start()
+        if self.publisher is not None:
+            await self.publisher.start()
+        if self.degradations is not None:
+            await self.degradations.start()
+        if self.controller is not None:
+            for route in self.config.routes:
+                self.controller.watch(route)
+            await self.controller.start()
+
+    async def stop(self, timeout: float | None = None) -> None:
+        """Stop everything; shadow jobs get ``shadow_drain_s`` (or ``timeout``) to finish."""
+        timeout = self.config.shadow_drain_s if timeout is None else timeout
+        await self.preflight.stop()
+        await self.shadow.stop(timeout)
+        if self.controller is not None:
+            await self.controller.stop()
+        if self.publisher is not None:
+            await self.publisher.stop(PUBLISH_DRAIN_S)
+        if self.degradations is not None:
+            await self.degradations.stop(PUBLISH_DRAIN_S)
+        await self.upstreams.aclose()
+
+    async def wait_shadows(self, timeout: float) -> None:
+        """Wait until the shadow queue is empty and idle (tests, benchmarks)."""
+        await self.shadow.wait_idle(timeout)
+
+    @property
+    def ready(self) -> bool:
+        """False when a background task was given up on (see ``supervision.py``)."""
+        return self.supervisor.ready
+
+    def directive(self, route: str) -> RouteDirective | None:
+        """The route's directive (``routing.RouteDirective``) as the controller knows it.
+
+        Fail closed: until the controller has read the route keys or replayed the
+        control topic once (``backstop_known``), a route may be locked in rollback
+        without this process knowing, so every route serves its reference (no
+        candidate call, not even in shadow) -- rather than report not-ready, since the
+        reference can still answer users.
+        """
+        if self.controller is None:
+            return None
+        if not self.controller.backstop_known:
+            return RouteDirective("rollback", self.config.routes[route].reference)
+        applied = self.controller.state(route)
+        if applied is None:
+            return None
+        return RouteDirective(applied.action, applied.target_precision, applied.percent)
