@@ -12,7 +12,7 @@ decide what happens when it fails::
             return answer
         if attempt.kept is not None:   # a guard tripped with no fallback left: serve it
             return what_was_read
-    raise walk.failure                 # what ended the chain
+    raise walk.failure                 # only an empty chain ends here
 
 What the walk guarantees (the rules themselves are the pure functions below,
 tested as a table in ``tests/unit/test_gateway_attempts.py``):
@@ -243,7 +243,6 @@ class Walk:
     total_s: float
     path: str = "/v1/chat/completions"
     clock: Callable[[], float] = time.monotonic
-    error: UpstreamError | None = None
 
     def __iter__(self) -> Iterator[Attempt]:
         chain = self.plan.decision.chain
@@ -263,8 +262,9 @@ class Walk:
 
     @property
     def failure(self) -> UpstreamError:
-        """What ended the chain without an answer: its last upstream error."""
-        return self.error or UpstreamError("the chain has no precision")
+        """For a chain with no precision (planning makes none): every other walk ends in an
+        answer, a kept answer, or the raise of the failure that ended it."""
+        return UpstreamError("the chain has no precision")
 
     def open(self, attempt: Attempt) -> Chunks:
         return self.upstreams[attempt.precision].stream(
@@ -296,7 +296,6 @@ class Walk:
         reason = f"upstream_{error_reason(exc)}"
         log.warning("route %s: %s failed (%s): %s", self.plan.route, attempt.precision, reason, exc)
         self._record(attempt.precision, reason)
-        self.error = exc
         return self._refusal(attempt, "upstream") is None
 
     def tripped(self, attempt: Attempt, trip: GuardTrip) -> bool:
@@ -314,7 +313,8 @@ class Walk:
         precision = attempt.precision
         if attempt.last:
             self.metrics.final_guard_failures.labels(self.plan.route, precision, trip.reason).inc()
-        else:  # unguarded before the last: the budget was spent (past the deadline, no attempt)
+        else:  # unguarded before the last means the budget was spent (past the deadline,
+            # the attempt would not have started)
             self.metrics.fallbacks_refused.labels(self.plan.route, "budget").inc()
         self.trace.fallbacks.append(f"{precision}:{trip.reason}:served")
 

@@ -48,89 +48,61 @@ class Telemetry:
             ProcessCollector(registry=r)
             PlatformCollector(registry=r)
             GCCollector(registry=r)
-        self.requests = Counter(
-            P + "requests",
-            "user requests, by outcome",
-            ["route", "precision", "outcome"],
-            registry=r,
+        route, rp, rpr = ["route"], ["route", "precision"], ["route", "precision", "reason"]
+        self.requests = self._counter("requests", "user requests, by outcome", [*rp, "outcome"])
+        self.latency = self._histogram(
+            "request_seconds", "user request latency, to the last byte", [*rp, "stream"]
         )
-        self.latency = Histogram(
-            P + "request_seconds",
-            "user request latency, to the last byte",
-            ["route", "precision", "stream"],
-            buckets=LATENCY_BUCKETS,
-            registry=r,
+        self.ttft = self._histogram("ttft_seconds", "time to first token the user receives", rp)
+        self.tpot = self._histogram(
+            "tpot_seconds", "time per output token after the first", rp, TPOT_BUCKETS
         )
-        self.ttft = Histogram(
-            P + "ttft_seconds",
-            "time to first token the user receives",
-            ["route", "precision"],
-            buckets=LATENCY_BUCKETS,
-            registry=r,
+        self.tokens = self._counter(
+            "completion_tokens", "completion tokens served (rate = throughput)", rp
         )
-        self.tpot = Histogram(
-            P + "tpot_seconds",
-            "time per output token after the first",
-            ["route", "precision"],
-            buckets=TPOT_BUCKETS,
-            registry=r,
+        self.fallbacks = self._counter(
+            "fallbacks", "fallbacks to the next precision, by reason", rpr
         )
-        self.tokens = Counter(
-            P + "completion_tokens",
-            "completion tokens served (rate = throughput)",
-            ["route", "precision"],
-            registry=r,
-        )
-        self.fallbacks = Counter(
-            P + "fallbacks",
-            "fallbacks to the next precision, by reason",
-            ["route", "precision", "reason"],
-            registry=r,
-        )
-        self.fallbacks_refused = Counter(
-            P + "fallbacks_refused",
+        self.fallbacks_refused = self._counter(
+            "fallbacks_refused",
             "fallbacks not taken (retry budget spent, chain deadline)",
-            ["route", "reason"],
-            registry=r,
+            [*route, "reason"],
         )
-        self.final_guard_failures = Counter(
-            P + "final_guard_failures",
+        self.final_guard_failures = self._counter(
+            "final_guard_failures",
             "answers of the last precision that failed a guard (returned as they are)",
-            ["route", "precision", "reason"],
-            registry=r,
+            rpr,
         )
-        self.truncated = Counter(
-            P + "truncated",
+        self.truncated = self._counter(
+            "truncated",
             "answers cut by max_tokens (served as they are, not retried)",
-            ["route", "precision", "json"],
-            registry=r,
+            [*rp, "json"],
         )
-        self.stream_cuts = Counter(
-            P + "stream_cuts",
-            "streams stopped by the degeneration guard after forwarding began",
-            ["route", "precision", "reason"],
-            registry=r,
+        self.stream_cuts = self._counter(
+            "stream_cuts", "streams stopped by the degeneration guard after forwarding began", rpr
         )
-        self.stream_errors = Counter(
-            P + "stream_errors",
-            "upstream failures after forwarding began",
-            ["route", "precision", "reason"],
-            registry=r,
+        self.stream_errors = self._counter(
+            "stream_errors", "upstream failures after forwarding began", rpr
         )
-        self.client_disconnects = Counter(
-            P + "client_disconnects",
-            "requests whose client left; upstream work cancelled",
-            ["route"],
-            registry=r,
+        self.client_disconnects = self._counter(
+            "client_disconnects", "requests whose client left; upstream work cancelled", route
         )
-        self.shadow_sampled = Counter(
-            P + "shadow_sampled", "requests sampled for pairs", ["route", "kind"], registry=r
+        self.shadow_sampled = self._counter(
+            "shadow_sampled", "requests sampled for pairs", [*route, "kind"]
         )
-        self.auth_refusals = Counter(
-            P + "auth_refusals", "requests refused by auth", ["reason"], registry=r
-        )
+        self.auth_refusals = self._counter("auth_refusals", "requests refused by auth", ["reason"])
         self.info = Gauge(P + "up", "1 while the gateway serves", registry=r)
         self.info.set(1)
+
+    def _counter(self, name: str, help_: str, labels: list[str]) -> Counter:
+        """One of this gateway's counters: the common prefix, its own registry."""
+        return Counter(P + name, help_, labels, registry=self.registry)
+
+    def _histogram(
+        self, name: str, help_: str, labels: list[str], buckets: tuple[float, ...] = LATENCY_BUCKETS
+    ) -> Histogram:
+        """One of this gateway's histograms (seconds: latency buckets unless told)."""
+        return Histogram(P + name, help_, labels, buckets=buckets, registry=self.registry)
 
     def live(self, collect: Callable[[], Iterator[Metric]]) -> None:
         """Add numbers read at scrape time (other components' own counters)."""
