@@ -11,6 +11,7 @@ replay and the CLI all decide the same way.
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -126,6 +127,10 @@ def score_text_pair(candidate: str, reference: str, embedder: Embedder | None) -
     >>> m.rouge1, m.first_divergence, m.cosine is None
     (0.8333333333333334, 4, True)
     """
+    # Bare texts come from files and argv, where undecodable bytes arrive as lone
+    # surrogates; a message model refuses those, so they are scored as U+FFFD, as a
+    # decoder reading the same bytes would show them.
+    candidate, reference = _decodable(candidate), _decodable(reference)
     cos: float | None = None
     tier = getattr(embedder, "tier", None) if embedder is not None else None
     if embedder is not None:
@@ -133,6 +138,18 @@ def score_text_pair(candidate: str, reference: str, embedder: Embedder | None) -
     return _metrics(
         ModelOutput(text=candidate), ModelOutput(text=reference), RequestInfo(), None, cos, tier
     )
+
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def _decodable(text: str) -> str:
+    """``text`` with every lone surrogate replaced by U+FFFD.
+
+    >>> _decodable("a\\ud800b") == "a\\ufffdb", _decodable("猫") == "猫"
+    (True, True)
+    """
+    return _SURROGATE.sub("\ufffd", text)
 
 
 @dataclass(frozen=True, slots=True)
