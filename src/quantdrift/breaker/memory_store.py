@@ -1,7 +1,8 @@
 """The in-memory twin of the Redis store: same protocol, same fold, dicts instead of Lua.
 
-For tests of the relay and the agents without a Redis, and so the contract test
-(``tests/contract/test_breaker_store.py``) can hold both stores to one behaviour.
+The store of replay, eval and calibrate (``breaker/offline.py`` drives it), of tests
+of the relay and the agents without a Redis, and of the contract test
+(``tests/contract/test_breaker_store.py``), which holds both stores to one behaviour.
 Single-process only: "atomic" here means "no await inside a step".
 """
 
@@ -10,7 +11,7 @@ from __future__ import annotations
 import time
 import uuid
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from quantdrift.breaker.machine import Decision, manual, tick
 from quantdrift.breaker.outbox import OutboxItem, alert_item, build_outbox, change_alert
@@ -21,6 +22,10 @@ from quantdrift.breaker.step import fold_many
 from quantdrift.detectors.noise_floor import NoiseFloor, NoiseFloorState
 from quantdrift.schemas.score import ScoreEvent
 from quantdrift.schemas.signing import CommandSigner
+
+# A route not seen yet. States are frozen values, so one serves every lookup (a new
+# RouteState per lookup costs more than the rest of a memory fold's bookkeeping).
+_FRESH = RouteState()
 
 
 @dataclass(slots=True)
@@ -45,7 +50,7 @@ class MemoryBreakerStore:
     dups: dict[str, int] = field(default_factory=dict)
 
     async def read(self, route: str) -> tuple[RouteState, int]:
-        return self.states.get(route, RouteState()), 0
+        return self.states.get(route, _FRESH), 0
 
     async def routes(self) -> list[str]:
         return sorted(self.states)
@@ -58,7 +63,7 @@ class MemoryBreakerStore:
 
     async def fold(self, score: ScoreEvent, policy: RoutePolicy, now: float) -> FoldResult:
         """A batch of one, as in the Redis store."""
-        return (await self.fold_batch([score], lambda _route: policy, now))[0]
+        return self._fold_route(score.route, policy, [score], now)[0]
 
     async def fold_batch(
         self,
@@ -66,56 +71,93 @@ class MemoryBreakerStore:
         policy_for: Callable[[str], RoutePolicy],
         now: float,
     ) -> list[FoldResult]:
-        """Per route: read, :func:`fold_many` a prefix up to its first transition, write;
-        the Redis store's loop, with dicts for the reads and the commit."""
-        results: list[FoldResult] = [FoldResult("dup")] * len(scores)
+        """Per route, in order: the Redis store's loop, with dicts for the reads and the
+        commit."""
         by_route: dict[str, list[int]] = {}
         for i, score in enumerate(scores):
             by_route.setdefault(score.route, []).append(i)
-        for route, pending in by_route.items():
-            policy = policy_for(route)
-            while pending:
-                batch = [scores[i] for i in pending]
-                step = fold_many(
-                    policy,
-                    self.states.get(route, RouteState()),
-                    {mode: f for (r, mode), f in self.floors.items() if r == route},
-                    [(route, s.kind, s.pair_id) in self.seen for s in batch],
-                    batch,
-                    now,
-                    self.noise_floor,
-                )
-                self.seen.update((route, batch[i].kind, batch[i].pair_id) for i in step.marked)
-                dups = step.outcomes.count(None)
-                if dups:
-                    self.dups[route] = self.dups.get(route, 0) + dups
-                for mode, floor in step.floors.items():
-                    self.floors[(route, mode)] = floor
-                outbox = alert = None
-                if step.change is not None and step.state is not None:
-                    # Queued before the transition's items, as the Redis store does.
-                    alert = change_alert(route, step.change, step.state, now)
-                    self.outboxes.setdefault(route, []).append(alert_item(alert))
-                if step.state is not None:
-                    outbox = self._commit(route, step.state, step.transition, now, "breaker").outbox
-                for i, outcome in zip(pending, step.outcomes, strict=False):
-                    results[i] = result_of(outcome, outbox, alert)
-                pending = pending[step.consumed :]
+        results: list[FoldResult] = [FoldResult("dup")] * len(scores)
+        for route, indices in by_route.items():
+            folded = self._fold_route(route, policy_for(route), [scores[i] for i in indices], now)
+            for i, result in zip(indices, folded, strict=True):
+                results[i] = result
         return results
 
+    def _fold_route(
+        self, route: str, policy: RoutePolicy, scores: list[ScoreEvent], now: float
+    ) -> list[FoldResult]:
+        """Read, :func:`fold_many` a prefix up to its first transition, write; again on
+        the rest. One route's scores, in order."""
+        results: list[FoldResult] = []
+        while len(results) < len(scores):
+            batch = scores[len(results) :]
+            step = fold_many(
+                policy,
+                self.states.get(route, _FRESH),
+                {mode: f for (r, mode), f in self.floors.items() if r == route},
+                [(route, s.kind, s.pair_id) in self.seen for s in batch],
+                batch,
+                now,
+                self.noise_floor,
+            )
+            for i in step.marked:
+                self.seen.add((route, batch[i].kind, batch[i].pair_id))
+            dups = step.outcomes.count(None)
+            if dups:
+                self.dups[route] = self.dups.get(route, 0) + dups
+            for mode, floor in step.floors.items():
+                self.floors[(route, mode)] = floor
+            outbox = alert = None
+            if step.change is not None and step.state is not None:
+                # Queued before the transition's items, as the Redis store does.
+                alert = change_alert(route, step.change, step.state, now)
+                self.outboxes.setdefault(route, []).append(alert_item(alert))
+            if step.state is not None:
+                outbox = self._commit(route, step.state, step.transition, now, "breaker").outbox
+            results += [result_of(outcome, outbox, alert) for outcome in step.outcomes]
+        return results
+
+    async def seed_floor(
+        self, route: str, mode: str, values: list[dict[str, float]], merge: bool = False
+    ) -> NoiseFloorState:
+        floor = self.floors.get((route, mode)) if merge else None
+        state = floor or self.noise_floor.init()
+        for row in values:
+            state = self.noise_floor.update(state, row)
+        self.floors[(route, mode)] = state
+        return state
+
     async def tick(self, route: str, policy: RoutePolicy, now: float) -> FoldResult:
-        return self._decide(route, tick(policy, self.states.get(route, RouteState()), now), now)
+        return self._decide(route, tick(policy, self.states.get(route, _FRESH), now), now)
+
+    def fork(self) -> MemoryBreakerStore:
+        """An independent copy: what folds into one no longer moves the other.
+
+        States and floors are values, so copying the dicts is enough; eval uses it to
+        start several drifts from one healthy run (``evaluation/long.py``).
+        """
+        return replace(
+            self,
+            states=dict(self.states),
+            floors=dict(self.floors),
+            commands=dict(self.commands),
+            outboxes={route: list(items) for route, items in self.outboxes.items()},
+            owners=dict(self.owners),
+            seen=set(self.seen),
+            dups=dict(self.dups),
+        )
 
     async def manual(
         self, route: str, action: str, policy: RoutePolicy, now: float, who: str = "cli"
     ) -> FoldResult:
-        state = self.states.get(route, RouteState())
+        state = self.states.get(route, _FRESH)
         return self._decide(route, manual(policy, state, action, now, who), now, "manual")
 
     def _decide(
         self, route: str, decision: Decision, now: float, source: str = "breaker"
     ) -> FoldResult:
-        if decision.transition is None and decision.state == self.states.get(route, RouteState()):
+        current = self.states.get(route, _FRESH)
+        if decision.transition is None and (decision.state is current or decision.state == current):
             return FoldResult("ok", decision.state)
         return self._commit(route, decision.state, decision.transition, now, source)
 

@@ -1,7 +1,7 @@
 """One ``BreakerStore`` protocol: the Redis store and its in-memory twin both keep it.
 
-The live worker, the console and replay decide alike because they run the same
-pure fold over the same protocol; ``tests/contract/test_breaker_store.py`` runs
+The live worker, the console, replay, eval and calibrate decide alike because they
+run the same pure fold over the same protocol; ``tests/contract/test_breaker_store.py`` runs
 every check on both stores.
 """
 
@@ -15,6 +15,7 @@ from quantdrift.breaker.outbox import Outbox, OutboxItem
 from quantdrift.breaker.policy import RoutePolicy
 from quantdrift.breaker.state import RouteState
 from quantdrift.breaker.step import Folded
+from quantdrift.detectors.noise_floor import NoiseFloorState
 from quantdrift.schemas.alert import AlertEvent
 from quantdrift.schemas.score import ScoreEvent
 
@@ -83,6 +84,13 @@ class BreakerStore(Protocol):
         ...
 
     async def tick(self, route: str, policy: RoutePolicy, now: float) -> FoldResult: ...
+
+    async def seed_floor(
+        self, route: str, mode: str, values: list[dict[str, float]], merge: bool = False
+    ) -> NoiseFloorState:
+        """Write the route's noise floor for one decoding mode (``quantdrift calibrate``,
+        and eval's floor): ``values`` replace it, or with ``merge`` are appended to it."""
+        ...
 
     async def manual(
         self, route: str, action: str, policy: RoutePolicy, now: float, who: str = "cli"
