@@ -44,6 +44,7 @@ from quantdrift.breaker.policy import Policy
 from quantdrift.breaker.state import Transition
 from quantdrift.detectors.noise_floor import NoiseFloor
 from quantdrift.evaluation.cache import ScoreCache, to_score
+from quantdrift.evaluation.table import text_table
 from quantdrift.schemas import PairEvent, ScoreEvent
 
 ROUTE = "eval/long"
@@ -239,40 +240,29 @@ def _opens(t: Transition, from_closed: bool = False) -> bool:
     return t.to_state == "open" and (not from_closed or t.from_state == "closed")
 
 
+# (header, LongResult field) per column of the table.
+LONG_COLUMNS = (
+    ("policy", "policy"),
+    ("drifted", "drifted"),
+    ("streams", "streams"),
+    ("healthy", "healthy_pairs"),
+    ("false", "false_rollbacks"),
+    ("per 100k", "false_rollbacks_per_100k"),
+    ("upper95", "false_rollbacks_per_100k_upper95"),
+    ("delay", "detection_delay_pairs"),
+    ("p90", "detection_delay_p90"),
+    ("missed", "missed"),
+)
+
+
+def _cell(x: object) -> str:
+    """``-`` for nothing (no value, no pool name), floats as ``%g``."""
+    if x is None or x == "":
+        return "-"
+    return f"{x:g}" if isinstance(x, float) else str(x)
+
+
 def format_long(results: Sequence[LongResult]) -> str:
     """A plain-text table, one row per policy."""
-    header = (
-        "policy",
-        "drifted",
-        "streams",
-        "healthy",
-        "false",
-        "per 100k",
-        "upper95",
-        "delay",
-        "p90",
-        "missed",
-    )
-
-    def f(x: object) -> str:
-        return "-" if x is None else (f"{x:g}" if isinstance(x, float) else str(x))
-
-    rows = [
-        (
-            r.policy,
-            r.drifted or "-",
-            f(r.streams),
-            f(r.healthy_pairs),
-            f(r.false_rollbacks),
-            f(r.false_rollbacks_per_100k),
-            f(r.false_rollbacks_per_100k_upper95),
-            f(r.detection_delay_pairs),
-            f(r.detection_delay_p90),
-            f(r.missed),
-        )
-        for r in results
-    ]
-    widths = [max(len(row[i]) for row in (header, *rows)) for i in range(len(header))]
-    return "\n".join(
-        "  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)) for row in (header, *rows)
-    )
+    rows = [[_cell(getattr(r, name)) for _, name in LONG_COLUMNS] for r in results]
+    return text_table([header for header, _ in LONG_COLUMNS], rows)

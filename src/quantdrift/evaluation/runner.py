@@ -31,6 +31,7 @@ from quantdrift.detectors.noise_floor import NoiseFloor
 from quantdrift.evaluation.cache import ScoreCache, to_score
 from quantdrift.evaluation.calibration import floor_seed
 from quantdrift.evaluation.streams import EvalPlan, RouteStream
+from quantdrift.evaluation.table import text_table
 
 STANDARD_POLICIES = ("default", "seeds", "windowed", "sequential")
 
@@ -229,7 +230,4 @@ def format_table(results: list[PolicyResult]) -> str:
         )
         for r in results
     ]
-    widths = [max(len(row[i]) for row in (header, *body)) for i in range(len(header))]
-    return "\n".join(
-        "  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)) for row in (header, *body)
-    )
+    return text_table(header, body)
