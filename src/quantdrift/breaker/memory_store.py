@@ -16,7 +16,7 @@ from dataclasses import dataclass, field, replace
 from quantdrift.breaker.machine import Decision, manual, tick
 from quantdrift.breaker.outbox import OutboxItem, alert_item, build_outbox, change_alert
 from quantdrift.breaker.policy import RoutePolicy
-from quantdrift.breaker.protocol import Claim, FoldResult, result_of
+from quantdrift.breaker.protocol import Claim, FoldResult, PolicyFor, result_of
 from quantdrift.breaker.state import RouteState, Transition
 from quantdrift.breaker.step import fold_many
 from quantdrift.detectors.noise_floor import NoiseFloor, NoiseFloorState
@@ -66,10 +66,7 @@ class MemoryBreakerStore:
         return self._fold_route(score.route, policy, [score], now)[0]
 
     async def fold_batch(
-        self,
-        scores: Sequence[ScoreEvent],
-        policy_for: Callable[[str], RoutePolicy],
-        now: float,
+        self, scores: Sequence[ScoreEvent], policy_for: PolicyFor, now: float
     ) -> list[FoldResult]:
         """Per route, in order: the Redis store's loop, with dicts for the reads and the
         commit."""

@@ -20,6 +20,8 @@ from quantdrift.schemas.alert import AlertEvent
 from quantdrift.schemas.score import ScoreEvent
 
 MAX_ATTEMPTS = 20
+# Each route's policy, by route: a batch may hold scores of many routes.
+PolicyFor = Callable[[str], RoutePolicy]
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,10 +77,7 @@ class BreakerStore(Protocol):
     async def fold(self, score: ScoreEvent, policy: RoutePolicy, now: float) -> FoldResult: ...
 
     async def fold_batch(
-        self,
-        scores: Sequence[ScoreEvent],
-        policy_for: Callable[[str], RoutePolicy],
-        now: float,
+        self, scores: Sequence[ScoreEvent], policy_for: PolicyFor, now: float
     ) -> list[FoldResult]:
         """Fold many scores, in order, with the same result as folding them one by one."""
         ...
