@@ -189,7 +189,8 @@ async def test_cool_down_half_opens_once(harness: Harness) -> None:
 async def test_a_score_after_the_cool_down_half_opens_the_route_first(harness: Harness) -> None:
     """Time is part of the fold: a batch that comes after the cool-down half-opens the
     route before it folds (no clock tick needed), in one commit of its own, and the
-    probe judges the batch. The half-open command is reported on the first score."""
+    probe judges the batch. The half-open command is reported on the first score, as
+    its ``ticked``, apart from that score's own transition."""
     store = harness.store
     policy = RoutePolicy(rules=("consecutive",), min_pairs=3, cooldown_s=5.0, half_open_pairs=2)
     tripped = await store.fold_batch([score(i, "drift") for i in range(3)], lambda r: policy, 10.0)
@@ -197,8 +198,9 @@ async def test_a_score_after_the_cool_down_half_opens_the_route_first(harness: H
     assert (await store.fold(score(3), policy, now=14.0)).state.state == "open"  # type: ignore[union-attr]
     results = await store.fold_batch([score(4), score(5)], lambda r: policy, 15.0)
     assert [r.status for r in results] == ["ok", "ok"]
-    actions = [r.outbox.command.action if r.outbox else None for r in results]
-    assert actions == ["canary", "restore"]
+    actions = [[o.command.action for o in r.outboxes] for r in results]
+    assert actions == [["canary"], ["restore"]]
+    assert results[0].ticked is not None and results[0].outbox is None
     state, _ = await store.read(ROUTE)
     assert (state.state, state.target, state.trips) == ("closed", "candidate", 1)
     claim = await store.claim(ROUTE, "a")
@@ -208,6 +210,20 @@ async def test_a_score_after_the_cool_down_half_opens_the_route_first(harness: H
         "alerts",
     ] * 3  # trip, canary, restore
     assert (await store.tick(ROUTE, policy, now=16.0)).outbox is None
+
+
+async def test_a_probe_that_restores_at_once_reports_the_half_open_too(harness: Harness) -> None:
+    """One score after the cool-down makes two transitions: the tick's half-open and
+    the probe's restore. Both come back on that score, so the judge counts, logs and
+    traces both (the half-open is not left to the clock's flush alone)."""
+    store = harness.store
+    policy = RoutePolicy(rules=("consecutive",), min_pairs=3, cooldown_s=5.0, half_open_pairs=1)
+    await store.fold_batch([score(i, "drift") for i in range(3)], lambda r: policy, 10.0)
+    (result,) = await store.fold_batch([score(3)], lambda r: policy, 16.0)
+    assert [o.command.action for o in result.outboxes] == ["canary", "restore"]
+    assert result.ticked is not None and result.outbox is not None
+    state, _ = await store.read(ROUTE)
+    assert (state.state, state.target) == ("closed", "candidate")
 
 
 async def test_a_batch_folds_like_one_score_at_a_time(harness: Harness) -> None:

@@ -4,7 +4,16 @@ from __future__ import annotations
 
 import pytest
 
-from quantdrift.breaker import MemoryBreaker, Policy, RoutePolicy, RouteState, judge, manual, tick
+from quantdrift.breaker import (
+    Policy,
+    RoutePolicy,
+    RouteState,
+    StreamFold,
+    judge,
+    manual,
+    offline_store,
+    tick,
+)
 from quantdrift.breaker.machine import initial_state
 from quantdrift.detectors.noise_floor import NoiseFloor
 from quantdrift.schemas import Metrics, ScoreEvent
@@ -153,7 +162,7 @@ def test_a_route_written_in_the_old_flat_layout_keeps_its_state_and_evidence() -
     assert RouteState.from_json(state.to_json()) == state and "rules" in state.to_json()
 
 
-def test_sequential_rule_trips_against_noise_floor_and_not_on_noise() -> None:
+async def test_sequential_rule_trips_against_noise_floor_and_not_on_noise() -> None:
     policy = POLICY.model_copy(
         update={
             "rules": ("sequential",),
@@ -162,29 +171,27 @@ def test_sequential_rule_trips_against_noise_floor_and_not_on_noise() -> None:
             "false_alarm_budget_pairs": 1000,
         }
     )
-    breaker = MemoryBreaker(Policy(default=policy), NoiseFloor(capacity=200))
+    fold = StreamFold(offline_store(NoiseFloor(capacity=200)), Policy(default=policy))
     import random
 
     rng = random.Random(7)
-    for i in range(200):
-        breaker.fold(score(i, rng.uniform(0.85, 0.99), kind="noise"), now=float(i))
+    noise = [(float(i), score(i, rng.uniform(0.85, 0.99), kind="noise")) for i in range(200)]
+    assert await fold.fold_all(noise) == []
     # Healthy shadow pairs drawn from the noise distribution: no trip.
-    for i in range(300):
-        breaker.fold(score(1000 + i, rng.uniform(0.85, 0.99)), now=300.0 + i)
-    assert breaker.trips == []
+    healthy = [(300.0 + i, score(1000 + i, rng.uniform(0.85, 0.99))) for i in range(300)]
+    assert await fold.fold_all(healthy) == []
     # Shift below every noise value, with per-pair verdicts still "ok": only the
     # sequential test can see it.
-    for i in range(30):
-        breaker.fold(score(5000 + i, 0.80), now=700.0 + i)
-    assert breaker.trips and breaker.trips[0].transition.rule == "sequential"
-    assert breaker.trips[0].index - 300 <= 10
+    trips = await fold.fold_all([(700.0 + i, score(5000 + i, 0.80)) for i in range(30)])
+    assert trips and trips[0].transition.rule == "sequential"
+    assert trips[0].index - 300 <= 10
 
 
-def test_memory_breaker_counts_redelivered_pair_once() -> None:
-    breaker = MemoryBreaker(Policy(default=POLICY))
+async def test_offline_fold_counts_redelivered_pair_once() -> None:
+    fold = StreamFold(offline_store(), Policy(default=POLICY))
     for _ in range(3):
-        breaker.fold(score(1, 0.5, "drift"), now=1.0)
-    assert breaker.states["r"].pairs_seen == 1
+        await fold.fold(score(1, 0.5, "drift"), now=1.0)
+    assert (await fold.state("r")).pairs_seen == 1 and fold.shadow_pairs == {"r": 1}
 
 
 def sampled(i: int, cosine: float, verdict: str = "ok") -> ScoreEvent:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import csv
 import gzip
 import itertools
@@ -10,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from quantdrift.breaker import MemoryBreaker, Policy, RoutePolicy
+from quantdrift.breaker import Policy, RoutePolicy, StreamFold, offline_store
 from quantdrift.demo import synthetic
 from quantdrift.replay import build_report, quantiles, render, rescore_stream, score_rows
 from quantdrift.replay.archive import ArchiveWriter, record_line
@@ -29,13 +30,11 @@ def healthy_then_drifted(n_healthy: int = 60, n_drifted: int = 12):  # type: ign
 
 
 def direct_trips(scores, policy):  # type: ignore[no-untyped-def]
-    breaker = MemoryBreaker(policy)
-    for s in scores:
-        breaker.fold(s, s.ts)
-    return breaker.trips
+    fold = StreamFold(offline_store(), policy)
+    return asyncio.run(fold.fold_all((s.ts, s) for s in scores))
 
 
-def test_trip_index_matches_memory_breaker_and_no_false_rollback_on_healthy() -> None:
+def test_trip_index_matches_the_offline_fold_and_no_false_rollback_on_healthy() -> None:
     pairs = healthy_then_drifted()
     scores = rescore_stream(pairs, None, NO_WINDOW, batch=16)
     report = build_report(scores, NO_WINDOW)

@@ -213,15 +213,16 @@ def test_budget_split_is_normalised_over_the_tests_a_policy_runs() -> None:
         assert sum(rates) == pytest.approx(1 / policy.false_alarm_budget_pairs)
 
 
-def test_live_echo_noise_pairs_do_not_feed_the_floor() -> None:
-    from quantdrift.breaker import MemoryBreaker, Policy
+async def test_live_echo_noise_pairs_do_not_feed_the_floor() -> None:
+    from quantdrift.breaker import Policy, StreamFold, offline_store
 
-    breaker = MemoryBreaker(Policy())
+    store = offline_store()
+    fold = StreamFold(store, Policy())
     echo = Metrics(cosine=1.0, first_divergence=None, candidate_tokens=5, reference_tokens=5)
     differs = Metrics(cosine=0.9, first_divergence=2, candidate_tokens=5, reference_tokens=5)
     for i, m in enumerate([echo, echo, differs]):
         noise = ScoreEvent(
             pair_id=f"n{i}", route="r", kind="noise", ts=0, decoding="greedy", metrics=m
         )  # type: ignore[arg-type]
-        breaker.fold(noise, now=float(i))
-    assert breaker.floors[("r", "greedy")].values["cosine"] == (0.9,)
+        await fold.fold(noise, now=float(i))
+    assert store.floors[("r", "greedy")].values["cosine"] == (0.9,)

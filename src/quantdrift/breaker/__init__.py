@@ -1,8 +1,9 @@
-"""Per-route breaker: pure transitions (machine), the Redis store (Lua), in-memory twin."""
+"""Per-route breaker: pure transitions (machine), the Redis store (Lua), in-memory twin,
+and the offline driver that replay and eval fold recordings with."""
 
 from quantdrift.breaker.machine import Decision, initial_state, judge, manual, tick
-from quantdrift.breaker.memory import MemoryBreaker, Trip
 from quantdrift.breaker.memory_store import MemoryBreakerStore
+from quantdrift.breaker.offline import StreamFold, Trip, offline_store
 from quantdrift.breaker.outbox import Outbox, build_outbox
 from quantdrift.breaker.policy import Policy, RoutePolicy, load_policy
 from quantdrift.breaker.protocol import BreakerStore, Claim, FoldResult
@@ -14,13 +15,13 @@ __all__ = [
     "Claim",
     "Decision",
     "FoldResult",
-    "MemoryBreaker",
     "MemoryBreakerStore",
     "Outbox",
     "OutboxRelay",
     "Policy",
     "RoutePolicy",
     "RouteState",
+    "StreamFold",
     "Transition",
     "Trip",
     "WorstPair",
@@ -29,5 +30,6 @@ __all__ = [
     "judge",
     "load_policy",
     "manual",
+    "offline_store",
     "tick",
 ]

@@ -1,7 +1,8 @@
 """The in-memory twin of the Redis store: same protocol, same fold, dicts instead of Lua.
 
-For tests of the relay and the agents without a Redis, and so the contract test
-(``tests/contract/test_breaker_store.py``) can hold both stores to one behaviour.
+The store of replay, eval and calibrate (``breaker/offline.py`` drives it), of tests
+of the relay and the agents without a Redis, and of the contract test
+(``tests/contract/test_breaker_store.py``), which holds both stores to one behaviour.
 Single-process only: "atomic" here means "no await inside a step".
 """
 
@@ -10,7 +11,7 @@ from __future__ import annotations
 import time
 import uuid
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from quantdrift.breaker.machine import Decision, manual, tick
 from quantdrift.breaker.outbox import OutboxItem, alert_item, build_outbox, change_alert
@@ -21,6 +22,10 @@ from quantdrift.breaker.step import fold_many
 from quantdrift.detectors.noise_floor import NoiseFloor, NoiseFloorState
 from quantdrift.schemas.score import ScoreEvent
 from quantdrift.schemas.signing import CommandSigner
+
+# A route not seen yet. States are frozen values, so one serves every lookup (a new
+# RouteState per lookup costs more than the rest of a memory fold's bookkeeping).
+_FRESH = RouteState()
 
 
 @dataclass(slots=True)
@@ -45,7 +50,7 @@ class MemoryBreakerStore(BreakerStore):
     dups: dict[str, int] = field(default_factory=dict)
 
     async def read(self, route: str) -> tuple[RouteState, int]:
-        return self.states.get(route, RouteState()), 0
+        return self.states.get(route, _FRESH), 0
 
     async def routes(self) -> list[str]:
         return sorted(self.states)
@@ -62,7 +67,7 @@ class MemoryBreakerStore(BreakerStore):
         """The Redis store's prefix, dicts for its reads and commit (never a lost race)."""
         step = fold_many(
             policy,
-            self.states.get(route, RouteState()),
+            self.states.get(route, _FRESH),
             {mode: f for (r, mode), f in self.floors.items() if r == route},
             [(route, s.kind, s.pair_id) in self.seen for s in batch],
             batch,
@@ -85,19 +90,47 @@ class MemoryBreakerStore(BreakerStore):
         results = [result_of(outcome, outbox, alert) for outcome in step.outcomes]
         return Prefix(results, outbox if not step.outcomes else None)
 
+    async def seed_floor(
+        self, route: str, mode: str, values: list[dict[str, float]], merge: bool = False
+    ) -> NoiseFloorState:
+        floor = self.floors.get((route, mode)) if merge else None
+        state = floor or self.noise_floor.init()
+        for row in values:
+            state = self.noise_floor.update(state, row)
+        self.floors[(route, mode)] = state
+        return state
+
     async def tick(self, route: str, policy: RoutePolicy, now: float) -> FoldResult:
-        return self._decide(route, tick(policy, self.states.get(route, RouteState()), now), now)
+        return self._decide(route, tick(policy, self.states.get(route, _FRESH), now), now)
+
+    def fork(self) -> MemoryBreakerStore:
+        """An independent copy: what folds into one no longer moves the other.
+
+        States and floors are values, so copying the dicts is enough; eval uses it to
+        start several drifts from one healthy run (``evaluation/long.py``).
+        """
+        return replace(
+            self,
+            states=dict(self.states),
+            floors=dict(self.floors),
+            commands=dict(self.commands),
+            outboxes={route: list(items) for route, items in self.outboxes.items()},
+            owners=dict(self.owners),
+            seen=set(self.seen),
+            dups=dict(self.dups),
+        )
 
     async def manual(
         self, route: str, action: str, policy: RoutePolicy, now: float, who: str = "cli"
     ) -> FoldResult:
-        state = self.states.get(route, RouteState())
+        state = self.states.get(route, _FRESH)
         return self._decide(route, manual(policy, state, action, now, who), now, "manual")
 
     def _decide(
         self, route: str, decision: Decision, now: float, source: str = "breaker"
     ) -> FoldResult:
-        if decision.transition is None and decision.state == self.states.get(route, RouteState()):
+        current = self.states.get(route, _FRESH)
+        if decision.transition is None and (decision.state is current or decision.state == current):
             return FoldResult("ok", decision.state)
         return self._commit(route, decision.state, decision.transition, now, source)
 

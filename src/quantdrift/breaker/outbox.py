@@ -33,11 +33,14 @@ _SEVERITY: dict[tuple[str, str], Severity] = {
 
 @dataclass(frozen=True, slots=True)
 class Outbox:
-    """A transition's messages: the command, its signed envelope (what travels), the alert."""
+    """A transition's messages: the command, its signed envelope (what travels), the alert;
+    and the transition they were built from, for readers of a store's answer (replay's
+    trips) that want the rule and the states rather than the wire form."""
 
     command: RouteCommand
     sealed: bytes
     alert: AlertEvent
+    transition: Transition
 
     def items(self) -> tuple[bytes, ...]:
         """The outbox list entries, in publication order: the command first."""
@@ -107,7 +110,7 @@ def build_outbox(
         dedupe_key=f"{route}:{transition.to_state}:{state.epoch}",
         epoch=state.epoch,
     )
-    return Outbox(command, signer.seal(command), alert)
+    return Outbox(command, signer.seal(command), alert, transition)
 
 
 def change_alert(route: str, change: CandidateChange, state: RouteState, now: float) -> AlertEvent:

@@ -1,7 +1,7 @@
 """One ``BreakerStore`` protocol: the Redis store and its in-memory twin both keep it.
 
-The live worker, the console and replay decide alike because they run the same
-pure fold over the same protocol; ``tests/contract/test_breaker_store.py`` runs
+The live worker, the console, replay, eval and calibrate decide alike because they
+run the same pure fold over the same protocol; ``tests/contract/test_breaker_store.py`` runs
 every check on both stores.
 
 Both stores inherit ``fold`` and ``fold_batch`` from the protocol and supply only
@@ -11,10 +11,9 @@ folds prefix after prefix onto the state the last one committed, and retries a
 lost race up to ``MAX_ATTEMPTS`` times.
 
 A prefix that was a tick alone (the cool-down was over when the batch came)
-consumes no score; its outbox is reported on the next score of the route that
-folds without a transition of its own, so the caller counts and logs it like any
-other. A batch whose every later score is a duplicate or a transition leaves it
-unreported: the clock's flush still publishes it.
+consumes no score; its outbox is reported as ``ticked`` on the route's next
+score in the batch (there always is one: a tick-only prefix consumed nothing),
+so the caller counts, logs and traces it like any other transition.
 """
 
 from __future__ import annotations
@@ -27,22 +26,33 @@ from quantdrift.breaker.outbox import Outbox, OutboxItem
 from quantdrift.breaker.policy import RoutePolicy
 from quantdrift.breaker.state import RouteState
 from quantdrift.breaker.step import Folded
+from quantdrift.detectors.noise_floor import NoiseFloorState
 from quantdrift.errors import BreakerStoreError
 from quantdrift.schemas.alert import AlertEvent
 from quantdrift.schemas.score import ScoreEvent
 
 MAX_ATTEMPTS = 20
+# Each route's policy, by route: a batch may hold scores of many routes.
+PolicyFor = Callable[[str], RoutePolicy]
 
 
 @dataclass(frozen=True, slots=True)
 class FoldResult:
     """``status``: ``ok`` or ``dup`` (the pair was folded before); ``outbox`` on a
-    transition; ``alert`` on the score that revealed a new candidate."""
+    transition; ``alert`` on the score that revealed a new candidate; ``ticked`` on
+    the first score folded after a cool-down tick committed on its own (``fold_many``
+    ticks first), so the caller counts and logs that transition too."""
 
     status: str
     state: RouteState | None = None
     outbox: Outbox | None = None
     alert: AlertEvent | None = None
+    ticked: Outbox | None = None
+
+    @property
+    def outboxes(self) -> list[Outbox]:
+        """Every transition this answer carries, in the order they were committed."""
+        return [o for o in (self.ticked, self.outbox) if o is not None]
 
 
 def result_of(
@@ -99,10 +109,7 @@ class BreakerStore(Protocol):
         return (await self.fold_batch([score], lambda _route: policy, now))[0]
 
     async def fold_batch(
-        self,
-        scores: Sequence[ScoreEvent],
-        policy_for: Callable[[str], RoutePolicy],
-        now: float,
+        self, scores: Sequence[ScoreEvent], policy_for: PolicyFor, now: float
     ) -> list[FoldResult]:
         """Fold many scores, in order, with the same result as folding them one by one."""
         results = [FoldResult("dup")] * len(scores)
@@ -122,8 +129,8 @@ class BreakerStore(Protocol):
                         )
                     continue
                 for i, result in zip(pending, prefix.results, strict=False):
-                    if ticked is not None and result.status == "ok" and result.outbox is None:
-                        result, ticked = replace(result, outbox=ticked), None
+                    if ticked is not None:
+                        result, ticked = replace(result, ticked=ticked), None
                     results[i] = result
                 ticked = prefix.ticked or ticked
                 pending = pending[len(prefix.results) :]
@@ -137,6 +144,13 @@ class BreakerStore(Protocol):
         ...
 
     async def tick(self, route: str, policy: RoutePolicy, now: float) -> FoldResult: ...
+
+    async def seed_floor(
+        self, route: str, mode: str, values: list[dict[str, float]], merge: bool = False
+    ) -> NoiseFloorState:
+        """Write the route's noise floor for one decoding mode (``quantdrift calibrate``,
+        and eval's floor): ``values`` replace it, or with ``merge`` are appended to it."""
+        ...
 
     async def manual(
         self, route: str, action: str, policy: RoutePolicy, now: float, who: str = "cli"

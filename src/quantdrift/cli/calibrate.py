@@ -3,7 +3,8 @@
 Seeds the noise floor in Redis, per route and decoding mode, from the file's
 ``noise`` pairs (reference vs reference): they are scored like the worker
 scores them, and each mode's floor is written with the breaker store's
-compare-and-set (the keys the worker reads, ``{prefix}route:{ROUTE}:noise:MODE``).
+compare-and-set (``BreakerStore.seed_floor``, which ``quantdrift eval`` calls on its
+in-memory store; the keys the worker reads, ``{prefix}route:{ROUTE}:noise:MODE``).
 
 Without ``--route`` each route calibrates from its own noise pairs; with
 ``--route R`` (repeatable) all the file's noise pairs calibrate R, e.g. the
@@ -122,6 +123,7 @@ async def _write(
 ) -> list[dict[str, object]]:
     import redis.asyncio as aioredis
 
+    from quantdrift.breaker.protocol import BreakerStore
     from quantdrift.breaker.store import RedisBreakerStore
     from quantdrift.config import Settings
     from quantdrift.schemas.signing import signer_from_settings
@@ -129,7 +131,8 @@ async def _write(
     assert isinstance(settings, Settings)
     signer = signer_from_settings(settings.signing.active_key_id, settings.signing.keys)
     client = aioredis.Redis.from_url(url, socket_timeout=5)
-    store = RedisBreakerStore(client, signer, key_prefix=prefix)
+    # The floor eval seeds its memory store with, written through the same protocol.
+    store: BreakerStore = RedisBreakerStore(client, signer, key_prefix=prefix)
     rows: list[dict[str, object]] = []
     try:
         for route, (seed, source) in seeds.items():

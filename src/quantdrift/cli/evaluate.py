@@ -178,7 +178,6 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _run_long(args, healthy, drifted, calibrate, cache, policies, tier) -> int:  # type: ignore[no-untyped-def]
-    from quantdrift.detectors.noise_floor import NoiseFloor
     from quantdrift.evaluation.calibration import floor_seed
     from quantdrift.evaluation.long import ROUTE, format_long, run_long
 
@@ -199,13 +198,6 @@ def _run_long(args, healthy, drifted, calibrate, cache, policies, tier) -> int: 
         rp.min_noise_pairs,
         [to_score(p, cache[p], rp, ROUTE) for p in blessed],
     )
-    nf = NoiseFloor()
-    floors = {}
-    for mode, rows in seed_rows.items():
-        state = nf.init()
-        for row in rows:
-            state = nf.update(state, row)
-        floors[mode] = state
     shadow_h = [p for p in healthy if p.kind == "shadow"]
     shadow_d = [p for p in drifted if p.kind == "shadow"]
     if not shadow_h:
@@ -221,7 +213,7 @@ def _run_long(args, healthy, drifted, calibrate, cache, policies, tier) -> int: 
     results = run_long(
         shadow_h,
         pools,
-        floors,
+        seed_rows,
         cache,
         policies,
         streams=args.streams,
@@ -229,7 +221,6 @@ def _run_long(args, healthy, drifted, calibrate, cache, policies, tier) -> int: 
         seed=args.seed,
         drift_length=args.drift_length,
         pair_interval_s=args.pair_interval,
-        noise_floor=nf,
         floor_source=source,
     )
     context: dict[str, object] = {

@@ -3,7 +3,7 @@
 ``streams`` turns PairEvent files into per-route streams (healthy, then
 drifted), ``calibration`` builds the noise floor's seed values (shared with
 ``quantdrift calibrate``), ``cache`` scores every pair once, and ``runner``
-judges the scored streams under several policies with the in-memory breaker:
+judges the scored streams under several policies through the breaker's in-memory store:
 no broker, no Redis, no side effects.
 """
 

@@ -1,7 +1,7 @@
 """The noise floor's seed values per decoding mode: noise pairs and a blessed baseline.
 
 Shared by ``quantdrift calibrate`` (which writes them to Redis) and
-``quantdrift eval`` (which seeds the in-memory breaker), so both start from
+``quantdrift eval`` (which seeds its in-memory store), so both start from
 the same floor.
 
 * **Noise pairs** (``kind = noise``, reference vs reference) of each mode feed

@@ -3,9 +3,12 @@
 ``quantdrift eval --streams K --length N --seed S``: each of the K streams is N
 healthy shadow pairs drawn with replacement from the healthy pool (its own
 seeded generator), then ``drift_length`` pairs drawn from the drifted pool. A
-fresh route state per stream and policy; the judge is the production one
-(:func:`quantdrift.breaker.machine.judge`, with ``tick`` for cool-downs), fed
-one pair per simulated ``pair_interval_s``.
+fresh in-memory store per stream and policy, seeded with the floor; the decision
+is the production one, reached through the breaker's store protocol
+(:class:`~quantdrift.breaker.offline.StreamFold`, as replay and the per-route
+eval reach it), fed one pair per simulated ``pair_interval_s``. Each draw is a
+pair of its own (its id names the stream and the draw), so a pair drawn twice
+folds twice rather than being dropped as a redelivery.
 
 Counted per policy:
 
@@ -26,19 +29,22 @@ not scoring (metrics come from the content-keyed :class:`ScoreCache`).
 
 from __future__ import annotations
 
+import asyncio
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import numpy as np
 from scipy.stats import chi2
 
-from quantdrift.breaker.machine import initial_state, judge, tick
+from quantdrift.breaker.memory_store import MemoryBreakerStore
+from quantdrift.breaker.offline import StreamFold, offline_store
 from quantdrift.breaker.policy import Policy
-from quantdrift.breaker.state import RouteState
-from quantdrift.detectors.noise_floor import NoiseFloor, NoiseFloorState
+from quantdrift.breaker.state import Transition
+from quantdrift.detectors.noise_floor import NoiseFloor
 from quantdrift.evaluation.cache import ScoreCache, to_score
+from quantdrift.evaluation.table import text_table
 from quantdrift.schemas import PairEvent, ScoreEvent
 
 ROUTE = "eval/long"
@@ -88,7 +94,7 @@ def _quantile(values: Sequence[float], q: float) -> float | None:
 def run_long(
     healthy: Sequence[PairEvent],
     drifted: Mapping[str, Sequence[PairEvent]] | Sequence[PairEvent],
-    floors: Mapping[str, NoiseFloorState],
+    floor_rows: Mapping[str, Sequence[dict[str, float]]],
     cache: ScoreCache,
     policies: Mapping[str, Policy],
     *,
@@ -104,9 +110,11 @@ def run_long(
 
     ``drifted``: one pool, or several by name (``{"int4": [...], "int2": [...]}``).
     The healthy part of each stream is judged once per policy; every pool's drift
-    then starts from that same route state (a state is a value), so three pools
-    cost one healthy pass, and their false-rollback counts are the same streams.
-    ``floors`` maps a decoding mode to its floor.
+    then starts from a fork of that same store, so three pools cost one healthy
+    pass, and their false-rollback counts are the same streams. ``floor_rows`` maps
+    a decoding mode to the metric values that seed its floor
+    (:func:`~quantdrift.evaluation.calibration.floor_seed`), written as
+    ``quantdrift calibrate`` writes them: through the store.
     """
     if streams < 1 or length < 0 or drift_length < 0:
         raise ValueError("streams >= 1, length >= 0, drift_length >= 0")
@@ -133,14 +141,18 @@ def run_long(
         d_scores = {
             pool: [to_score(p, cache[p], rp, ROUTE) for p in pairs] for pool, pairs in pools.items()
         }
+        seeded = offline_store(nf)
+        for mode, rows in floor_rows.items():
+            asyncio.run(seeded.seed_floor(ROUTE, mode, list(rows)))
         false, with_false = 0, 0
         false_rules: Counter[str] = Counter()
         delays: dict[str, list[float]] = {pool: [] for pool in pools}
         missed: Counter[str] = Counter()
         by: dict[str, Counter[str]] = {pool: Counter() for pool in pools}
-        for h, d in draws:
-            state, rules_fired, now = _healthy_part(
-                rp, [h_scores[i] for i in h], floors, nf, pair_interval_s
+        for k, (h, d) in enumerate(draws):
+            fold = StreamFold(seeded.fork(), policy)
+            rules_fired, now = asyncio.run(
+                _healthy_part(fold, _drawn(h_scores, h, f"{k}:"), pair_interval_s)
             )
             false += len(rules_fired)
             with_false += bool(rules_fired)
@@ -148,8 +160,13 @@ def run_long(
             for pool, idx in d.items():
                 if not len(idx):
                     continue
-                delay, rule = _drift_part(
-                    rp, state, [d_scores[pool][i] for i in idx], floors, nf, pair_interval_s, now
+                delay, rule = asyncio.run(
+                    _drift_part(
+                        _forked(fold),
+                        _drawn(d_scores[pool], idx, f"{k}:{pool}:"),
+                        pair_interval_s,
+                        now,
+                    )
                 )
                 if delay is None:
                     missed[pool] += 1
@@ -182,85 +199,70 @@ def run_long(
     return results
 
 
-def _healthy_part(
-    rp: Any,
-    healthy: Sequence[ScoreEvent],
-    floors: Mapping[str, NoiseFloorState],
-    nf: NoiseFloor,
-    interval: float,
-) -> tuple[RouteState, list[str], float]:
-    """Judge the healthy pairs; the state at the onset, the false rollbacks' rules, the clock."""
-    state = initial_state(rp)
-    now = 0.0
-    false_rules: list[str] = []
+def _drawn(scores: Sequence[ScoreEvent], idx: Iterable[int], prefix: str) -> list[ScoreEvent]:
+    """The drawn scores, each a pair of its own: ``prefix`` + its place in the draw."""
+    return [scores[i].model_copy(update={"pair_id": f"{prefix}{n}"}) for n, i in enumerate(idx)]
+
+
+def _forked(fold: StreamFold) -> StreamFold:
+    """The same stream from here on, folding into a copy of its store."""
+    assert isinstance(fold.store, MemoryBreakerStore)
+    return StreamFold(fold.store.fork(), fold.policy, dict(fold.shadow_pairs))
+
+
+async def _healthy_part(
+    fold: StreamFold, healthy: Sequence[ScoreEvent], interval: float
+) -> tuple[list[str], float]:
+    """Judge the healthy pairs; the false rollbacks' rules and the clock at the onset."""
+    now, timed = 0.0, []
     for score in healthy:
         now += interval
-        state = tick(rp, state, now).state
-        d = judge(rp, state, score, now, floors.get(score.decoding), nf)
-        state = d.state
-        t = d.transition
-        if t is not None and t.to_state == "open" and t.from_state == "closed":
-            false_rules.append(t.rule)
-    return state, false_rules, now
+        timed.append((now, score))
+    trips = await fold.fold_all(timed)
+    return [t.transition.rule for t in trips if _opens(t.transition, from_closed=True)], now
 
 
-def _drift_part(
-    rp: Any,
-    state: RouteState,
-    drifted: Sequence[ScoreEvent],
-    floors: Mapping[str, NoiseFloorState],
-    nf: NoiseFloor,
-    interval: float,
-    now: float,
+async def _drift_part(
+    fold: StreamFold, drifted: Sequence[ScoreEvent], interval: float, now: float
 ) -> tuple[int | None, str | None]:
     """(drifted pairs up to and including the one that opened the route, its rule)."""
-    if state.state != "closed":
+    if (await fold.state(ROUTE)).state != "closed":
         return 0, "open at onset"
     for i, score in enumerate(drifted, start=1):
         now += interval
-        state = tick(rp, state, now).state
-        d = judge(rp, state, score, now, floors.get(score.decoding), nf)
-        state = d.state
-        t = d.transition
-        if t is not None and t.to_state == "open":
-            return i, t.rule
+        for trip in await fold.fold(score, now):
+            if _opens(trip.transition):
+                return i, trip.transition.rule
     return None, None
+
+
+def _opens(t: Transition, from_closed: bool = False) -> bool:
+    return t.to_state == "open" and (not from_closed or t.from_state == "closed")
+
+
+# (header, LongResult field) per column of the table.
+LONG_COLUMNS = (
+    ("policy", "policy"),
+    ("drifted", "drifted"),
+    ("streams", "streams"),
+    ("healthy", "healthy_pairs"),
+    ("false", "false_rollbacks"),
+    ("per 100k", "false_rollbacks_per_100k"),
+    ("upper95", "false_rollbacks_per_100k_upper95"),
+    ("delay", "detection_delay_pairs"),
+    ("p90", "detection_delay_p90"),
+    ("missed", "missed"),
+)
+
+
+def _cell(x: object) -> str:
+    """``-`` for nothing (no value, no pool name), floats as ``%g``."""
+    if x is None or x == "":
+        return "-"
+    return f"{x:g}" if isinstance(x, float) else str(x)
 
 
 def format_long(results: Sequence[LongResult]) -> str:
     """A plain-text table, one row per policy."""
-    header = (
-        "policy",
-        "drifted",
-        "streams",
-        "healthy",
-        "false",
-        "per 100k",
-        "upper95",
-        "delay",
-        "p90",
-        "missed",
-    )
-
-    def f(x: object) -> str:
-        return "-" if x is None else (f"{x:g}" if isinstance(x, float) else str(x))
-
-    rows = [
-        (
-            r.policy,
-            r.drifted or "-",
-            f(r.streams),
-            f(r.healthy_pairs),
-            f(r.false_rollbacks),
-            f(r.false_rollbacks_per_100k),
-            f(r.false_rollbacks_per_100k_upper95),
-            f(r.detection_delay_pairs),
-            f(r.detection_delay_p90),
-            f(r.missed),
-        )
-        for r in results
-    ]
-    widths = [max(len(row[i]) for row in (header, *rows)) for i in range(len(header))]
-    return "\n".join(
-        "  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)) for row in (header, *rows)
-    )
+    rows = [[_cell(getattr(r, name)) for _, name in LONG_COLUMNS] for r in results]
+    return text_table([header for header, _ in LONG_COLUMNS], rows)

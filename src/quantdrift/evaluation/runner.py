@@ -1,8 +1,9 @@
 """Judge scored streams under several policies, in memory, and count what happened.
 
-Per policy and per route stream, a fresh :class:`MemoryBreaker` (the same
-fold as the Redis store, no side effects) is seeded with the calibration
-floor, then fed the stream one pair at a time with a simulated clock of
+Per policy, a fresh in-memory store (the breaker's protocol and fold, as the
+worker's Redis store, no side effects) is seeded per route stream with the
+calibration floor, then fed the stream one pair at a time through
+:class:`~quantdrift.breaker.offline.StreamFold` with a simulated clock of
 ``pair_interval_s`` per pair (cool-downs count in pairs, not in wall time).
 
 * ``false_rollbacks``: closed -> open transitions while the healthy part
@@ -18,17 +19,19 @@ floor, then fed the stream one pair at a time with a simulated clock of
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from quantdrift.breaker.memory import MemoryBreaker
+from quantdrift.breaker.offline import StreamFold, offline_store
 from quantdrift.breaker.policy import Policy
 from quantdrift.detectors.noise_floor import NoiseFloor
 from quantdrift.evaluation.cache import ScoreCache, to_score
 from quantdrift.evaluation.calibration import floor_seed
 from quantdrift.evaluation.streams import EvalPlan, RouteStream
+from quantdrift.evaluation.table import text_table
 
 STANDARD_POLICIES = ("default", "seeds", "windowed", "sequential")
 
@@ -98,18 +101,17 @@ class PolicyResult:
         return asdict(self)
 
 
-def _run_stream(
-    breaker: MemoryBreaker, stream: RouteStream, cache: ScoreCache, interval: float
+async def _run_stream(
+    fold: StreamFold, stream: RouteStream, cache: ScoreCache, interval: float
 ) -> RouteResult:
     result = RouteResult(stream.route, stream.healthy_pairs, drifted_pairs=stream.drifted_pairs)
     now, healthy_seen, drifted_seen, onset_checked = 0.0, 0, 0, False
+    policy = fold.route_policy(stream.route)
     for step in stream.steps:
         now += interval
-        policy = breaker.policy.for_route(stream.route)
         if step.phase == "drifted" and step.kind == "shadow" and not onset_checked:
             onset_checked = True
-            state = breaker.states.get(stream.route)
-            if state is not None and state.state == "open":
+            if (await fold.state(stream.route)).state == "open":
                 result.detection_delay_pairs, result.detected_by = 0, "open at onset"
         score = to_score(step.pair, cache[step.pair], policy, stream.route).model_copy(
             update={"kind": step.kind, "pair_id": step.pair_id}
@@ -117,14 +119,11 @@ def _run_stream(
         if step.kind == "shadow":
             if step.phase == "healthy":
                 healthy_seen += 1
-                state = breaker.states.get(stream.route)
-                if state is not None and state.state != "closed":
+                if (await fold.state(stream.route)).state != "closed":
                     result.healthy_pairs_on_reference += 1
             else:
                 drifted_seen += 1
-        before = len(breaker.trips)
-        breaker.fold(score, now)
-        for trip in breaker.trips[before:]:
+        for trip in await fold.fold(score, now):
             t = trip.transition
             if t.to_state != "open":
                 continue
@@ -137,6 +136,29 @@ def _run_stream(
     return result
 
 
+async def _judge(
+    plan: EvalPlan,
+    cache: ScoreCache,
+    policy: Policy,
+    interval: float,
+    noise_floor: NoiseFloor | None,
+) -> list[RouteResult]:
+    """One store for the policy; each route stream seeded with its floor, then judged."""
+    fold = StreamFold(offline_store(noise_floor), policy)
+    routes = []
+    for stream in plan.streams:
+        route_policy = fold.route_policy(stream.route)
+        calibration = [to_score(p, cache[p], route_policy, stream.route) for p in plan.calibration]
+        seed, source = floor_seed(calibration, route_policy.min_noise_pairs)
+        for mode, rows in seed.items():
+            if rows:
+                await fold.store.seed_floor(stream.route, mode, rows, merge=True)
+        route_result = await _run_stream(fold, stream, cache, interval)
+        route_result.floor_source = {m: s for m, s in source.items() if seed[m]}
+        routes.append(route_result)
+    return routes
+
+
 def evaluate(
     plan: EvalPlan,
     cache: ScoreCache,
@@ -147,27 +169,10 @@ def evaluate(
 ) -> list[PolicyResult]:
     """One result per policy; ``cache`` must hold every pair of ``plan`` (``cache.fill``)."""
     cache.fill(plan.pairs())
-    floor = noise_floor or NoiseFloor()
     results = []
     for name, policy in policies.items():
         t0 = time.perf_counter()
-        breaker = MemoryBreaker(policy, floor)
-        routes = []
-        for stream in plan.streams:
-            route_policy = policy.for_route(stream.route)
-            calibration = [
-                to_score(p, cache[p], route_policy, stream.route) for p in plan.calibration
-            ]
-            seed, source = floor_seed(calibration, route_policy.min_noise_pairs)
-            for mode, rows in seed.items():
-                state = breaker.floors.get((stream.route, mode), floor.init())
-                for values in rows:
-                    state = floor.update(state, values)
-                if rows:
-                    breaker.floors[(stream.route, mode)] = state
-            route_result = _run_stream(breaker, stream, cache, pair_interval_s)
-            route_result.floor_source = {m: s for m, s in source.items() if seed[m]}
-            routes.append(route_result)
+        routes = asyncio.run(_judge(plan, cache, policy, pair_interval_s, noise_floor))
         judge_s = time.perf_counter() - t0
         pairs = sum(len(s.steps) for s in plan.streams)
         healthy = sum(r.healthy_pairs for r in routes)
@@ -225,7 +230,4 @@ def format_table(results: list[PolicyResult]) -> str:
         )
         for r in results
     ]
-    widths = [max(len(row[i]) for row in (header, *body)) for i in range(len(header))]
-    return "\n".join(
-        "  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)) for row in (header, *body)
-    )
+    return text_table(header, body)

@@ -339,11 +339,10 @@ def judged(scores: Sequence[ScoreEvent], results: Sequence[FoldResult]) -> None:
         return
     try:
         for score, result in zip(scores, results, strict=True):
-            if result.status == "dup":
-                continue
-            t.evaluation(score)
-            if result.outbox is not None:
-                t.transition(result.outbox)
+            if result.status != "dup":
+                t.evaluation(score)
+            for outbox in result.outboxes:  # a cool-down tick may ride on a duplicate
+                t.transition(outbox)
     except Exception:
         log.exception("OpenTelemetry: could not emit evaluation events")
 

@@ -1,6 +1,6 @@
 """Replay: re-score a topic range or an archive under any policy, with no side effects.
 
-``core`` (pure: re-scoring, the in-memory breaker fold, the report's numbers),
+``core`` (pure: re-scoring, the fold through the in-memory store, the report's numbers),
 ``render`` (HTML with inline SVG, CSV, Parquet), ``sources`` (files, archive,
 topic ranges), ``archive`` (the archive sink ``quantdrift archive`` runs).
 """

@@ -3,7 +3,8 @@
 ``rescore`` turns pairs into ScoreEvents the way the score agent does (one
 ``embedding.score_with`` call per batch, so a tiered scorer escalates as it does
 live, and the per-pair verdict with each route's thresholds);
-``build_report`` folds scores through :class:`MemoryBreaker` under a policy
+``build_report`` folds scores through the breaker's in-memory store under a
+policy (:class:`~quantdrift.breaker.offline.StreamFold`, the driver eval shares)
 and returns plain numbers: trips per rule, false rollbacks against labels,
 per-metric quantiles for shadow and noise pairs, the worst pairs. Rendering
 (HTML, CSV, Parquet) lives in ``render.py``.
@@ -11,11 +12,12 @@ per-metric quantiles for shadow and noise pairs, the worst pairs. Rendering
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
 from quantdrift.breaker.machine import similarity_of
-from quantdrift.breaker.memory import MemoryBreaker
+from quantdrift.breaker.offline import StreamFold, offline_store
 from quantdrift.breaker.policy import Policy, thresholds_for
 from quantdrift.detectors import Embedder
 from quantdrift.detectors.suite import score_event
@@ -66,7 +68,7 @@ def rescore_stream(
 
 @dataclass(frozen=True, slots=True)
 class TripRow:
-    """One breaker transition: ``index`` counts the route's shadow pairs (MemoryBreaker's)."""
+    """One breaker transition: ``index`` counts the route's shadow pairs (a :class:`Trip`'s)."""
 
     route: str
     index: int
@@ -149,14 +151,25 @@ def build_report(
     per_rule: bool = True,
     source: str = "",
 ) -> ReplayReport:
-    """Fold scores in order through a MemoryBreaker (time = each score's ``ts``).
+    """Fold scores in order through an in-memory store (time = each score's ``ts``).
 
     ``recent_labels`` is how many shadow pairs before a trip decide whether it
     was a false rollback (default: the route's K consecutive failures).
-    ``per_rule`` also runs one breaker per rule, to show when each rule
+    ``per_rule`` also runs one store per rule, to show when each rule
     alone would have fired.
     """
-    main = MemoryBreaker(policy)
+    return asyncio.run(_build_report(scores, policy, worst_n, recent_labels, per_rule, source))
+
+
+async def _build_report(
+    scores: Sequence[ScoreEvent],
+    policy: Policy,
+    worst_n: int,
+    recent_labels: int | None,
+    per_rule: bool,
+    source: str,
+) -> ReplayReport:
+    main = StreamFold(offline_store(), policy)
     singles = {}
     if per_rule:
         for rule in policy.default.rules:
@@ -164,7 +177,7 @@ def build_report(
                 default=policy.default.model_copy(update={"rules": (rule,)}),
                 routes={r: {**o, "rules": (rule,)} for r, o in policy.routes.items()},
             )
-            singles[rule] = MemoryBreaker(single)
+            singles[rule] = StreamFold(offline_store(), single)
     routes: dict[str, RouteReport] = {}
     labels: dict[str, list[str | None]] = {}
     for stream_index, score in enumerate(scores):
@@ -183,11 +196,9 @@ def build_report(
             sim = similarity_of(score)
             if sim is not None:
                 rep.similarity.append((rep.shadow_pairs, sim))
-        before = len(main.trips)
-        main.fold(score, score.ts)
-        for trip in main.trips[before:]:
+        for trip in await main.fold(score, score.ts):
             t = trip.transition
-            route_policy = policy.for_route(trip.route)
+            route_policy = main.route_policy(trip.route)
             recent = recent_labels or route_policy.consecutive_failures
             false = None
             if _is_rollback(t.to_state, t.rule):
@@ -209,10 +220,8 @@ def build_report(
                     false,
                 )
             )
-        for rule, breaker in singles.items():
-            before = len(breaker.trips)
-            breaker.fold(score, score.ts)
-            for trip in breaker.trips[before:]:
+        for rule, single_fold in singles.items():
+            for trip in await single_fold.fold(score, score.ts):
                 if _is_rollback(trip.transition.to_state, trip.transition.rule):
                     fires = routes[trip.route].rule_fires.setdefault(rule, [])
                     fires.append(trip.index)

@@ -133,12 +133,10 @@ async def topic_values(
     Records are returned partition by partition in offset order: a route lives
     in one partition, so each route keeps its order (the breaker is per route).
     """
-    options = {
-        **consumer_options,
-        "group_id": None,
-        "enable_auto_commit": False,
-        "auto_offset_reset": "earliest",
-    }
+    # No group: nothing is committed, so a replay leaves every consumer group as it was.
+    options = dict(
+        consumer_options, group_id=None, enable_auto_commit=False, auto_offset_reset="earliest"
+    )
     consumer = AIOKafkaConsumer(**options)
     await start_client(consumer, str(consumer_options.get("bootstrap_servers")))
     got: list[tuple[int, int, int, bytes]] = []

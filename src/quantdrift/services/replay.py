@@ -1,8 +1,8 @@
 """Replay orchestration: read pairs (files, archive or a topic range), score them as the
-worker does, fold them through the in-memory breaker, write the report.
+worker does, fold them through the breaker's in-memory store, write the report.
 
 No side effects on the guard: its own group-less consumer (never commits), an
-in-memory breaker, no commands, no alerts. The scorer comes from the worker's
+in-memory store, no commands published, no alerts sent. The scorer comes from the worker's
 factory and settings (:func:`quantdrift.services.scoring.build_embedder`), and each
 batch is scored through ``embedding.score_with`` as the score agent does, so a
 replay with no ``embedder`` named reproduces the worker's decisions on the same pairs.

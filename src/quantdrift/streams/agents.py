@@ -1,7 +1,8 @@
 """The agents: read, call a pure step, write, send. Nothing more.
 
 * score agent: pairs -> (batched embeddings) -> signed scores; bad records -> DLQ.
-* judge agent: scores -> one atomic Redis step per score -> commands + alerts.
+* judge agent: scores -> one atomic store step per route and batch -> commands +
+  alerts (the step is ``judging.judge_records``, over the ``BreakerStore`` protocol).
   It folds only scores a worker's key signed (see ``schemas/signing.py`` for why
   signing, not "fold only what this process scored"); an unsigned, forged or stale
   score is dead-lettered with its reason and counted in ``scores_refused``.
@@ -27,6 +28,7 @@ import redis.asyncio as aioredis
 
 from quantdrift.breaker.outbox import OutboxItem
 from quantdrift.breaker.policy import Policy, thresholds_for
+from quantdrift.breaker.protocol import BreakerStore
 from quantdrift.breaker.relay import OutboxRelay
 from quantdrift.breaker.store import RedisBreakerStore
 from quantdrift.detectors import Embedder, FailureThresholds
@@ -37,7 +39,8 @@ from quantdrift.integrations import otel
 from quantdrift.schemas import CommandSigner, CommandVerifier, DeadLetter, PairEvent, ScoreEvent
 from quantdrift.status import attach_status
 from quantdrift.streams.app import Topics
-from quantdrift.streams.handlers import RawRecord, parse_batch, parse_score, to_scores
+from quantdrift.streams.handlers import RawRecord, parse_batch, to_scores
+from quantdrift.streams.judging import judge_records
 
 log = logging.getLogger("quantdrift.worker")
 EX_SOFTWARE = 70  # sysexits.h: an internal error; the orchestrator restarts the worker
@@ -45,17 +48,26 @@ EX_SOFTWARE = 70  # sysexits.h: an internal error; the orchestrator restarts the
 
 @dataclass
 class WorkerStats:
-    """Counters the status page and /metrics read."""
+    """Counters the status page and /metrics read, each said once here."""
 
     pairs_scored: int = 0
+    """Pairs scored and sent on as signed scores."""
     dead_letters: int = 0
+    """Records either agent sent to the DLQ (with the reason)."""
     scores_judged: int = 0
+    """Scores the judge folded, duplicates included."""
     duplicates: int = 0
+    """Scores the store had folded before: redeliveries, which change nothing."""
     scores_refused: int = 0
+    """Score records not folded: unreadable, unsigned, forged or stale."""
     scoring_failures: int = 0
+    """Pairs whose scoring raised even alone (dead-lettered)."""
     transitions: int = 0
+    """Breaker transitions: each queued one command and one alert."""
     store_errors: int = 0
+    """Times the breaker store was unavailable (each retried)."""
     batches: int = 0
+    """Scored batches; ``scoring_seconds`` holds the per-pair time of the last 2048."""
     scoring_seconds: list[float] = field(default_factory=list)
 
 
@@ -64,7 +76,7 @@ def attach_agents(
     topics: Topics,
     *,
     policy: Policy,
-    store_factory: Callable[[], RedisBreakerStore],
+    store_factory: Callable[[], BreakerStore],
     signer: CommandSigner,
     verifier: CommandVerifier,
     score_max_age_s: float,
@@ -87,7 +99,7 @@ def attach_agents(
             holder["embedder"] = embedder_factory()
         return holder["embedder"]  # type: ignore[return-value]
 
-    def store() -> RedisBreakerStore:
+    def store() -> BreakerStore:
         if "store" not in holder:
             holder["store"] = store_factory()
         return holder["store"]  # type: ignore[return-value]
@@ -108,10 +120,7 @@ def attach_agents(
         # take_events (faust-streaming >= 0.10) keeps partition/offset for the DLQ.
         batches = stream.take_events(batch_max, within=batch_within_s)  # type: ignore[attr-defined]
         async for events in batches:
-            records = [
-                RawRecord(e.value, e.key, e.message.topic, e.message.partition, e.message.offset)
-                for e in events
-            ]
+            records = [_record(e) for e in events]
             try:
                 await score_batch(records)
             except Exception:
@@ -206,63 +215,42 @@ def attach_agents(
             except Exception:
                 crash_unacked("judge agent", len(events))
 
+    def store_error(_exc: BreakerStoreError) -> None:
+        stats.store_errors += 1
+
     async def judge_batch(events: list[Any]) -> None:
-        scores: list[ScoreEvent] = []
-        for event in events:
-            rec = RawRecord(
-                event.value,
-                event.key,
-                event.message.topic,
-                event.message.partition,
-                event.message.offset,
+        judged = await judge_records(
+            [_record(e) for e in events],
+            store(),
+            policy,
+            verifier,
+            clock,
+            score_max_age_s,
+            store_error,
+        )
+        for letter in judged.dead:
+            stats.scores_refused += 1
+            log.warning(
+                "score refused (partition %s offset %s): %s",
+                letter.partition,
+                letter.offset,
+                letter.error[:300],
             )
-            parsed = parse_score(rec, clock(), verifier, score_max_age_s)
-            if isinstance(parsed, DeadLetter):
-                stats.scores_refused += 1
-                log.warning(
-                    "score refused (partition %s offset %s): %s",
-                    rec.partition,
-                    rec.offset,
-                    parsed.error[:300],
-                )
-                await dead_letter([parsed])
-            else:
-                scores.append(parsed)
-        if scores:
-            await _fold_until_done(scores)
-
-    async def _fold_until_done(scores: list[ScoreEvent]) -> None:
-        """Redis down: wait and retry, so no decision is lost (the offsets are not acked).
-
-        A retried batch is safe: what the first attempt committed comes back as dup.
-        """
-        delay = 0.1
-        while True:
-            try:
-                results = await store().fold_batch(scores, policy.for_route, clock())
-                break
-            except BreakerStoreError as exc:
-                stats.store_errors += 1
-                log.warning("breaker store unavailable (%s); retrying in %.1fs", exc, delay)
-                await asyncio.sleep(delay)
-                delay = min(delay * 2, 5.0)
-        stats.scores_judged += len(scores)
-        otel.judged(scores, results)
-        transitioned: list[str] = []
-        for score, result in zip(scores, results, strict=True):
-            if result.status == "dup":
-                stats.duplicates += 1
-                continue
+        await dead_letter(list(judged.dead))
+        if not judged.scores:
+            return
+        stats.scores_judged += len(judged.scores)
+        stats.duplicates += judged.duplicates
+        stats.transitions += len(judged.outboxes)
+        otel.judged(judged.scores, judged.results)
+        for result in judged.results:
             if result.alert is not None:
                 log.warning("%s", result.alert.summary)
-            if result.outbox is not None:
-                stats.transitions += 1
-                log.warning("%s", result.outbox.alert.summary)
-            if (result.outbox or result.alert) and score.route not in transitioned:
-                transitioned.append(score.route)
+            for outbox in result.outboxes:
+                log.warning("%s", outbox.alert.summary)
         # Only a transition or a candidate change queues anything; the clock retries
         # what fails here.
-        for route in transitioned:
+        for route in judged.routes:
             await flush_outbox(route)
 
     flush_lock = asyncio.Lock()
@@ -304,6 +292,12 @@ def attach_agents(
     return stats
 
 
+def _record(event: Any) -> RawRecord:
+    """A Faust event as the pure steps take it (with what the DLQ needs to locate it)."""
+    m = event.message
+    return RawRecord(event.value, event.key, m.topic, m.partition, m.offset)
+
+
 def _scores(pairs, metrics, by_route) -> list[ScoreEvent]:  # type: ignore[no-untyped-def]
     out: list[ScoreEvent] = []
     for pair, m in zip(pairs, metrics, strict=True):
@@ -313,8 +307,10 @@ def _scores(pairs, metrics, by_route) -> list[ScoreEvent]:  # type: ignore[no-un
 
 def redis_store_factory(
     url: str, signer, key_prefix: str, ttl: int, failpoint: Failpoint = no_failpoint
-) -> Callable[[], RedisBreakerStore]:  # type: ignore[no-untyped-def]
-    def make() -> RedisBreakerStore:
+) -> Callable[[], BreakerStore]:  # type: ignore[no-untyped-def]
+    """The worker's store: Redis, behind the protocol the agents are typed to."""
+
+    def make() -> BreakerStore:
         client = aioredis.Redis.from_url(
             url, socket_timeout=2.0, socket_connect_timeout=2.0, health_check_interval=5
         )

@@ -28,6 +28,13 @@ class RawRecord:
     partition: int | None
     offset: int | None
 
+    def dead_letter(self, error: str, now: float, value: bytes | None = None) -> DeadLetter:
+        """This record for the DLQ, where it came from and why; ``value`` replaces the
+        bytes kept (a private prompt's redacted pair), else they are kept whole."""
+        kept = self.value if value is None else value
+        where = {"partition": self.partition, "offset": self.offset}
+        return DeadLetter.of(kept, topic=self.topic, key=self.key, error=error, now=now, **where)
+
 
 def parse_batch(
     records: Sequence[RawRecord], now: float, prompt_salt: str = ""
@@ -51,17 +58,7 @@ def parse_batch(
             redacted = redact_private_prompt(rec.value, prompt_salt)
             if redacted is not None:
                 value, error = redacted, error + " (prompt replaced by its salted hash)"
-            dead.append(
-                DeadLetter.of(
-                    value,
-                    topic=rec.topic,
-                    partition=rec.partition,
-                    offset=rec.offset,
-                    key=rec.key,
-                    error=error,
-                    now=now,
-                )
-            )
+            dead.append(rec.dead_letter(error, now, value))
             continue
         pairs.append(pair)
     return pairs, dead
@@ -117,12 +114,4 @@ def parse_score(
             )
         return score
     except (SchemaError, SignatureError) as exc:
-        return DeadLetter.of(
-            rec.value,
-            topic=rec.topic,
-            partition=rec.partition,
-            offset=rec.offset,
-            key=rec.key,
-            error=str(exc),
-            now=now,
-        )
+        return rec.dead_letter(str(exc), now)
