@@ -15,6 +15,7 @@ from quantdrift.breaker.store import RedisBreakerStore
 from quantdrift.cli import main
 from quantdrift.schemas import ModelOutput, PairEvent, RequestInfo
 from quantdrift.schemas.keys import route_key
+from quantdrift.schemas.pair import EngineInfo
 from quantdrift.schemas.signing import CommandSigner
 
 pytestmark = pytest.mark.integration
@@ -113,3 +114,35 @@ def test_calibrate_rejects_a_file_without_noise_pairs(tmp_path: Path, capsys) ->
     path.write_text("")
     assert main(["calibrate", str(path), "--embedder", "none"]) == 2
     assert "no noise pairs" in capsys.readouterr().err
+
+
+def test_a_baseline_is_blessed_from_gateway_pairs_by_the_build_that_served_it(  # type: ignore[no-untyped-def]
+    stack, redis_prefix, tmp_path, monkeypatch, capsys
+) -> None:
+    """A gateway's pairs carry no label: the operator names the candidate build that
+    served the traffic they approve (its engine identity), and only its pairs bless."""
+    rng = random.Random(5)
+
+    def shadow(i: int, model: str) -> PairEvent:
+        ref = " ".join(rng.choice(WORDS) for _ in range(12))
+        served = EngineInfo(engine="vllm", version="0.32.0", model=model)
+        return PairEvent(
+            pair_id=f"s{i}",
+            ts=float(i),
+            route="cs-agent/int4",
+            candidate=ModelOutput(text=ref[:-3], precision="int4", model=model, engine=served),
+            reference=ModelOutput(text=ref, precision="bf16"),
+            request=RequestInfo(temperature=0.0),
+        )
+
+    pairs = [shadow(i, "int8") for i in range(30)] + [shadow(100 + i, "int2") for i in range(30)]
+    path = tmp_path / "archived.jsonl"
+    path.write_text("\n".join(p.model_dump_json() for p in pairs) + "\n")
+    monkeypatch.chdir(tmp_path)
+    argv = ["calibrate", str(path), "--redis-url", stack.redis_url, "--key-prefix", redis_prefix]
+    argv += ["--embedder", "none", "--json", "--blessed-label", "vllm/0.32.0/int8"]
+    assert main(argv) == 0
+    (row,) = json.loads(capsys.readouterr().out)
+    assert (row["route"], row["mode"], row["seeded"]) == ("cs-agent/int4", "greedy", 30)
+    _, floor = floor_hash(stack.redis_url, route_key(redis_prefix, "cs-agent/int4", "noise:greedy"))
+    assert len(floor["blessed:rougeL"]) == 30

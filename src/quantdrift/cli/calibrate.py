@@ -11,8 +11,10 @@ Without ``--route`` each route calibrates from its own noise pairs; with
 lab's ``lab/noise`` pairs for a gateway's ``cs-agent/int4``. Each mode's floor
 comes from that mode's pairs only: identical greedy runs say nothing, and a
 greedy floor is never borrowed from sampled pairs. ``--blessed-label L`` adds
-the file's shadow pairs labelled L (a candidate run the operator approved) as
-the blessed baseline, which the tolerance rule prefers for every metric where
+the file's shadow pairs of candidate L (a candidate run the operator approved:
+the pair's label, or, for a gateway's pairs, which carry none, the candidate's
+precision, served model name or engine identity) as the blessed baseline,
+which the tolerance rule prefers for every metric where
 it is informative (see :mod:`quantdrift.evaluation.calibration`). ``--part
 calibration`` keeps only the prompts of that part of the lab's split. The
 floor is replaced unless ``--merge``. ``--embedder`` builds exactly the scorer
@@ -42,7 +44,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--blessed-label",
         default=None,
-        help="comma-separated labels of shadow pairs that are the blessed baseline",
+        help="the blessed baseline: shadow pairs whose label, candidate precision, served model "
+        "or engine identity (vllm/0.32.0/int8) is one of these, comma-separated",
     )
     p.add_argument("--part", choices=("calibration", "evaluation"), default=None)
     p.add_argument("--merge", action="store_true", help="append to the floor instead of replacing")

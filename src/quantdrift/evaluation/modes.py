@@ -46,16 +46,21 @@ def select(
     part: Literal["calibration", "evaluation"] | None = None,
     kinds: tuple[str, ...] = ("shadow", "noise"),
 ) -> list[PairEvent]:
-    """Pairs by label (or candidate precision), decoding mode, prompt part and kind.
+    """Pairs by label, decoding mode, prompt part and kind.
 
-    ``part`` follows :func:`quantdrift.data.prompts.part_of`: the lab's own split
-    for its prompts, a stable hash split for any other prompt.
+    A label names the pairs of one candidate: the pair's own ``label`` (the lab sets
+    it), or what served the candidate side, which is all a gateway's pairs carry
+    (gateways leave ``label`` empty): its precision (``int8``), its served model name
+    (``int4-g64-gptq``) or its engine identity (``vllm/0.32.0/int4-g64-gptq``). So an
+    operator blesses a baseline from production traffic by naming the build that
+    served it. ``part`` follows :func:`quantdrift.data.prompts.part_of`: the lab's own
+    split for its prompts, a stable hash split for any other prompt.
     """
     out = []
     for p in pairs:
         if p.kind not in kinds:
             continue
-        if labels is not None and p.label not in labels and p.candidate.precision not in labels:
+        if labels is not None and not labels_match(p, labels):
             continue
         if decoding != "any" and p.request.decoding != decoding:
             continue
@@ -63,3 +68,19 @@ def select(
             continue
         out.append(p)
     return out
+
+
+def labels_match(pair: PairEvent, labels: tuple[str, ...]) -> bool:
+    """Whether one of ``labels`` names the pair's candidate (see :func:`select`).
+
+    >>> from quantdrift.schemas.pair import EngineInfo, ModelOutput, PairEvent
+    >>> served = EngineInfo(engine="vllm", version="0.32.0", model="int8")
+    >>> pair = PairEvent(pair_id="p", route="r", ts=0.0,
+    ...     candidate=ModelOutput(text="a", precision="int4", model="int8", engine=served),
+    ...     reference=ModelOutput(text="a", precision="bf16"))
+    >>> [labels_match(pair, (x,)) for x in ("int4", "int8", "vllm/0.32.0/int8", "bf16")]
+    [True, True, True, False]
+    """
+    c = pair.candidate
+    names = {pair.label, c.precision, c.model, c.engine.identity() if c.engine else None}
+    return any(label in names for label in labels if label)
