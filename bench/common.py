@@ -107,7 +107,7 @@ def sentence_pool() -> tuple[str, ...]:
 def lab_texts() -> list[str]:
     """Reference texts of the shipped lab pairs (empty list if none are shipped)."""
     try:
-        from quantdrift.demo.sources import read_pairs
+        from quantdrift.services.pairs import read_pairs
 
         return [p.reference.text for p in read_pairs(None) if p.reference.text.strip()]
     except (FileNotFoundError, ModuleNotFoundError, OSError):

@@ -27,9 +27,9 @@ from pathlib import Path
 
 from common import write_section
 
-from quantdrift.demo.sources import read_pairs
 from quantdrift.gateway.json_guard import guard_for
 from quantdrift.schemas import ModelOutput, PairEvent
+from quantdrift.services.pairs import read_pairs
 
 SECTION = "## Gateway fallback rate on the lab's JSON prompts"
 

@@ -229,8 +229,8 @@ def verdict_agreement(
 
 def lab_evaluation_pairs() -> list[PairEvent]:
     """The shipped lab pairs' evaluation part (shadow and noise), as ``quantdrift eval``."""
-    from quantdrift.demo.sources import read_pairs
     from quantdrift.evaluation.modes import select
+    from quantdrift.services.pairs import read_pairs
 
     return select(read_pairs(), part="evaluation")
 

@@ -106,10 +106,10 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     torch.set_num_threads(1)
     from scoring import lab_evaluation_pairs
 
-    from quantdrift.demo.sources import read_pairs
     from quantdrift.embedding.minilm import SentenceTransformerEmbedder
     from quantdrift.embedding.static import StaticEmbedder, load_calibration
     from quantdrift.evaluation.modes import select
+    from quantdrift.services.pairs import read_pairs
 
     t0 = time.perf_counter()
     full = SentenceTransformerEmbedder(threads=1)

@@ -16,8 +16,8 @@ from typing import Any
 import httpx
 import pytest
 
-from quantdrift.demo.sources import read_pairs
 from quantdrift.schemas import PairEvent
+from quantdrift.services.pairs import read_pairs
 from quantdrift.stack import free_port
 
 pytestmark = pytest.mark.slow

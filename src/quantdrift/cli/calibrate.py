@@ -24,9 +24,7 @@ it names (default: the worker's).
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
-import sys
 from pathlib import Path
 
 EMBEDDERS = ("minilm", "tiered", "static", "none")
@@ -56,55 +54,27 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run)
 
 
-def _fail(message: str) -> int:
-    sys.stderr.write(f"quantdrift: error: {message}\n")
-    return 2
-
-
 def run(args: argparse.Namespace) -> int:
-    from quantdrift.breaker.policy import load_policy
-    from quantdrift.cli.common import load_settings, redis_url, with_stack
-    from quantdrift.demo.sources import read_pairs
-    from quantdrift.evaluation import ScoreCache, floor_seed, to_score
-
-    if not args.pairs.exists():
-        return _fail(f"no such file: {args.pairs}")
-    if args.route and any(not r for r in args.route):
-        return _fail("--route must not be empty")
-    settings = with_stack(load_settings())
-    policy = load_policy(settings.policy_file)
-    from quantdrift.evaluation.modes import select
-    from quantdrift.services.scoring import build_embedder
-
-    pairs = select(read_pairs(args.pairs), part=args.part)
-    noise = [p for p in pairs if p.kind == "noise"]
-    labels = tuple(v.strip() for v in (args.blessed_label or "").split(",") if v.strip())
-    blessed = select(pairs, labels=labels, kinds=("shadow",)) if labels else []
-    if not noise and not blessed:
-        return _fail(f"{args.pairs}: no noise pairs (kind = noise) or blessed pairs")
-    embedder, _tier = build_embedder(settings.embedding, args.embedder)
+    # Deferred: the service loads the scorers and redis, which `quantdrift --help` never needs.
+    from quantdrift.cli.common import load_settings, with_stack
     from quantdrift.cli.progress import self_closing
+    from quantdrift.services.calibration import CalibrationRequest, calibrate
 
-    cache = ScoreCache(embedder, progress=self_closing(not args.no_progress, "score pairs"))
-    cache.fill([*noise, *blessed])
-    seeds = {}
-    for route in args.route or dict.fromkeys(p.route for p in [*noise, *blessed]):
-        rp = policy.for_route(route)
-        mine = noise if args.route else [p for p in noise if p.route == route]
-        good = blessed if args.route else [p for p in blessed if p.route == route]
-        seeds[route] = floor_seed(
-            [to_score(p, cache[p], rp, route) for p in mine],
-            rp.min_noise_pairs,
-            [to_score(p, cache[p], rp, route) for p in good],
-        )
-    rows = asyncio.run(
-        _write(
-            args.redis_url or redis_url(settings),
-            args.key_prefix if args.key_prefix is not None else settings.redis.key_prefix,
-            settings,
-            seeds,
-            args.merge,
-        )
+    settings = with_stack(load_settings())
+    request = CalibrationRequest(
+        pairs=args.pairs,
+        routes=tuple(args.route or ()),
+        blessed=tuple(v.strip() for v in (args.blessed_label or "").split(",") if v.strip()),
+        part=args.part,
+        merge=args.merge,
+        embedder=args.embedder,
+    )
+    rows = calibrate(
+        settings,
+        request,
+        args.redis_url,
+        args.key_prefix,
+        progress=self_closing(not args.no_progress, "score pairs"),
     )
     if args.json:
         print(json.dumps(rows))
@@ -115,43 +85,3 @@ def run(args: argparse.Namespace) -> int:
             f"({row['source']}), floor now {row['floor_pairs']}"
         )
     return 0
-
-
-async def _write(
-    url: str,
-    prefix: str,
-    settings: object,
-    seeds: dict[str, tuple[dict[str, list[dict[str, float]]], dict[str, str]]],
-    merge: bool,
-) -> list[dict[str, object]]:
-    import redis.asyncio as aioredis
-
-    from quantdrift.breaker.protocol import BreakerStore
-    from quantdrift.breaker.store import RedisBreakerStore
-    from quantdrift.config import Settings
-    from quantdrift.schemas.signing import signer_from_settings
-
-    assert isinstance(settings, Settings)
-    signer = signer_from_settings(settings.signing.active_key_id, settings.signing.keys)
-    client = aioredis.Redis.from_url(url, socket_timeout=5)
-    # The floor eval seeds its memory store with, written through the same protocol.
-    store: BreakerStore = RedisBreakerStore(client, signer, key_prefix=prefix)
-    rows: list[dict[str, object]] = []
-    try:
-        for route, (seed, source) in seeds.items():
-            for mode, values in seed.items():
-                if not values:
-                    continue
-                state = await store.seed_floor(route, mode, values, merge=merge)
-                rows.append(
-                    {
-                        "route": route,
-                        "mode": mode,
-                        "seeded": len(values),
-                        "source": source[mode],
-                        "floor_pairs": max((state.count(m) for m in state.values), default=0),
-                    }
-                )
-    finally:
-        await client.aclose()
-    return rows

@@ -65,7 +65,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _pairs(paths: list[Path] | None) -> list:  # type: ignore[type-arg]
-    from quantdrift.demo.sources import read_pairs
+    from quantdrift.services.pairs import read_pairs
 
     if paths:
         return [p for path in paths for p in read_pairs(path)]

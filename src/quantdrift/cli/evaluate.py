@@ -122,10 +122,10 @@ def _fail(message: str) -> int:
 def run(args: argparse.Namespace) -> int:
     from quantdrift.breaker.policy import load_policy
     from quantdrift.cli.common import load_settings
-    from quantdrift.demo.sources import read_pairs
     from quantdrift.evaluation import ScoreCache, standard_policies
     from quantdrift.evaluation.modes import select as pick
     from quantdrift.evaluation.modes import strip
+    from quantdrift.services.pairs import read_pairs
     from quantdrift.services.scoring import build_embedder
 
     for path in (args.healthy, args.drifted, args.calibrate, args.policy):

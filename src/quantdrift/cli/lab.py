@@ -147,8 +147,8 @@ def generate(args: argparse.Namespace) -> int:
 
 
 def quality(args: argparse.Namespace) -> int:
-    from quantdrift.demo.sources import read_pairs
     from quantdrift.lab.quality import format_table, quality_by_variant
+    from quantdrift.services.pairs import read_pairs
 
     if not args.pairs.exists():
         sys.stderr.write(f"quantdrift: error: no such file: {args.pairs}\n")

@@ -2,38 +2,17 @@
 
 from __future__ import annotations
 
-import gzip
 import itertools
 from collections.abc import Iterator
-from importlib import resources
 from pathlib import Path
 
 from quantdrift.demo import synthetic as generated
 from quantdrift.errors import ConfigError
 from quantdrift.evaluation.modes import select
 from quantdrift.schemas import PairEvent
+from quantdrift.services.pairs import read_pairs
 
-LAB_PAIRS = "lab_pairs.jsonl.gz"
 ROUTE = "cs-agent/int4"
-
-
-def read_pairs(path: Path | None = None) -> list[PairEvent]:
-    """PairEvents from JSONL (gzipped or not); None reads the pairs shipped in the package."""
-    if path is None:
-        ref = resources.files("quantdrift.data").joinpath(LAB_PAIRS)
-        raw = gzip.decompress(ref.read_bytes())
-    elif path.suffix == ".gz":
-        raw = gzip.decompress(path.read_bytes())
-    else:
-        raw = path.read_bytes()
-    pairs = []
-    for n, line in enumerate(raw.splitlines(), 1):
-        if line.strip():
-            try:
-                pairs.append(PairEvent.parse(line))
-            except ValueError as exc:
-                raise ConfigError(f"{path or LAB_PAIRS} line {n}: {exc}") from exc
-    return pairs
 
 
 def _cycle_as(pairs: list[PairEvent], label: str) -> Iterator[PairEvent]:
