@@ -114,129 +114,43 @@ def _policies(text: str) -> tuple[str, ...]:
     return names
 
 
-def _fail(message: str) -> int:
-    sys.stderr.write(f"quantdrift: error: {message}\n")
-    return 2
-
-
 def run(args: argparse.Namespace) -> int:
-    from quantdrift.breaker.policy import load_policy
+    # Deferred: the service loads the scorers, which `quantdrift --help` never needs.
     from quantdrift.cli.common import load_settings
-    from quantdrift.evaluation import ScoreCache, standard_policies
-    from quantdrift.evaluation.modes import select as pick
-    from quantdrift.evaluation.modes import strip
-    from quantdrift.services.pairs import read_pairs
-    from quantdrift.services.scoring import build_embedder
-
-    for path in (args.healthy, args.drifted, args.calibrate, args.policy):
-        if path is not None and not path.exists():
-            return _fail(f"no such file: {path}")
-    if args.pair_interval <= 0:
-        return _fail(f"--pair-interval-s must be > 0, got {args.pair_interval}")
-    policy = load_policy(args.policy)
-    policies = {k: v for k, v in standard_policies(policy).items() if k in args.policies}
-    part = "evaluation" if args.holdout else None
-
-    def load(path: Path | None, labels: tuple[str, ...] | None, part_: str | None) -> list:  # type: ignore[type-arg]
-        if path is None:
-            return []
-        pairs = pick(read_pairs(path), labels=labels, decoding=args.decoding, part=part_)  # type: ignore[arg-type]
-        return [strip(p, args.logprobs) for p in pairs]
-
-    healthy = load(args.healthy, args.healthy_label, part)
-    drifted = load(args.drifted, args.drifted_label, part)
-    cal_part = "calibration" if args.holdout else None
-    calibrate = load(args.calibrate, None, cal_part)
-    if not healthy:
-        return _fail(f"{args.healthy}: no pairs (after --healthy-label / --decoding / --holdout)")
-    embedder, tier = build_embedder(load_settings().embedding, args.embedder)
     from quantdrift.cli.progress import self_closing
+    from quantdrift.services.evaluation import EvalRequest, run_eval
 
-    cache = ScoreCache(embedder, progress=self_closing(not args.no_progress, "score pairs"))
-    if args.streams is not None:
-        return _run_long(args, healthy, drifted, calibrate, cache, policies, tier)
-    from quantdrift.evaluation import build_plan, evaluate, format_table
-
-    plan = build_plan(
-        healthy, drifted, calibrate, repeat=args.repeat, noise_as_shadow=args.noise_as_shadow
-    )
-    if not plan.streams:
-        return _fail(f"{args.healthy}: no shadow pairs to judge (try --noise-as-shadow)")
-    results = evaluate(plan, cache, policies, pair_interval_s=args.pair_interval)
-    for note in plan.notes:
-        sys.stderr.write(f"eval: {note}\n")
-    if args.json:
-        print(json.dumps([r.as_dict() for r in results]))
-    else:
-        print(format_table(results))
-        rate = cache.pairs_per_s
-        print(
-            f"scoring: {cache.scored} pairs once, "
-            f"{'-' if rate is None else f'{rate:.0f}'} pairs/s ({tier})"
-        )
-    return 0
-
-
-def _run_long(args, healthy, drifted, calibrate, cache, policies, tier) -> int:  # type: ignore[no-untyped-def]
-    from quantdrift.evaluation.calibration import floor_seed
-    from quantdrift.evaluation.long import ROUTE, format_long, run_long
-
-    floor_pairs = [p for p in [*calibrate, *healthy, *drifted] if p.kind == "noise"]
-    blessed = [
-        p
-        for p in calibrate
-        if p.kind == "shadow"
-        and args.blessed_label is not None
-        and (p.label in args.blessed_label or p.candidate.precision in args.blessed_label)
-    ]
-    cache.fill([*floor_pairs, *blessed])
-    rp = policies["default"].for_route(ROUTE)
-    from quantdrift.evaluation import to_score
-
-    seed_rows, source = floor_seed(
-        [to_score(p, cache[p], rp, ROUTE) for p in floor_pairs],
-        rp.min_noise_pairs,
-        [to_score(p, cache[p], rp, ROUTE) for p in blessed],
-    )
-    shadow_h = [p for p in healthy if p.kind == "shadow"]
-    shadow_d = [p for p in drifted if p.kind == "shadow"]
-    if not shadow_h:
-        return _fail("no healthy shadow pairs to resample")
-    # Several --drifted-label values: one drifted pool (and one row per policy) each.
-    labels = args.drifted_label or ("drifted",)
-    pools = {
-        label: [p for p in shadow_d if p.label == label or p.candidate.precision == label]
-        for label in labels
-    }
-    if len(labels) == 1:
-        pools = {labels[0]: shadow_d}
-    results = run_long(
-        shadow_h,
-        pools,
-        seed_rows,
-        cache,
-        policies,
+    request = EvalRequest(
+        healthy=args.healthy,
+        drifted=args.drifted,
+        calibrate=args.calibrate,
+        healthy_labels=args.healthy_label,
+        drifted_labels=args.drifted_label,
+        blessed_labels=args.blessed_label,
+        policy_file=args.policy,
+        policies=args.policies,
+        embedder=args.embedder,
+        decoding=args.decoding,
+        logprobs=args.logprobs,
+        holdout=args.holdout,
         streams=args.streams,
         length=args.length,
-        seed=args.seed,
         drift_length=args.drift_length,
+        seed=args.seed,
+        repeat=args.repeat,
+        noise_as_shadow=args.noise_as_shadow,
         pair_interval_s=args.pair_interval,
-        floor_source=source,
     )
-    context: dict[str, object] = {
-        "embedder": tier,
-        "decoding": args.decoding,
-        "logprobs": args.logprobs,
-        "holdout": args.holdout,
-        "distinct_healthy": len(shadow_h),
-        "distinct_drifted": {k: len(v) for k, v in pools.items()},
-    }
+    outcome = run_eval(
+        load_settings().embedding,
+        request,
+        progress=self_closing(not args.no_progress, "score pairs"),
+    )
+    for note in outcome.notes:
+        sys.stderr.write(f"eval: {note}\n")
     if args.json:
-        print(json.dumps([{**r.as_dict(), **context} for r in results]))
+        print(json.dumps(outcome.rows))
     else:
-        print(format_long(results))
-        print(
-            f"{len(shadow_h)} distinct healthy / {len(shadow_d)} drifted pairs; "
-            f"scoring: {cache.scored} pairs once ({tier}); floors: {source}"
-        )
+        print(outcome.table)
+        print(outcome.footer)
     return 0

@@ -1,0 +1,179 @@
+"""``quantdrift eval``'s job: read the labelled pairs, score each once, judge them offline.
+
+The CLI parses and prints; this loads the files as the request says (labels,
+decoding, log-prob stripping, the lab's prompt split), builds the worker's scorer,
+and runs either the per-route evaluation (:mod:`quantdrift.evaluation.runner`) or
+seeded long streams (:mod:`quantdrift.evaluation.long`). Nothing leaves the
+process: the judge is the in-memory store behind the ``BreakerStore`` protocol.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from quantdrift.breaker.policy import Policy, load_policy
+from quantdrift.config import EmbeddingSettings
+from quantdrift.errors import InputError
+from quantdrift.evaluation import (
+    ScoreCache,
+    build_plan,
+    evaluate,
+    format_table,
+    standard_policies,
+    to_score,
+)
+from quantdrift.evaluation.calibration import floor_seed
+from quantdrift.evaluation.long import ROUTE, format_long, run_long
+from quantdrift.evaluation.modes import labels_match, select, strip
+from quantdrift.schemas import PairEvent
+from quantdrift.services.pairs import read_pairs
+from quantdrift.services.scoring import build_embedder
+
+Labels = tuple[str, ...] | None
+
+
+@dataclass(frozen=True, slots=True)
+class EvalRequest:
+    """Everything ``quantdrift eval`` was asked, as plain values."""
+
+    healthy: Path
+    drifted: Path | None = None
+    calibrate: Path | None = None
+    healthy_labels: Labels = None
+    drifted_labels: Labels = None
+    blessed_labels: Labels = None
+    policy_file: Path | None = None
+    policies: tuple[str, ...] = ("default", "seeds")
+    embedder: str | None = None
+    decoding: Literal["any", "greedy", "sampled"] = "any"
+    logprobs: Literal["full", "no-teacher-forcing", "none"] = "full"
+    holdout: bool = False
+    streams: int | None = None
+    length: int = 5000
+    drift_length: int = 200
+    seed: int = 0
+    repeat: int = 1
+    noise_as_shadow: bool = False
+    pair_interval_s: float = 1.0
+
+
+@dataclass(frozen=True, slots=True)
+class EvalOutcome:
+    """What to print: one JSON object per row, the human table and its footer, notes."""
+
+    rows: list[dict[str, Any]]
+    table: str
+    footer: str
+    notes: Sequence[str] = field(default_factory=tuple)
+
+
+def run_eval(
+    embedding: EmbeddingSettings,
+    request: EvalRequest,
+    progress: Callable[..., None] | None = None,
+) -> EvalOutcome:
+    """Evaluate as ``request`` says; an InputError for what cannot be evaluated."""
+    for path in (request.healthy, request.drifted, request.calibrate, request.policy_file):
+        if path is not None and not path.exists():
+            raise InputError(f"no such file: {path}")
+    if request.pair_interval_s <= 0:
+        raise InputError(f"--pair-interval-s must be > 0, got {request.pair_interval_s}")
+    policy = load_policy(request.policy_file)
+    policies = {k: v for k, v in standard_policies(policy).items() if k in request.policies}
+    part = "evaluation" if request.holdout else None
+    healthy = _load(request, request.healthy, request.healthy_labels, part)
+    drifted = _load(request, request.drifted, request.drifted_labels, part)
+    calibrate = _load(request, request.calibrate, None, "calibration" if request.holdout else None)
+    if not healthy:
+        raise InputError(
+            f"{request.healthy}: no pairs (after --healthy-label / --decoding / --holdout)"
+        )
+    embedder, tier = build_embedder(embedding, request.embedder)
+    cache = ScoreCache(embedder, progress=progress)
+    if request.streams is not None:
+        return _long(request, healthy, drifted, calibrate, cache, policies, tier)
+    plan = build_plan(
+        healthy, drifted, calibrate, repeat=request.repeat, noise_as_shadow=request.noise_as_shadow
+    )
+    if not plan.streams:
+        raise InputError(f"{request.healthy}: no shadow pairs to judge (try --noise-as-shadow)")
+    results = evaluate(plan, cache, policies, pair_interval_s=request.pair_interval_s)
+    rate = cache.pairs_per_s
+    footer = (
+        f"scoring: {cache.scored} pairs once, "
+        f"{'-' if rate is None else f'{rate:.0f}'} pairs/s ({tier})"
+    )
+    return EvalOutcome([r.as_dict() for r in results], format_table(results), footer, plan.notes)
+
+
+def _load(
+    request: EvalRequest, path: Path | None, labels: Labels, part: str | None
+) -> list[PairEvent]:
+    if path is None:
+        return []
+    pairs = select(read_pairs(path), labels=labels, decoding=request.decoding, part=part)  # type: ignore[arg-type]
+    return [strip(p, request.logprobs) for p in pairs]
+
+
+def _long(
+    request: EvalRequest,
+    healthy: list[PairEvent],
+    drifted: list[PairEvent],
+    calibrate: list[PairEvent],
+    cache: ScoreCache,
+    policies: dict[str, Policy],
+    tier: str,
+) -> EvalOutcome:
+    floor_pairs = [p for p in [*calibrate, *healthy, *drifted] if p.kind == "noise"]
+    blessed = [
+        p
+        for p in calibrate
+        if p.kind == "shadow"
+        and request.blessed_labels is not None
+        and labels_match(p, request.blessed_labels)
+    ]
+    cache.fill([*floor_pairs, *blessed])
+    rp = policies["default"].for_route(ROUTE)
+    seed_rows, source = floor_seed(
+        [to_score(p, cache[p], rp, ROUTE) for p in floor_pairs],
+        rp.min_noise_pairs,
+        [to_score(p, cache[p], rp, ROUTE) for p in blessed],
+    )
+    shadow_h = [p for p in healthy if p.kind == "shadow"]
+    shadow_d = [p for p in drifted if p.kind == "shadow"]
+    if not shadow_h:
+        raise InputError("no healthy shadow pairs to resample")
+    # Several --drifted-label values: one drifted pool (and one row per policy) each.
+    labels = request.drifted_labels or ("drifted",)
+    pools = {label: [p for p in shadow_d if labels_match(p, (label,))] for label in labels}
+    if len(labels) == 1:
+        pools = {labels[0]: shadow_d}
+    results = run_long(
+        shadow_h,
+        pools,
+        seed_rows,
+        cache,
+        policies,
+        streams=request.streams or 1,
+        length=request.length,
+        seed=request.seed,
+        drift_length=request.drift_length,
+        pair_interval_s=request.pair_interval_s,
+        floor_source=source,
+    )
+    context: dict[str, object] = {
+        "embedder": tier,
+        "decoding": request.decoding,
+        "logprobs": request.logprobs,
+        "holdout": request.holdout,
+        "distinct_healthy": len(shadow_h),
+        "distinct_drifted": {k: len(v) for k, v in pools.items()},
+    }
+    footer = (
+        f"{len(shadow_h)} distinct healthy / {len(shadow_d)} drifted pairs; "
+        f"scoring: {cache.scored} pairs once ({tier}); floors: {source}"
+    )
+    return EvalOutcome([{**r.as_dict(), **context} for r in results], format_long(results), footer)
