@@ -15,9 +15,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Literal
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from quantdrift.config_env import first_problem, read_yaml_mapping
 from quantdrift.detectors.suite import FailureThresholds
 from quantdrift.errors import ConfigError
 
@@ -165,15 +165,8 @@ def load_policy(path: Path | None) -> Policy:
     """Read a YAML policy file; None gives the built-in defaults."""
     if path is None:
         return Policy()
-    try:
-        data = yaml.safe_load(path.read_text()) or {}
-    except FileNotFoundError as exc:
-        raise ConfigError(f"policy file not found: {path}") from exc
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"policy file {path} is not valid YAML: {exc}") from exc
-    if not isinstance(data, dict):
-        raise ConfigError(f"policy file {path}: top level must be a mapping")
+    data = read_yaml_mapping(path, "policy file")
     try:
         return Policy.model_validate(data).validate_routes()
     except ValidationError as exc:
-        raise ConfigError(f"policy file {path}: {exc}") from exc
+        raise ConfigError(first_problem(exc, f"policy file {path}")) from exc

@@ -34,9 +34,9 @@ import re
 from pathlib import Path
 from typing import Any, Literal
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from quantdrift.config_env import first_problem, read_yaml_mapping
 from quantdrift.errors import ConfigError
 from quantdrift.gateway.degeneration import DegenerationConfig
 
@@ -294,21 +294,12 @@ def parse_config(data: dict[str, Any]) -> GatewayConfig:
     try:
         return GatewayConfig.model_validate(data)
     except ValidationError as exc:
-        first = exc.errors()[0]
-        loc = ".".join(str(p) for p in first["loc"]) or "<root>"
-        raise ConfigError(f"gateway config: {loc}: {first['msg']}") from exc
+        raise ConfigError(first_problem(exc, "gateway config")) from exc
 
 
 def load_config(path: Path | str) -> GatewayConfig:
     """Read and validate a YAML gateway config; ConfigError says which field is wrong."""
-    try:
-        data = yaml.safe_load(Path(path).read_text())
-    except OSError as exc:
-        raise ConfigError(f"gateway config {path}: {exc.strerror or exc}") from exc
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"gateway config {path}: invalid YAML: {exc}") from exc
-    if not isinstance(data, dict):
-        raise ConfigError(f"gateway config {path}: expected a mapping at the top")
+    data = read_yaml_mapping(Path(path), "gateway config")
     return _reports_beside(parse_config(data), Path(path).resolve().parent)
 
 
