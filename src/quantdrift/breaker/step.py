@@ -2,8 +2,9 @@
 
 :func:`fold_many` is the only place a score changes a route. It is pure. A store
 reads the route's state, its floors and which pairs it has seen, calls
-``fold_many``, and writes what comes back; the Redis store, the memory store and
-the in-memory breaker of replay and eval all do exactly that.
+``fold_many``, and writes what comes back; the Redis store and the memory store
+(live, and replay, eval and calibrate through ``breaker/offline.py``) both do
+exactly that.
 
 Time is part of the fold: ``fold_many`` ticks the route at ``now`` before any score
 folds (an open route whose cool-down is over half-opens first), so a score that
