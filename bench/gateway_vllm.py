@@ -1,0 +1,225 @@
+"""What the gateway adds in front of real vLLM: TTFT and TPOT, direct vs through it.
+
+    python bench/gateway_vllm.py [--requests 40] [--tokens 64] [--json] [--write BENCHMARKS.md]
+
+Starts one real engine with ``quantdrift lab vllm`` (``int4-g64-gptq``, the GPTQ
+W4A16 checkpoint on vLLM's int4 kernel; ``.venv-vllm`` from ``make vllm``), then
+sends the same sequential streamed greedy chat requests, in one run:
+
+* ``direct``: to the engine itself (the baseline);
+* ``gateway``: through the gateway (in this process, on uvicorn), shadowing off,
+  the default 48-token hold-back (TTFT includes it: the price of a silent
+  fallback in the first tokens);
+* ``gateway, holdback 0``: the hold-back off, the gateway alone;
+* ``gateway+shadow``: every request also mirrored to the same engine as the
+  reference, in the background, pairs offered to a publisher whose broker is not
+  there (dropped and counted), so the engine serves twice the work.
+
+TTFT is the time to the first content chunk; TPOT is the time from it to the last
+content chunk over the chunks between (vLLM streams one token per chunk). Rows give
+p50/p99 and the p50 added over ``direct``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+from common import write_section
+from gateway_serving import dead_broker_publisher, serving
+
+from quantdrift.gateway.gateway_config import parse_config
+from quantdrift.gateway.service import Gateway
+from quantdrift.stack import free_port
+
+SECTION = "## Gateway overhead in front of vLLM"
+VARIANT = "int4-g64-gptq"
+PROMPT = "Explain in a few sentences why the sky is blue."
+
+
+def _content(line: str) -> bool:
+    if not line.startswith("data: {"):
+        return False
+    choices = json.loads(line[6:]).get("choices") or []
+    return any((c.get("delta") or {}).get("content") for c in choices)
+
+
+async def measure(url: str, n: int, tokens: int, warmup: int = 3) -> list[tuple[float, float]]:
+    """(ttft, tpot) seconds of ``n`` sequential streamed requests."""
+    body = {
+        "model": VARIANT,
+        "messages": [{"role": "user", "content": PROMPT}],
+        "stream": True,
+        "temperature": 0,
+        "max_tokens": tokens,
+    }
+    out: list[tuple[float, float]] = []
+    async with httpx.AsyncClient(base_url=url, timeout=300) as client:
+        for i in range(n + warmup):
+            t0 = time.perf_counter()
+            stamps: list[float] = []
+            async with client.stream("POST", "/v1/chat/completions", json=body) as r:
+                if r.status_code != 200:
+                    raise SystemExit(f"{url}: HTTP {r.status_code}: {await r.aread()!r}")
+                async for line in r.aiter_lines():
+                    if _content(line):
+                        stamps.append(time.perf_counter())
+            if i >= warmup and len(stamps) > 1:
+                tpot = (stamps[-1] - stamps[0]) / (len(stamps) - 1)
+                out.append((stamps[0] - t0, tpot))
+    return out
+
+
+async def through_gateway(
+    engine: str, n: int, tokens: int, shadow: bool, holdback: int
+) -> list[tuple[float, float]]:
+    config = parse_config(
+        {
+            "precisions": {"int4": [engine], "bf16": [engine]},
+            "precision_models": {"int4": VARIANT, "bf16": VARIANT},
+            "routes": {"bench/int4": {"candidate": "int4", "reference": "bf16"}},
+            "shadow_sample_rate": 1.0 if shadow else 0.0,
+            "stream_holdback_tokens": holdback,
+            "timeouts": {"read_s": 300, "total_s": 300, "shadow_total_s": 300},
+        }
+    )
+    gateway = Gateway(config, publisher=dead_broker_publisher())
+    async with serving(gateway) as url:
+        result = await measure(url, n, tokens)
+        await gateway.wait_shadows(120)
+    return result
+
+
+def pct(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+def start_engine(folder: Path) -> tuple[subprocess.Popen[bytes], str, dict[str, Any]]:
+    port = free_port()
+    proc = subprocess.Popen(
+        [
+            *(sys.executable, "-m", "quantdrift", "lab", "vllm", "--variant", VARIANT),
+            *("--port", str(port), "--model-dir", str(folder / VARIANT)),
+            *("--ready-timeout", "1500"),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=(folder / "vllm.log").open("ab"),
+        env={**os.environ, "TOKENIZERS_PARALLELISM": "false", "HF_HUB_OFFLINE": "1"},
+        cwd=folder,
+    )
+    assert proc.stdout is not None
+    line = proc.stdout.readline()
+    if not line:
+        log = (folder / "vllm.log").read_text(errors="replace")[-3000:]
+        raise SystemExit(f"vLLM never ready:\n{log}")
+    return proc, f"http://127.0.0.1:{port}", json.loads(line)
+
+
+async def run(args: argparse.Namespace, engine: str) -> dict[str, list[tuple[float, float]]]:
+    runs: dict[str, list[tuple[float, float]]] = {}
+    runs["direct"] = await measure(engine, args.requests, args.tokens)
+    runs["gateway"] = await through_gateway(engine, args.requests, args.tokens, False, 48)
+    runs["gateway, holdback 0"] = await through_gateway(
+        engine, args.requests, args.tokens, False, 0
+    )
+    runs["gateway+shadow"] = await through_gateway(engine, args.requests, args.tokens, True, 48)
+    return runs
+
+
+def rows_of(runs: dict[str, list[tuple[float, float]]]) -> list[dict[str, Any]]:
+    base_ttft = pct([t for t, _ in runs["direct"]], 0.5)
+    base_tpot = pct([p for _, p in runs["direct"]], 0.5)
+    rows = []
+    for name, values in runs.items():
+        ttft, tpot = [t for t, _ in values], [p for _, p in values]
+        rows.append(
+            {
+                "path": name,
+                "requests": len(values),
+                "ttft_p50_ms": round(pct(ttft, 0.5) * 1000, 1),
+                "ttft_p99_ms": round(pct(ttft, 0.99) * 1000, 1),
+                "tpot_p50_ms": round(pct(tpot, 0.5) * 1000, 2),
+                "tpot_p99_ms": round(pct(tpot, 0.99) * 1000, 2),
+                "added_ttft_p50_ms": round((pct(ttft, 0.5) - base_ttft) * 1000, 1),
+                "added_tpot_p50_ms": round((pct(tpot, 0.5) - base_tpot) * 1000, 2),
+            }
+        )
+    return rows
+
+
+def markdown(result: dict[str, Any]) -> str:
+    lines = [
+        SECTION,
+        "",
+        f"`python bench/gateway_vllm.py --requests {result['requests']} --tokens "
+        f"{result['tokens']}`: one real vLLM {result['engine'].get('version')} engine "
+        f"serving `{VARIANT}` (CPU build), sequential streamed greedy chat requests of "
+        f"{result['tokens']} tokens; client and gateway in one process. TTFT through the "
+        "gateway includes the 48-token hold-back; `holdback 0` shows the gateway alone; "
+        "`gateway+shadow` mirrors every request to the same engine.",
+        "",
+        "| path | TTFT p50 ms | TTFT p99 ms | TPOT p50 ms | TPOT p99 ms "
+        "| added TTFT p50 | added TPOT p50 |",
+        "|---|---:|---:|---:|---:|---:|---:|",
+    ]
+    for r in result["rows"]:
+        lines.append(
+            f"| {r['path']} | {r['ttft_p50_ms']} | {r['ttft_p99_ms']} | {r['tpot_p50_ms']} "
+            f"| {r['tpot_p99_ms']} | {r['added_ttft_p50_ms']} | {r['added_tpot_p50_ms']} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--requests", type=int, default=40)
+    parser.add_argument("--tokens", type=int, default=64)
+    parser.add_argument("--json", action="store_true")
+    parser.add_argument("--write", type=Path, default=None)
+    args = parser.parse_args()
+    if not 1 <= args.requests <= 1000:
+        sys.exit("--requests must be in 1..1000")
+    import logging
+
+    logging.basicConfig(level=logging.ERROR)  # the dead broker's reconnect warnings
+    logging.getLogger("quantdrift").setLevel(logging.ERROR)
+    logging.getLogger("aiokafka").setLevel(logging.CRITICAL)
+    with tempfile.TemporaryDirectory(prefix="qd-gateway-vllm-") as tmp:
+        proc, engine, ready = start_engine(Path(tmp))
+        try:
+            runs = asyncio.run(run(args, engine))
+        finally:
+            proc.send_signal(signal.SIGTERM)
+            try:
+                proc.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+    result = {
+        "requests": args.requests,
+        "tokens": args.tokens,
+        "engine": {k: ready.get(k) for k in ("version", "startup_s")},
+        "rows": rows_of(runs),
+    }
+    text = markdown(result)
+    if args.write:
+        write_section(args.write, text, SECTION)
+    if args.json:
+        print(json.dumps({"bench": "gateway_vllm", **result}))
+    else:
+        print(text)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
