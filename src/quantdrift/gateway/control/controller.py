@@ -55,18 +55,34 @@ class AppliedCommand:
     """What the gateway does for a route now, and since when (monotonic seconds).
 
     ``target_precision`` is the pool the command's target maps to here (the role
-    itself when the controller has no resolver).
+    itself when the controller has no resolver); everything else is the verified
+    command's own, read from it rather than copied, so the two cannot disagree.
     """
 
     target_precision: str
-    epoch: int
-    action: Action
-    locked: bool
-    percent: float | None
-    breaker_state: str
     command: RouteCommand
     applied_at: float
     source: str  # "kafka" or "redis"
+
+    @property
+    def epoch(self) -> int:
+        return self.command.epoch
+
+    @property
+    def action(self) -> Action:
+        return self.command.action
+
+    @property
+    def locked(self) -> bool:
+        return self.command.locked
+
+    @property
+    def percent(self) -> float | None:
+        return self.command.percent
+
+    @property
+    def breaker_state(self) -> str:
+        return self.command.state
 
 
 @dataclass(slots=True)
@@ -297,17 +313,7 @@ class RouteController:
                 )
                 log.error("refused %s command, route keeps its target: %s", source, exc)
                 return False
-            applied = AppliedCommand(
-                target_precision=pool,
-                epoch=command.epoch,
-                action=command.action,
-                locked=command.locked,
-                percent=command.percent,
-                breaker_state=command.state,
-                command=command,
-                applied_at=self._clock(),
-                source=source,
-            )
+            applied = AppliedCommand(pool, command, self._clock(), source)
             self._targets[command.route] = applied
             self._known.add(command.route)
             self.stats.applied += 1
