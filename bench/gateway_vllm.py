@@ -25,9 +25,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import os
-import signal
-import subprocess
 import sys
 import tempfile
 import time
@@ -40,6 +37,7 @@ from gateway_serving import dead_broker_publisher, serving
 
 from quantdrift.gateway.gateway_config import parse_config
 from quantdrift.gateway.service import Gateway
+from quantdrift.lab.vllm_process import start_engine, wait_ready
 from quantdrift.stack import free_port
 
 SECTION = "## Gateway overhead in front of vLLM"
@@ -103,27 +101,6 @@ async def through_gateway(
 def pct(values: list[float], q: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
-
-
-def start_engine(folder: Path) -> tuple[subprocess.Popen[bytes], str, dict[str, Any]]:
-    port = free_port()
-    proc = subprocess.Popen(
-        [
-            *(sys.executable, "-m", "quantdrift", "lab", "vllm", "--variant", VARIANT),
-            *("--port", str(port), "--model-dir", str(folder / VARIANT)),
-            *("--ready-timeout", "1500"),
-        ],
-        stdout=subprocess.PIPE,
-        stderr=(folder / "vllm.log").open("ab"),
-        env={**os.environ, "TOKENIZERS_PARALLELISM": "false", "HF_HUB_OFFLINE": "1"},
-        cwd=folder,
-    )
-    assert proc.stdout is not None
-    line = proc.stdout.readline()
-    if not line:
-        log = (folder / "vllm.log").read_text(errors="replace")[-3000:]
-        raise SystemExit(f"vLLM never ready:\n{log}")
-    return proc, f"http://127.0.0.1:{port}", json.loads(line)
 
 
 async def run(args: argparse.Namespace, engine: str) -> dict[str, list[tuple[float, float]]]:
@@ -196,15 +173,13 @@ def main() -> int:
     logging.getLogger("quantdrift").setLevel(logging.ERROR)
     logging.getLogger("aiokafka").setLevel(logging.CRITICAL)
     with tempfile.TemporaryDirectory(prefix="qd-gateway-vllm-") as tmp:
-        proc, engine, ready = start_engine(Path(tmp))
+        engine = start_engine(VARIANT, free_port(), Path(tmp), 1500)
         try:
-            runs = asyncio.run(run(args, engine))
+            wait_ready([engine], 1560)
+            runs = asyncio.run(run(args, engine.url))
         finally:
-            proc.send_signal(signal.SIGTERM)
-            try:
-                proc.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                proc.kill()
+            engine.stop()
+    ready = engine.ready or {}
     result = {
         "requests": args.requests,
         "tokens": args.tokens,

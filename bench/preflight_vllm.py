@@ -31,68 +31,22 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import signal
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
 from typing import Any
 
 import yaml
 
+from quantdrift.lab.vllm_process import start_engine, wait_ready
 from quantdrift.stack import free_port
 
 REFERENCE = "ref-f32"
 CANDIDATES = ("int8", "int4-g64-gptq")
 CHECKS = "perplexity,niah,warmup,memory-utilization,salient-weights"
 READY_TIMEOUT_S = 1500
-
-
-def start(variant: str, folder: Path) -> tuple[subprocess.Popen[bytes], int]:
-    port = free_port()
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "quantdrift",
-            "lab",
-            "vllm",
-            "--variant",
-            variant,
-            "--port",
-            str(port),
-            "--model-dir",
-            str(folder / variant),
-            "--ready-timeout",
-            str(READY_TIMEOUT_S),
-        ],
-        stdout=subprocess.PIPE,
-        stderr=(folder / f"vllm-{variant}.log").open("ab"),
-        env={**os.environ, "TOKENIZERS_PARALLELISM": "false", "HF_HUB_OFFLINE": "1"},
-        cwd=folder,
-    )
-    return proc, port
-
-
-def ready_lines(procs: dict[str, subprocess.Popen[bytes]]) -> dict[str, dict[str, Any]]:
-    """Each engine's one ready line, read concurrently (they warm up at once)."""
-    got: dict[str, dict[str, Any]] = {}
-
-    def read(name: str, proc: subprocess.Popen[bytes]) -> None:
-        assert proc.stdout is not None
-        line = proc.stdout.readline()
-        if line:
-            got[name] = json.loads(line)
-
-    threads = [threading.Thread(target=read, args=kv, daemon=True) for kv in procs.items()]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(READY_TIMEOUT_S + 60)
-    return got
 
 
 def preflight(
@@ -162,25 +116,17 @@ def main() -> int:
     t0 = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="qd-preflight-vllm-") as tmp:
         folder = Path(tmp)
-        started = {v: start(v, folder) for v in (REFERENCE, *CANDIDATES)}
-        procs = {v: p for v, (p, _) in started.items()}
+        engines = [
+            start_engine(v, free_port(), folder, READY_TIMEOUT_S) for v in (REFERENCE, *CANDIDATES)
+        ]
         try:
-            ready = ready_lines(procs)
-            for v in procs:
-                if v not in ready:
-                    log = (folder / f"vllm-{v}.log").read_text(errors="replace")[-3000:]
-                    raise SystemExit(f"{v} never ready:\n{log}")
-            urls = {v: f"http://127.0.0.1:{port}" for v, (_, port) in started.items()}
+            wait_ready(engines, READY_TIMEOUT_S + 60)
+            ready = {e.variant: e.ready or {} for e in engines}
+            urls = {e.variant: e.url for e in engines}
             results = {v: preflight(folder, v, urls, ready[v]) for v in CANDIDATES}
         finally:
-            for p in procs.values():
-                if p.poll() is None:
-                    p.send_signal(signal.SIGTERM)
-            for p in procs.values():
-                try:
-                    p.wait(timeout=60)
-                except subprocess.TimeoutExpired:
-                    p.kill()
+            for e in engines:
+                e.stop()
     for v, r in results.items():
         print(f"{v}: {r['verdict']}")
         for item, got in r["items"].items():

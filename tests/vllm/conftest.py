@@ -9,19 +9,13 @@ each takes about two minutes to warm up on a 2-core machine.
 from __future__ import annotations
 
 import importlib.util
-import json
-import os
-import signal
-import subprocess
 import sys
-import threading
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import pytest
 
+from quantdrift.lab.vllm_process import EngineProcess, start_engine, wait_ready
 from quantdrift.lab.vllm_server import find_python
 from quantdrift.stack import free_port
 
@@ -43,91 +37,20 @@ CANDIDATE = "int4-g64-gptq"  # the real quantized format, on vLLM's own int4 ker
 REFERENCE = "ref-f32"
 
 
-@dataclass
-class Engine:
-    """One ``quantdrift lab vllm`` process and what its ready line said."""
-
-    variant: str
-    port: int
-    proc: subprocess.Popen[bytes]
-    log: Path
-    ready: dict[str, Any] | None = None
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
-
-    def tail(self, n: int = 4000) -> str:
-        try:
-            return self.log.read_bytes()[-n:].decode("utf-8", "replace")
-        except OSError:
-            return ""
-
-    def stop(self) -> None:
-        """SIGTERM the command: it stops its engine's process group, then exits."""
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(timeout=10)
-
-
-def start_engine(variant: str, folder: Path) -> Engine:
-    port = free_port()
-    log = folder / f"vllm-{variant}.log"
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "quantdrift",
-            "lab",
-            "vllm",
-            "--variant",
-            variant,
-            "--port",
-            str(port),
-            "--model-dir",
-            str(folder / variant),
-            "--ready-timeout",
-            str(READY_TIMEOUT_S),
-        ],
-        stdout=subprocess.PIPE,
-        stderr=log.open("ab"),
-        env={**os.environ, "TOKENIZERS_PARALLELISM": "false", "HF_HUB_OFFLINE": "1"},
-        cwd=folder,
-    )
-    return Engine(variant, port, proc, log)
-
-
-def wait_ready(engines: list[Engine]) -> None:
-    """Read each command's one ready line (threads: both engines warm up at once)."""
-
-    def read(e: Engine) -> None:
-        assert e.proc.stdout is not None
-        line = e.proc.stdout.readline()
-        if line:
-            e.ready = json.loads(line)
-
-    threads = [threading.Thread(target=read, args=(e,), daemon=True) for e in engines]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(READY_TIMEOUT_S + 60)
-    for e in engines:
-        assert e.ready and e.ready.get("ready"), f"{e.variant} never ready:\n{e.tail()}"
-
-
 @pytest.fixture(scope="session")
-def vllm_engines(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Engine]]:
+def vllm_engines(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[dict[str, EngineProcess]]:
     """The badly quantized candidate and the reference, served by real vLLM."""
     if find_python() is None:
         pytest.fail("no .venv-vllm: run `make vllm` (make test builds it first)")
     folder = tmp_path_factory.mktemp("vllm")
-    engines = [start_engine(CANDIDATE, folder), start_engine(REFERENCE, folder)]
+    engines = [
+        start_engine(CANDIDATE, free_port(), folder, READY_TIMEOUT_S),
+        start_engine(REFERENCE, free_port(), folder, READY_TIMEOUT_S),
+    ]
     try:
-        wait_ready(engines)
+        wait_ready(engines, READY_TIMEOUT_S + 60)
         yield {e.variant: e for e in engines}
     finally:
         for e in engines:
