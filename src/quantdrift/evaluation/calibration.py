@@ -18,10 +18,13 @@ the same floor.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 
+from quantdrift.breaker.policy import RoutePolicy
 from quantdrift.detectors.noise_floor import metric_values
 from quantdrift.detectors.tolerance import BLESSED
+from quantdrift.evaluation.cache import ScoreCache, to_score
+from quantdrift.schemas import PairEvent
 from quantdrift.schemas.score import ScoreEvent
 
 MODES = ("greedy", "sampled")
@@ -83,3 +86,19 @@ def floor_seed(
         source[mode] = noise + (f"; {b} blessed pairs" if b else "")
         seed[mode] = own[mode] + blessed_rows[mode]
     return seed, source
+
+
+def seed_from_pairs(
+    noise: Sequence[PairEvent],
+    blessed: Sequence[PairEvent],
+    cache: ScoreCache,
+    policy: RoutePolicy,
+    route: str,
+) -> tuple[dict[str, list[dict[str, float]]], dict[str, str]]:
+    """:func:`floor_seed` of recorded pairs, each scored (from ``cache``) as ``route``'s
+    worker scores it: what ``quantdrift calibrate`` writes and eval seeds its store with."""
+    return floor_seed(
+        [to_score(p, cache[p], policy, route) for p in noise],
+        policy.min_noise_pairs,
+        [to_score(p, cache[p], policy, route) for p in blessed],
+    )

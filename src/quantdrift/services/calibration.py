@@ -24,7 +24,8 @@ from quantdrift.breaker.protocol import BreakerStore
 from quantdrift.breaker.store import RedisBreakerStore
 from quantdrift.config import Settings, configured_redis_url
 from quantdrift.errors import InputError
-from quantdrift.evaluation import ScoreCache, floor_seed, to_score
+from quantdrift.evaluation import ScoreCache
+from quantdrift.evaluation.calibration import seed_from_pairs
 from quantdrift.evaluation.modes import select
 from quantdrift.schemas.signing import signer_from_settings
 from quantdrift.services.pairs import read_pairs
@@ -79,11 +80,7 @@ def calibrate(
         rp = policy.for_route(route)
         mine = noise if request.routes else [p for p in noise if p.route == route]
         good = blessed if request.routes else [p for p in blessed if p.route == route]
-        seeds[route] = floor_seed(
-            [to_score(p, cache[p], rp, route) for p in mine],
-            rp.min_noise_pairs,
-            [to_score(p, cache[p], rp, route) for p in good],
-        )
+        seeds[route] = seed_from_pairs(mine, good, cache, rp, route)
     url = redis_url or configured_redis_url(settings)
     prefix = key_prefix if key_prefix is not None else settings.redis.key_prefix
     return asyncio.run(_write(url, prefix, settings, seeds, request.merge))

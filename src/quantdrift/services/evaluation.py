@@ -23,11 +23,10 @@ from quantdrift.evaluation import (
     evaluate,
     format_table,
     standard_policies,
-    to_score,
 )
-from quantdrift.evaluation.calibration import floor_seed
+from quantdrift.evaluation.calibration import seed_from_pairs
 from quantdrift.evaluation.long import ROUTE, format_long, run_long
-from quantdrift.evaluation.modes import labels_match, select, strip
+from quantdrift.evaluation.modes import select, strip
 from quantdrift.schemas import PairEvent
 from quantdrift.services.pairs import read_pairs
 from quantdrift.services.scoring import build_embedder
@@ -128,29 +127,21 @@ def _long(
     tier: str,
 ) -> EvalOutcome:
     floor_pairs = [p for p in [*calibrate, *healthy, *drifted] if p.kind == "noise"]
-    blessed = [
-        p
-        for p in calibrate
-        if p.kind == "shadow"
-        and request.blessed_labels is not None
-        and labels_match(p, request.blessed_labels)
-    ]
+    labels = request.blessed_labels
+    blessed = select(calibrate, labels=labels, kinds=("shadow",)) if labels else []
     cache.fill([*floor_pairs, *blessed])
     rp = policies["default"].for_route(ROUTE)
-    seed_rows, source = floor_seed(
-        [to_score(p, cache[p], rp, ROUTE) for p in floor_pairs],
-        rp.min_noise_pairs,
-        [to_score(p, cache[p], rp, ROUTE) for p in blessed],
-    )
+    seed_rows, source = seed_from_pairs(floor_pairs, blessed, cache, rp, ROUTE)
     shadow_h = [p for p in healthy if p.kind == "shadow"]
     shadow_d = [p for p in drifted if p.kind == "shadow"]
     if not shadow_h:
         raise InputError("no healthy shadow pairs to resample")
     # Several --drifted-label values: one drifted pool (and one row per policy) each.
-    labels = request.drifted_labels or ("drifted",)
-    pools = {label: [p for p in shadow_d if labels_match(p, (label,))] for label in labels}
-    if len(labels) == 1:
-        pools = {labels[0]: shadow_d}
+    drifted_labels = request.drifted_labels or ("drifted",)
+    if len(drifted_labels) == 1:
+        pools = {drifted_labels[0]: shadow_d}
+    else:
+        pools = {label: select(shadow_d, labels=(label,)) for label in drifted_labels}
     results = run_long(
         shadow_h,
         pools,
