@@ -30,7 +30,7 @@ from typing import Any
 
 import httpx
 from common import write_section
-from gateway_serving import dead_broker_publisher, serving
+from gateway_serving import dead_broker_publisher, quiet_logs, serving
 from scripted_upstream import upstream
 
 from quantdrift.gateway.gateway_config import parse_config
@@ -163,11 +163,7 @@ if __name__ == "__main__":
     args = parser.parse_args()
     if not 1 <= args.requests <= 5000:
         sys.exit("--requests must be in 1..5000")
-    import logging
-
-    logging.basicConfig(level=logging.ERROR)  # the dead broker's reconnect warnings
-    logging.getLogger("quantdrift").setLevel(logging.ERROR)
-    logging.getLogger("aiokafka").setLevel(logging.CRITICAL)
+    quiet_logs()
     result = asyncio.run(main(args))
     text = markdown(result, args.requests)
     if args.write:

@@ -5,6 +5,7 @@ counted and dropped, so the broker's speed is not part of the figure)."""
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
@@ -15,6 +16,13 @@ from quantdrift.gateway.app import create_app
 from quantdrift.gateway.publisher import ShadowPublisher
 from quantdrift.gateway.service import Gateway
 from quantdrift.stack import free_port
+
+
+def quiet_logs() -> None:
+    """Errors only: the dead broker's reconnect warnings would bury a bench's output."""
+    logging.basicConfig(level=logging.ERROR)
+    logging.getLogger("quantdrift").setLevel(logging.ERROR)
+    logging.getLogger("aiokafka").setLevel(logging.CRITICAL)
 
 
 def dead_broker_publisher() -> ShadowPublisher:

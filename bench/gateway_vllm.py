@@ -33,7 +33,7 @@ from typing import Any
 
 import httpx
 from common import write_section
-from gateway_serving import dead_broker_publisher, serving
+from gateway_serving import dead_broker_publisher, quiet_logs, serving
 
 from quantdrift.gateway.gateway_config import parse_config
 from quantdrift.gateway.service import Gateway
@@ -167,11 +167,7 @@ def main() -> int:
     args = parser.parse_args()
     if not 1 <= args.requests <= 1000:
         sys.exit("--requests must be in 1..1000")
-    import logging
-
-    logging.basicConfig(level=logging.ERROR)  # the dead broker's reconnect warnings
-    logging.getLogger("quantdrift").setLevel(logging.ERROR)
-    logging.getLogger("aiokafka").setLevel(logging.CRITICAL)
+    quiet_logs()
     with tempfile.TemporaryDirectory(prefix="qd-gateway-vllm-") as tmp:
         engine = start_engine(VARIANT, free_port(), Path(tmp), 1500)
         try:
