@@ -146,3 +146,47 @@ def test_eval_embedder_builds_exactly_what_it_names(tmp_path: Path, capsys, monk
         assert main(["eval", "--healthy", str(h), "--json", *extra]) == 0
     # Without --embedder: the worker's scorer (settings embedding.tier, tiered by default).
     assert built == ["static", "tiered", "tiered"]
+
+
+LAB_PAIRS = Path(__file__).resolve().parents[2] / "src/quantdrift/data/lab_pairs.jsonl.gz"
+
+
+def lab_argv(*extra: str) -> list[str]:
+    p = str(LAB_PAIRS)
+    return [
+        "eval", "--healthy", p, "--healthy-label", "int8", "--drifted", p,
+        "--drifted-label", "int2", "--calibrate", p, "--blessed-label", "int8", "--holdout",
+        "--decoding", "greedy", "--streams", "2", "--length", "150", "--drift-length", "20",
+        "--seed", "3", "--embedder", "static", "--policies", "default", "--json", *extra,
+    ]  # fmt: skip
+
+
+def test_eval_calibration_draws_on_the_lab_pairs(capsys) -> None:  # type: ignore[no-untyped-def]
+    # One draw is today's eval, byte for byte.
+    assert main(lab_argv("--no-progress")) == 0
+    today = capsys.readouterr().out
+    assert main(lab_argv("--no-progress", "--calibration-draws", "1")) == 0
+    assert capsys.readouterr().out == today
+    # Three draws: the same two streams judged from each resampled calibration.
+    assert main(lab_argv("--no-progress", "--calibration-draws", "3")) == 0
+    (row,) = json.loads(capsys.readouterr().out)
+    assert (row["streams"], row["healthy_pairs"], row["calibration_draws"]) == (6, 900, 3)
+    assert row["false_rollbacks"] == 0 and row["missed"] == 0
+    assert row["false_rollbacks_per_100k_upper95"] == pytest.approx(1e5 * 2.9957 / 900, abs=0.1)
+    assert len(row["calibration_sources"]) == 3
+
+
+def test_calibration_draws_never_use_a_streamed_prompt() -> None:
+    from quantdrift.evaluation.modes import select
+    from quantdrift.services.evaluation import calibration_draws
+    from quantdrift.services.pairs import read_pairs
+
+    pairs = read_pairs(LAB_PAIRS)
+    streamed = select(pairs, labels=("int8",), part="evaluation", kinds=("shadow",))[:10]
+    calibrate = select(pairs, part="calibration") + streamed[:3]  # three leak in
+    draws = calibration_draws(calibrate, streamed, draws=4, seed=1)
+    keys = {(p.request.prompt_hash, p.request.prompt) for p in streamed}
+    assert len(draws) == 4 and all(d for d in draws)
+    assert all((p.request.prompt_hash, p.request.prompt) not in keys for d in draws for p in d)
+    assert draws == calibration_draws(calibrate, streamed, draws=4, seed=1)  # seeded
+    assert draws[0] != draws[1]

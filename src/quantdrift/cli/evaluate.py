@@ -11,7 +11,9 @@ Two ways to run:
 * ``--streams K --length N --seed S``: K seeded streams of N healthy shadow pairs
   resampled from ``--healthy``, each followed by ``--drift-length`` pairs
   resampled from ``--drifted`` (one pool per ``--drifted-label`` value, each
-  starting from the same healthy streams); one JSON array (``--json``), an object
+  starting from the same healthy streams); ``--calibration-draws D`` judges them
+  from D seeded resamples of the calibration prompts instead of one calibration,
+  and counts over all D x K streams; one JSON array (``--json``), an object
   per policy and pool, with
   false rollbacks per 100k healthy pairs (and the 95 % upper bound), detection
   delay median / p90 and missed streams (:mod:`quantdrift.evaluation.long`).
@@ -83,6 +85,13 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--length", type=positive_int, default=5000, help="healthy pairs per stream")
     p.add_argument("--drift-length", type=positive_int, default=200, help="drifted pairs/stream")
     p.add_argument("--seed", type=int, default=0, help="seed of the resampling")
+    p.add_argument(
+        "--calibration-draws",
+        type=positive_int,
+        default=1,
+        help="with --streams: judge the streams from D seeded resamples of the calibration "
+        "prompts (none the streams use), rates and delays over all draws (default 1: as given)",
+    )
     p.add_argument("--repeat", type=positive_int, default=1, help="replay the healthy part N times")
     p.add_argument(
         "--noise-as-shadow",
@@ -137,6 +146,7 @@ def run(args: argparse.Namespace) -> int:
         length=args.length,
         drift_length=args.drift_length,
         seed=args.seed,
+        calibration_draws=args.calibration_draws,
         repeat=args.repeat,
         noise_as_shadow=args.noise_as_shadow,
         pair_interval_s=args.pair_interval,

@@ -10,7 +10,11 @@ a tolerance δ they accept. Each signal here is one bounded number per pair,
 * **outcomes**: the paired task outcome (JSON contract kept, loop-free,
   finished) as ``(1 + cand_failed - ref_failed) / 2``: concordant pairs give
   1/2, so the reference's own failure rate cancels; null mean ``(1 + δ) / 2``
-  = "the candidate's failure rate exceeds the reference's by at most δ";
+  = "the candidate's failure rate exceeds the reference's by at most δ". Where
+  an operator blessed a candidate (``blessed:outcomes``, the same x on the
+  blessed pairs), the null is "no worse than the blessed behaviour by more
+  than δ": the blessed mean's exact upper bound plus δ / 2
+  (:func:`blessed_outcome_mean`), never below the reference's null;
 * **hard**: a hard failure the reference does not show (entropy collapse, a
   repetition loop, runaway whitespace), null mean δ = the tolerated rate;
 * **tf_kl**: teacher-forced divergence clipped to ``tf_kl_clip`` nats, scaled;
@@ -42,6 +46,11 @@ SIGNALS = ("hard", "outcomes", "tf_kl", "dissimilarity", "entropy")
 DIVERGENCES = ("tf_kl", "dissimilarity", "entropy")
 
 BLESSED = "blessed:"
+# The floor key of the blessed pairs' outcome x (calibration writes it, the rule reads it).
+BLESSED_OUTCOMES = BLESSED + "outcomes"
+# One-sided level of the blessed outcome bound: about the two standard errors the
+# divergence floors are raised by.
+CALIBRATION_ALPHA = 0.025
 
 
 def _softplus(v: float) -> float:
@@ -239,3 +248,82 @@ def _upper_mean(values: tuple[float, ...], metric: str, clip: float) -> float:
     mean = sum(clipped) / n
     var = sum((c - mean) ** 2 for c in clipped) / max(n - 1, 1)
     return round(mean + 2.0 * math.sqrt(var / n), 6)
+
+
+# --- the blessed outcome baseline ---------------------------------------------------------
+
+
+def _binom_cdf(k: int, n: int, p: float) -> float:
+    """P(Binomial(n, p) <= k), summed in log space (n is a calibration's size)."""
+    if p <= 0.0:
+        return 1.0
+    if p >= 1.0:
+        return 1.0 if k >= n else 0.0
+    lp, lq = math.log(p), math.log1p(-p)
+    terms = [
+        math.lgamma(n + 1) - math.lgamma(i + 1) - math.lgamma(n - i + 1) + i * lp + (n - i) * lq
+        for i in range(k + 1)
+    ]
+    return min(1.0, math.exp(_log_mean_exp(terms)) * len(terms))
+
+
+@lru_cache(maxsize=1024)
+def clopper_pearson(k: int, n: int, alpha: float) -> tuple[float, float]:
+    """Exact one-sided (lower, upper) bounds of a binomial rate, each at level ``alpha``.
+
+    Found by bisection on the binomial tail (no scipy below the breaker: detectors
+    stay pure). The upper bound solves P(X <= k | p) = alpha, the lower one
+    P(X >= k | p) = alpha.
+
+    >>> [round(v, 4) for v in clopper_pearson(0, 40, 0.025)]
+    [0.0, 0.0881]
+    >>> [round(v, 4) for v in clopper_pearson(3, 40, 0.025)]
+    [0.0157, 0.2039]
+    """
+    if not 0 <= k <= n or n < 1:
+        raise ValueError(f"need 0 <= k <= n and n >= 1, got k={k}, n={n}")
+
+    def upper(j: int) -> float:
+        if j == n:
+            return 1.0
+        lo, hi = 0.0, 1.0  # P(X <= j | p) falls from 1 at p = 0 to 0 at p = 1
+        for _ in range(60):
+            mid = (lo + hi) / 2
+            lo, hi = (mid, hi) if _binom_cdf(j, n, mid) >= alpha else (lo, mid)
+        return (lo + hi) / 2
+
+    # The lower bound of k successes is one minus the upper bound of n - k failures.
+    return 1.0 - upper(n - k), upper(k)
+
+
+def blessed_outcome_mean(
+    floor: Mapping[str, Sequence[float]], min_count: int, alpha: float = CALIBRATION_ALPHA
+) -> float | None:
+    """Exact upper bound of the blessed candidate's mean outcome x, or None (no blessing).
+
+    The blessed pairs' x is 1 where only the blessed candidate failed, 0 where only
+    the reference did, 1/2 otherwise, so its mean is ``1/2 + (p_b - p_r) / 2``.
+    Bounded as ``1/2 + (upper(p_b) - lower(p_r)) / 2``, each an exact
+    Clopper-Pearson bound at ``alpha`` (together: at least ``1 - 2 alpha``). Two
+    standard errors would not do here: a rare failure is often absent from a few
+    dozen pairs, and a sample with none has no spread, so a plug-in bound would say
+    the blessed candidate never fails more than the reference.
+
+    >>> blessed_outcome_mean({"blessed:outcomes": [0.5] * 39 + [1.0]}, 10)
+    0.565793
+    >>> blessed_outcome_mean({"blessed:outcomes": [0.5] * 5}, 10) is None
+    True
+    """
+    values = tuple(floor.get(BLESSED_OUTCOMES, ()))
+    return None if len(values) < min_count else _outcome_upper(values, alpha)
+
+
+@lru_cache(maxsize=256)
+def _outcome_upper(values: tuple[float, ...], alpha: float) -> float:
+    # Cached: the floor changes rarely, and the judge asks for every pair.
+    n = len(values)
+    only_blessed = sum(1 for v in values if v > 0.75)
+    only_reference = sum(1 for v in values if v < 0.25)
+    upper_b = clopper_pearson(only_blessed, n, alpha)[1]
+    lower_r = clopper_pearson(only_reference, n, alpha)[0]
+    return round(0.5 + (upper_b - lower_r) / 2.0, 6)

@@ -13,7 +13,9 @@ the same floor.
 * **Blessed pairs**: shadow pairs of a candidate the operator approved (a
   baseline run). Their values go to the floor under ``blessed:<metric>``; the
   tolerance rule uses them for a metric whose noise floor is degenerate (greedy
-  runs; teacher-forced KL of the reference against itself, ~1e-5 nats).
+  runs; teacher-forced KL of the reference against itself, ~1e-5 nats). Each
+  blessed pair also gives its paired outcome under ``blessed:outcomes``: the
+  outcomes test's null is then the blessed candidate's failure rate plus δ.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from collections.abc import Iterable, Sequence
 
 from quantdrift.breaker.policy import RoutePolicy
 from quantdrift.detectors.noise_floor import metric_values
-from quantdrift.detectors.tolerance import BLESSED
+from quantdrift.detectors.tolerance import BLESSED, BLESSED_OUTCOMES, outcome_x
 from quantdrift.evaluation.cache import ScoreCache, to_score
 from quantdrift.schemas import PairEvent
 from quantdrift.schemas.score import ScoreEvent
@@ -59,8 +61,9 @@ def floor_seed(
     ...     ts=0, decoding=mode, metrics=Metrics(cosine=c, first_divergence=0, candidate_tokens=3))
     >>> seed, source = floor_seed([s(i, "sampled", 0.9) for i in range(3)], min_pairs=2,
     ...     blessed=[s(9, "greedy", 0.97, "shadow")])
-    >>> seed["greedy"], source["greedy"]
-    ([{'blessed:cosine': 0.97}], 'no informative greedy noise pairs; 1 blessed pairs')
+    >>> seed["greedy"], source["greedy"]  # doctest: +NORMALIZE_WHITESPACE
+    ([{'blessed:cosine': 0.97, 'blessed:outcomes': 0.5}],
+     'no informative greedy noise pairs; 1 blessed pairs')
     """
     own: dict[str, list[dict[str, float]]] = {mode: [] for mode in MODES}
     for score in scores:
@@ -72,8 +75,9 @@ def floor_seed(
     blessed_rows: dict[str, list[dict[str, float]]] = {mode: [] for mode in MODES}
     for score in blessed:
         values = metric_values(score.metrics)
-        if values:
-            blessed_rows[score.decoding].append({BLESSED + k: v for k, v in values.items()})
+        # Every blessed pair has an outcome (the tolerance rule's outcomes baseline).
+        row = {BLESSED + k: v for k, v in values.items()}
+        blessed_rows[score.decoding].append({**row, BLESSED_OUTCOMES: outcome_x(score.metrics)})
     seed: dict[str, list[dict[str, float]]] = {}
     source: dict[str, str] = {}
     for mode in MODES:

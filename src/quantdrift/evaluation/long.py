@@ -23,6 +23,11 @@ Counted per policy:
   Delays of missed streams count as ``drift_length + 1`` in the quantiles, so a
   miss never makes a policy look faster.
 
+Several calibrations (``floor_rows`` a sequence, one floor per draw): every draw
+judges the same K streams from its own floor, and the counts and delays above are
+over all draws' streams (``streams`` = draws x K), so the false-rollback rate pays
+for how much the floor and blessed baseline move with the calibration pairs.
+
 Scores are built once per distinct pair and policy: a long stream costs judging,
 not scoring (metrics come from the content-keyed :class:`ScoreCache`).
 """
@@ -48,6 +53,9 @@ from quantdrift.evaluation.table import text_table
 from quantdrift.schemas import PairEvent, ScoreEvent
 
 ROUTE = "eval/long"
+
+# One floor's seed values: decoding mode -> the metric values of each seeding pair.
+FloorRows = Mapping[str, Sequence[dict[str, float]]]
 
 
 @dataclass
@@ -94,7 +102,7 @@ def _quantile(values: Sequence[float], q: float) -> float | None:
 def run_long(
     healthy: Sequence[PairEvent],
     drifted: Mapping[str, Sequence[PairEvent]] | Sequence[PairEvent],
-    floor_rows: Mapping[str, Sequence[dict[str, float]]],
+    floor_rows: FloorRows | Sequence[FloorRows],
     cache: ScoreCache,
     policies: Mapping[str, Policy],
     *,
@@ -114,8 +122,12 @@ def run_long(
     pass, and their false-rollback counts are the same streams. ``floor_rows`` maps
     a decoding mode to the metric values that seed its floor
     (:func:`~quantdrift.evaluation.calibration.floor_seed`), written as
-    ``quantdrift calibrate`` writes them: through the store.
+    ``quantdrift calibrate`` writes them: through the store; a sequence of them is
+    one floor per calibration draw, each judging the same streams.
     """
+    floors = [floor_rows] if isinstance(floor_rows, Mapping) else list(floor_rows)
+    if not floors:
+        raise ValueError("at least one floor (calibration draw)")
     if streams < 1 or length < 0 or drift_length < 0:
         raise ValueError("streams >= 1, length >= 0, drift_length >= 0")
     if not healthy:
@@ -141,46 +153,50 @@ def run_long(
         d_scores = {
             pool: [to_score(p, cache[p], rp, ROUTE) for p in pairs] for pool, pairs in pools.items()
         }
-        seeded = offline_store(nf)
-        for mode, rows in floor_rows.items():
-            asyncio.run(seeded.seed_floor(ROUTE, mode, list(rows)))
+        seeds = []
+        for rows_by_mode in floors:
+            seeded = offline_store(nf)
+            for mode, rows in rows_by_mode.items():
+                asyncio.run(seeded.seed_floor(ROUTE, mode, list(rows)))
+            seeds.append(seeded)
         false, with_false = 0, 0
         false_rules: Counter[str] = Counter()
         delays: dict[str, list[float]] = {pool: [] for pool in pools}
         missed: Counter[str] = Counter()
         by: dict[str, Counter[str]] = {pool: Counter() for pool in pools}
-        for k, (h, d) in enumerate(draws):
-            fold = StreamFold(seeded.fork(), policy)
-            rules_fired, now = asyncio.run(
-                _healthy_part(fold, _drawn(h_scores, h, f"{k}:"), pair_interval_s)
-            )
-            false += len(rules_fired)
-            with_false += bool(rules_fired)
-            false_rules.update(rules_fired)
-            for pool, idx in d.items():
-                if not len(idx):
-                    continue
-                delay, rule = asyncio.run(
-                    _drift_part(
-                        _forked(fold),
-                        _drawn(d_scores[pool], idx, f"{k}:{pool}:"),
-                        pair_interval_s,
-                        now,
-                    )
+        for seeded in seeds:
+            for k, (h, d) in enumerate(draws):
+                fold = StreamFold(seeded.fork(), policy)
+                rules_fired, now = asyncio.run(
+                    _healthy_part(fold, _drawn(h_scores, h, f"{k}:"), pair_interval_s)
                 )
-                if delay is None:
-                    missed[pool] += 1
-                    delays[pool].append(float(drift_length + 1))
-                else:
-                    delays[pool].append(float(delay))
-                    by[pool][rule or "?"] += 1
-        total = streams * length
+                false += len(rules_fired)
+                with_false += bool(rules_fired)
+                false_rules.update(rules_fired)
+                for pool, idx in d.items():
+                    if not len(idx):
+                        continue
+                    delay, rule = asyncio.run(
+                        _drift_part(
+                            _forked(fold),
+                            _drawn(d_scores[pool], idx, f"{k}:{pool}:"),
+                            pair_interval_s,
+                            now,
+                        )
+                    )
+                    if delay is None:
+                        missed[pool] += 1
+                        delays[pool].append(float(drift_length + 1))
+                    else:
+                        delays[pool].append(float(delay))
+                        by[pool][rule or "?"] += 1
+        total = len(seeds) * streams * length
         for pool, pairs in pools.items():
             caught = [x for x in delays[pool] if x <= drift_length]
             results.append(
                 LongResult(
                     policy=name,
-                    streams=streams,
+                    streams=len(seeds) * streams,
                     healthy_pairs=total,
                     false_rollbacks=false,
                     false_rollbacks_per_100k=round(1e5 * false / total, 3) if total else 0.0,

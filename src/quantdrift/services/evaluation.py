@@ -14,6 +14,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+import numpy as np
+
 from quantdrift.breaker.policy import Policy, load_policy
 from quantdrift.config import EmbeddingSettings
 from quantdrift.errors import InputError
@@ -54,6 +56,7 @@ class EvalRequest:
     length: int = 5000
     drift_length: int = 200
     seed: int = 0
+    calibration_draws: int = 1
     repeat: int = 1
     noise_as_shadow: bool = False
     pair_interval_s: float = 1.0
@@ -80,6 +83,8 @@ def run_eval(
             raise InputError(f"no such file: {path}")
     if request.pair_interval_s <= 0:
         raise InputError(f"--pair-interval-s must be > 0, got {request.pair_interval_s}")
+    if request.calibration_draws > 1 and (request.streams is None or request.calibrate is None):
+        raise InputError("--calibration-draws needs --streams and --calibrate")
     policy = load_policy(request.policy_file)
     policies = {k: v for k, v in standard_policies(policy).items() if k in request.policies}
     part = "evaluation" if request.holdout else None
@@ -108,6 +113,37 @@ def run_eval(
     return EvalOutcome([r.as_dict() for r in results], format_table(results), footer, plan.notes)
 
 
+def calibration_draws(
+    calibrate: Sequence[PairEvent], streamed: Sequence[PairEvent], draws: int, seed: int
+) -> list[list[PairEvent]]:
+    """``draws`` seeded resamples of the calibration, each on prompts no stream uses.
+
+    A draw is a bootstrap over the calibration's prompts (with replacement, as many
+    as there are): every pair of a drawn prompt, noise and blessed alike, once per
+    time the prompt was drawn. Prompts that any streamed pair carries are left out
+    first, so a floor is never fitted on the prompts it then judges. Seeded by
+    ``(seed, draw)``: the same request draws the same calibrations.
+    """
+    streamed_keys = {_prompt_key(p) for p in streamed}
+    by_prompt: dict[tuple[str | None, str | None], list[PairEvent]] = {}
+    for p in calibrate:
+        if _prompt_key(p) not in streamed_keys:
+            by_prompt.setdefault(_prompt_key(p), []).append(p)
+    prompts = list(by_prompt)
+    if not prompts:
+        raise InputError("--calibration-draws: no calibration prompt that the streams do not use")
+    out = []
+    for d in range(draws):
+        rng = np.random.default_rng([seed, d])
+        picked = rng.integers(0, len(prompts), size=len(prompts))
+        out.append([p for i in picked for p in by_prompt[prompts[int(i)]]])
+    return out
+
+
+def _prompt_key(p: PairEvent) -> tuple[str | None, str | None]:
+    return p.request.prompt_hash, p.request.prompt
+
+
 def _load(
     request: EvalRequest, path: Path | None, labels: Labels, part: str | None
 ) -> list[PairEvent]:
@@ -126,14 +162,28 @@ def _long(
     policies: dict[str, Policy],
     tier: str,
 ) -> EvalOutcome:
-    floor_pairs = [p for p in [*calibrate, *healthy, *drifted] if p.kind == "noise"]
-    labels = request.blessed_labels
-    blessed = select(calibrate, labels=labels, kinds=("shadow",)) if labels else []
-    cache.fill([*floor_pairs, *blessed])
-    rp = policies["default"].for_route(ROUTE)
-    seed_rows, source = seed_from_pairs(floor_pairs, blessed, cache, rp, ROUTE)
     shadow_h = [p for p in healthy if p.kind == "shadow"]
     shadow_d = [p for p in drifted if p.kind == "shadow"]
+    labels = request.blessed_labels
+    rp = policies["default"].for_route(ROUTE)
+    # (pairs whose noise pairs seed the floor, pairs whose blessed ones do), per draw.
+    if request.calibration_draws == 1:
+        calibrations = [([*calibrate, *healthy, *drifted], calibrate)]
+    else:
+        draws = calibration_draws(
+            calibrate, [*shadow_h, *shadow_d], request.calibration_draws, request.seed
+        )
+        calibrations = [(pairs, pairs) for pairs in draws]
+    floors: list[dict[str, list[dict[str, float]]]] = []
+    sources: list[dict[str, str]] = []
+    for noise_from, blessed_from in calibrations:
+        floor_pairs = [p for p in noise_from if p.kind == "noise"]
+        blessed = select(blessed_from, labels=labels, kinds=("shadow",)) if labels else []
+        cache.fill([*floor_pairs, *blessed])
+        seed_rows, source = seed_from_pairs(floor_pairs, blessed, cache, rp, ROUTE)
+        floors.append(seed_rows)
+        sources.append(source)
+    source = sources[0]
     if not shadow_h:
         raise InputError("no healthy shadow pairs to resample")
     # Several --drifted-label values: one drifted pool (and one row per policy) each.
@@ -145,7 +195,7 @@ def _long(
     results = run_long(
         shadow_h,
         pools,
-        seed_rows,
+        floors[0] if len(floors) == 1 else floors,
         cache,
         policies,
         streams=request.streams or 1,
@@ -163,6 +213,10 @@ def _long(
         "distinct_healthy": len(shadow_h),
         "distinct_drifted": {k: len(v) for k, v in pools.items()},
     }
+    if len(floors) > 1:
+        # Only with draws: one calibration keeps today's output byte for byte.
+        context["calibration_draws"] = len(floors)
+        context["calibration_sources"] = sources
     footer = (
         f"{len(shadow_h)} distinct healthy / {len(shadow_d)} drifted pairs; "
         f"scoring: {cache.scored} pairs once ({tier}); floors: {source}"

@@ -28,6 +28,7 @@ from quantdrift.detectors.tolerance import (
     SIGNALS,
     BettingSR,
     BettingState,
+    blessed_outcome_mean,
     divergence_x,
     floor_mean,
     floor_metric,
@@ -75,9 +76,23 @@ def signal_arl(policy: RoutePolicy, signal: str) -> float | None:
 def null_mean(
     policy: RoutePolicy, signal: str, score: ScoreEvent, floor: NoiseFloorState | None
 ) -> tuple[float, str] | None:
-    """The mean x may have under the null "no worse than δ", and where it comes from."""
+    """The mean x may have under the null "no worse than δ", and where it comes from.
+
+    Outcomes: no worse than the reference by more than δ (``paired``), or, where the
+    floor holds a blessed baseline, no worse than the blessed candidate by more than
+    δ (``blessed``): the blessed mean's exact upper bound plus δ / 2, never below the
+    paired null (a blessing widens what is accepted, it never rolls back a candidate
+    the reference-based rule would keep). A floor without ``blessed:outcomes`` (one
+    written before it existed) gives the paired null.
+    """
     if signal == "outcomes":
-        return (1.0 + policy.tolerance_outcomes) / 2.0, "paired"
+        paired = (1.0 + policy.tolerance_outcomes) / 2.0
+        blessed = (
+            None if floor is None else blessed_outcome_mean(floor.values, policy.min_floor_pairs)
+        )
+        if blessed is None or blessed + policy.tolerance_outcomes / 2.0 <= paired:
+            return paired, "paired"
+        return min(1.0, blessed + policy.tolerance_outcomes / 2.0), "blessed"
     if signal == "hard":
         return policy.tolerance_hard, "paired"
     if floor is None:

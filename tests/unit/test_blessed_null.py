@@ -1,0 +1,207 @@
+"""Each rule at its null's boundary, with a blessed baseline from a shifted prompt mix.
+
+An operator blesses a candidate from 40 calibration pairs; traffic then brings the
+same kinds of prompts in another mix. The null a rule promises is "no worse than the
+blessed behaviour *on the traffic* by more than δ". Each stream here draws its own
+calibration (40 blessed pairs from the calibration mix, through the calibration's
+``floor_seed``), then ``LENGTH`` candidate pairs whose mean sits exactly at that
+null's boundary, and asks whether the route's tolerance rule ever crossed.
+
+What a stream may cost: the e-detector's share, at most ``LENGTH / arl`` (an
+e-detector with threshold A stopped at L pairs alarms with probability <= L / A),
+plus the chance that the calibration itself set the null below the truth
+(``CAL_MISS``: the blessed bound's stated level). The false-rollback rate over the
+streams must stay within that, by an exact (Clopper-Pearson) upper bound.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+import pytest
+from scipy.stats import beta as beta_dist
+
+from quantdrift.breaker.policy import RoutePolicy
+from quantdrift.breaker.rules import signal_arl
+from quantdrift.breaker.rules.tolerance import null_mean, step
+from quantdrift.detectors.noise_floor import NoiseFloor, NoiseFloorState
+from quantdrift.detectors.tolerance import CALIBRATION_ALPHA
+from quantdrift.evaluation.calibration import floor_seed
+from quantdrift.schemas import Metrics, ScoreEvent
+
+STREAMS = 60
+LENGTH = 2000
+CALIBRATION_PAIRS = 40
+BUDGET_PAIRS = 100_000  # small, so a wrong null shows within a stream
+# Two task families; traffic is half of each, calibration is shifted towards "prose".
+TRAFFIC_MIX = 0.5
+CALIBRATION_MIX = 0.4  # share of "json" prompts
+
+# Outcomes: P(only the blessed candidate fails), P(only the reference fails), per family.
+BLESSED_FAILS = {"json": 0.12, "prose": 0.02}
+REFERENCE_FAILS = {"json": 0.02, "prose": 0.01}
+# Dissimilarity (1 - cosine) of the blessed candidate, per family: Beta(a, b).
+BLESSED_DIVERGENCE = {"json": (2.0, 10.0), "prose": (2.0, 18.0)}
+
+Draw = Callable[[np.random.Generator, int, float], list[Metrics]]
+
+
+def families(rng: np.random.Generator, n: int, mix: float) -> np.ndarray:
+    return rng.random(n) < mix  # True: json
+
+
+def outcome_pairs(extra: float) -> Draw:
+    """Pairs whose candidate fails alone ``extra`` more often than the blessed one."""
+
+    def draw(rng: np.random.Generator, n: int, mix: float) -> list[Metrics]:
+        out = []
+        for is_json in families(rng, n, mix):
+            family = "json" if is_json else "prose"
+            u = rng.random()
+            only_cand = u < BLESSED_FAILS[family] + extra
+            only_ref = not only_cand and u > 1.0 - REFERENCE_FAILS[family]
+            out.append(
+                Metrics(
+                    json_ok=not only_cand,
+                    reference_json_ok=not only_ref,
+                    candidate_tokens=20,
+                )
+            )
+        return out
+
+    return draw
+
+
+def outcomes_boundary_extra(policy: RoutePolicy) -> float:
+    """Extra candidate-only failures putting the traffic mean at blessed + δ / 2.
+
+    Mean x = 1/2 + (p_cand_only - p_ref_only) / 2, so δ more candidate-only
+    failures than the blessed candidate's, where the reference fails alike.
+    """
+    return policy.tolerance_outcomes
+
+
+def divergence_pairs(extra: float) -> Draw:
+    """Pairs whose 1 - cosine is the blessed candidate's, plus ``extra`` on average."""
+
+    def draw(rng: np.random.Generator, n: int, mix: float) -> list[Metrics]:
+        out = []
+        for is_json in families(rng, n, mix):
+            a, b = BLESSED_DIVERGENCE["json" if is_json else "prose"]
+            d = min(1.0, float(rng.beta(a, b)) + extra)
+            out.append(Metrics(cosine=1.0 - d, candidate_tokens=20))
+        return out
+
+    return draw
+
+
+def score(i: int, m: Metrics) -> ScoreEvent:
+    return ScoreEvent(
+        pair_id=f"p{i}", route="r", kind="shadow", ts=float(i), decoding="sampled", metrics=m
+    )  # type: ignore[arg-type]
+
+
+def calibrated_floor(blessed: list[Metrics]) -> NoiseFloorState:
+    """The floor ``quantdrift calibrate --blessed-label`` writes from these pairs."""
+    seed, _ = floor_seed([], blessed=[score(i, m) for i, m in enumerate(blessed)])
+    nf, state = NoiseFloor(), NoiseFloor().init()
+    for row in seed["sampled"]:
+        state = nf.update(state, row)
+    return state
+
+
+def streams_with_a_false_rollback(
+    policy: RoutePolicy, blessed: Draw, candidate: Draw, seed: int
+) -> int:
+    hits = 0
+    for k in range(STREAMS):
+        rng = np.random.default_rng([seed, k])
+        floor = calibrated_floor(blessed(rng, CALIBRATION_PAIRS, CALIBRATION_MIX))
+        tests: dict[str, tuple[float, ...]] = {}
+        for i, m in enumerate(candidate(rng, LENGTH, TRAFFIC_MIX)):
+            tests, crossed = step(policy, tests, score(i, m), floor)
+            if crossed:
+                hits += 1
+                break
+    return hits
+
+
+def clopper_pearson_upper(k: int, n: int, level: float = 0.95) -> float:
+    return 1.0 if k >= n else float(beta_dist.ppf(level, k + 1, n - k))
+
+
+def only(signal: str) -> RoutePolicy:
+    """The default tolerances with the whole (small) budget on one signal."""
+    return RoutePolicy(false_alarm_budget_pairs=BUDGET_PAIRS, budget_split={signal: 1.0})
+
+
+@pytest.mark.parametrize(
+    "signal, blessed, candidate, cal_miss",
+    [
+        # Outcomes: the blessed bound is two exact one-sided bounds at CALIBRATION_ALPHA.
+        (
+            "outcomes",
+            outcome_pairs(0.0),
+            outcome_pairs(outcomes_boundary_extra(only("outcomes"))),
+            2 * CALIBRATION_ALPHA,
+        ),
+        # Dissimilarity: the blessed floor's mean two standard errors up (~2.3 % one-sided).
+        # Strict: when the floors pay for calibration, this must start passing.
+        pytest.param(
+            "dissimilarity",
+            divergence_pairs(0.0),
+            divergence_pairs(only("dissimilarity").tolerance_dissimilarity),
+            0.023,
+            marks=pytest.mark.xfail(
+                strict=True,
+                reason="a plug-in floor (mean + 2 SE of 40 pairs) does not pay for "
+                "calibration uncertainty: 6 of 60 streams roll back; an exact betting "
+                "bound rolls back none but costs greedy int4 a p90 of 79 pairs, not 15, "
+                "and 0 of 60 still bounds the rate at 4.9 % > 4.3 % (issue 20, part 2; "
+                "docs/deciding.md)",
+            ),
+        ),
+    ],
+)
+def test_false_rollbacks_at_the_null_boundary_stay_within_budget(
+    signal: str, blessed: Draw, candidate: Draw, cal_miss: float
+) -> None:
+    policy = only(signal)
+    arl = signal_arl(policy, signal)
+    assert arl == BUDGET_PAIRS
+    hits = streams_with_a_false_rollback(policy, blessed, candidate, seed=20)
+    budget = LENGTH / arl + cal_miss
+    upper = clopper_pearson_upper(hits, STREAMS)
+    assert upper <= budget, (signal, hits, round(upper, 4), round(budget, 4))
+
+
+# --- the outcomes null, with and without a blessing --------------------------------------
+
+
+def test_outcomes_null_without_a_blessing_or_on_an_old_floor_is_the_paired_one() -> None:
+    policy = RoutePolicy()
+    pair = score(0, Metrics(json_ok=True, reference_json_ok=True))
+    paired = ((1 + policy.tolerance_outcomes) / 2, "paired")
+    assert null_mean(policy, "outcomes", pair, None) == paired
+    old = NoiseFloorState.from_json({"blessed:cosine": [0.9, 0.95] * 20})  # before outcomes
+    assert null_mean(policy, "outcomes", pair, old) == paired
+    few = NoiseFloorState({"blessed:outcomes": (1.0,) * (policy.min_floor_pairs - 1)})
+    assert null_mean(policy, "outcomes", pair, few) == paired
+
+
+def test_outcomes_null_with_a_blessing_is_the_blessed_rate_plus_delta() -> None:
+    policy = RoutePolicy()
+    pair = score(0, Metrics(json_ok=True, reference_json_ok=True))
+    # 4 of 40 blessed pairs failed where the reference did not: bound 0.5 + U(4/40) / 2.
+    worse = calibrated_floor([Metrics(json_ok=i >= 4, reference_json_ok=True) for i in range(40)])
+    found = null_mean(policy, "outcomes", pair, worse)
+    assert found is not None and found[1] == "blessed"
+    upper = clopper_pearson_upper(4, 40, 1 - CALIBRATION_ALPHA)
+    assert found[0] == pytest.approx(0.5 + upper / 2 + policy.tolerance_outcomes / 2, abs=1e-5)
+    # A blessed candidate better than the reference never narrows the paired null.
+    better = calibrated_floor([Metrics(json_ok=True, reference_json_ok=i >= 20) for i in range(40)])
+    assert null_mean(policy, "outcomes", pair, better) == (
+        (1 + policy.tolerance_outcomes) / 2,
+        "paired",
+    )
