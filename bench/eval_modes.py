@@ -96,11 +96,18 @@ def summarise(rows: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def fmt_delay(d: dict[str, Any] | None) -> str:
+    """``median / p90``, with the streams missed, and the streams whose route was
+    already rolled back when the broken pairs began (its healthy part tripped it)."""
     if d is None:
         return "-"
     med, p90 = d["median"], d["p90"]
     text = f"{'-' if med is None else f'{med:g}'} / {'-' if p90 is None else f'{p90:g}'}"
-    return text + (f" ({d['missed']} missed)" if d["missed"] else "")
+    notes = []
+    if d["missed"]:
+        notes.append(f"{d['missed']} missed")
+    if opened := d.get("detected_by", {}).get("open at onset"):
+        notes.append(f"{opened} open at onset")
+    return text + (f" ({', '.join(notes)})" if notes else "")
 
 
 def markdown(result: dict[str, Any]) -> str:
@@ -116,7 +123,8 @@ def markdown(result: dict[str, Any]) -> str:
         "the gateway (`bench/lab_pairs_vllm.py`). Each mode replays "
         f"{result['streams']} healthy streams of {result['length']:,} int8 pairs; delays are "
         "median / p90 pairs from the onset of the broken variant (a missed stream counts "
-        "as one more than its broken pairs).",
+        "as one more than its broken pairs; a route already rolled back by its healthy "
+        "part is open at the onset, with delay 0).",
         "",
         "| set | mode | false rollbacks / 100k (upper 95 %) | "
         + " | ".join(f"{lab} median / p90" for lab in labels)

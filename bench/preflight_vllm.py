@@ -19,9 +19,9 @@ reference with the checks that talk to a serving engine:
   waived by name, as a CPU deployment would;
 - ``salient-weights`` on each exported checkpoint folder.
 
-``load`` (1.5x through the gateway) is not run here: it needs the gateway, the
-stack and a worker in front of the engines for its duration; the ``tests/vllm``
-tier runs that path.
+``load`` (1.5x through the gateway) is not run here: it needs the gateway and the
+stack in front of the engines for its duration, and the ``tests/vllm`` tier, which
+has them up, runs it (``test_vllm_preflight_load.py``).
 
 Prints one line per candidate and verdict; with ``--json`` ends with one JSON
 object ``{variant: {"verdict", "items": {id: {"status", "summary"}}}}``.
