@@ -12,6 +12,7 @@ seeded pairs and on awkward text.
 
 from __future__ import annotations
 
+import json
 import math
 import sys
 from collections import Counter
@@ -299,3 +300,18 @@ def test_reference_loops_themselves_are_right() -> None:
     assert repetition_run_ref(list("xabcabcabcy")) == 3
     assert lcs_table("ABCBDAB", "BDCABA") == 4
     assert np.isclose(f1(0.5, 0.5), 0.5)
+
+
+def test_a_tokenizer_where_spaces_matter_encodes_whole_texts(tmp_path: Path) -> None:
+    # The word cache is sound for the BERT normalizer and pre-tokenizer only; a model
+    # whose tokenizer keeps spaces in its tokens (Metaspace) must be encoded whole.
+    src = _STATIC.path
+    spec = json.loads((src / "tokenizer.json").read_text())
+    spec["pre_tokenizer"] = {"type": "Metaspace", "replacement": "▁", "prepend_scheme": "always"}
+    (tmp_path / "tokenizer.json").write_text(json.dumps(spec))
+    (tmp_path / "model.safetensors").symlink_to(src / "model.safetensors")
+    other = StaticEmbedder(tmp_path)
+    assert _STATIC._by_word and not other._by_word
+    texts = ["two  spaces and one", " leading", "plain words here"]
+    want = [e.ids for e in other._tokenizer.encode_batch_fast(texts, add_special_tokens=False)]
+    assert other.token_ids(texts) == want

@@ -79,7 +79,7 @@ class StaticEmbedder:
     ) -> None:
         # Deferred: the tokenizer and weights libraries load only when a static model does.
         from safetensors.numpy import load_file
-        from tokenizers import Tokenizer
+        from tokenizers import Tokenizer, normalizers, pre_tokenizers
 
         folder = resolve_static_path(str(path))
         try:
@@ -99,6 +99,13 @@ class StaticEmbedder:
         tokenizer.enable_truncation(max_tokens)
         self._tokenizer = tokenizer
         # Word -> its word-piece ids (see token_ids); cleared when it would outgrow the bound.
+        # Only for a BERT normalizer and pre-tokenizer (the shipped model's), for which
+        # splitting at spaces first is provably the same; any other tokenizer (one where
+        # a space is part of a token, say) encodes whole texts.
+        self._by_word = isinstance(tokenizer.pre_tokenizer, pre_tokenizers.BertPreTokenizer) and (
+            tokenizer.normalizer is None
+            or isinstance(tokenizer.normalizer, normalizers.BertNormalizer)
+        )
         self._word_ids: dict[str, list[int]] = {}
         self._cache_words = cache_words
         self._lock = threading.Lock()
@@ -131,6 +138,9 @@ class StaticEmbedder:
         ``tests/contract/test_scoring_reference.py`` checks it against the
         tokenizer on the lab and bench texts and on awkward Unicode.
         """
+        if not self._by_word:
+            encodings = self._tokenizer.encode_batch_fast(list(texts), add_special_tokens=False)
+            return [enc.ids for enc in encodings]
         words_of = [[w for w in text.split(" ") if w] for text in texts]
         limit = self.max_tokens
         with self._lock:
