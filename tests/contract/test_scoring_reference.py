@@ -1,8 +1,8 @@
 """The worker's scorer gives the metrics a straightforward computation gives.
 
-The scoring path counts each text once per batch, counts BLEU n-grams itself,
-caches word pieces by word and finds repetition runs for every n at once: all
-for speed. None of that may move a number. So each metric of the ScoreEvent the
+The scoring path tokenizes, counts and checks each distinct text of a batch
+once, and the static tier caches word pieces by word: both for speed. Neither
+may move a number. So each metric of the ScoreEvent the
 worker would publish (scorer from the factory, as the worker builds it, one
 batch and one pair at a time) is compared with the libraries called directly
 (sacrebleu's ``sentence_score``, rouge-score on ASCII texts, the tokenizer on

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Sequence
-from dataclasses import dataclass
 from functools import lru_cache
 
 from sacrebleu.metrics import BLEU
@@ -97,72 +96,8 @@ def rougeL_f(candidate: Sequence[str], reference: Sequence[str]) -> float:
 @lru_cache(maxsize=2)
 def _bleu(tokenizer: str) -> BLEU:
     # Building a BLEU object sets up its tokenizer; one per tokenizer is enough
-    # (its tokenizer, settings and ``compute_bleu`` keep no state between calls).
+    # (sentence_score keeps no state between calls).
     return BLEU(effective_order=True, tokenize=tokenizer)
-
-
-def bleu_tokenizer(candidate: str, reference: str) -> str:
-    """sacrebleu's ``zh`` tokenizer when either text has CJK, else its default ``13a``.
-
-    >>> bleu_tokenizer("the cat", "the dog"), bleu_tokenizer("猫", "the cat")
-    ('13a', 'zh')
-    """
-    return "zh" if has_cjk(candidate) or has_cjk(reference) else "13a"
-
-
-@dataclass(frozen=True, slots=True)
-class BleuCounts:
-    """One text's sentence-BLEU sufficient statistics under one sacrebleu tokenizer:
-    its length in tokens and its n-gram counts, one Counter per order 1..4."""
-
-    length: int
-    ngrams: tuple[Counter[tuple[str, ...]], ...]
-
-
-def bleu_counts(text: str, tokenizer: str) -> BleuCounts:
-    """Tokenize ``text`` as sacrebleu's BLEU does and count its n-grams, once.
-
-    Tokenizing is sacrebleu's (``BLEU.tokenizer`` after ``rstrip``, then
-    whitespace split, as ``BLEU._preprocess_segment`` and
-    ``extract_all_word_ngrams`` do). The counting is ours, and this is why:
-    sacrebleu builds every n-gram as a slice-then-tuple in a Python loop and
-    counts them in one Counter of all orders (about half of sentence BLEU's
-    cost on 200-word texts); ``zip`` over shifted token lists yields the same
-    tuples, one C-level Counter per order. The counts are the same multisets,
-    so the statistics and the score are the same integers and floats
-    (``tests/contract/test_scoring_reference.py`` checks it against ``sentence_score``).
-    """
-    tokens = _bleu(tokenizer).tokenizer(text.rstrip()).split()
-    order = _bleu(tokenizer).max_ngram_order
-    # zip stops at the shortest shifted list: exactly the len - n + 1 n-grams of order n.
-    grams = (zip(*(tokens[i:] for i in range(n)), strict=False) for n in range(1, order + 1))
-    return BleuCounts(len(tokens), tuple(Counter(g) for g in grams))
-
-
-def bleu_from_counts(candidate: BleuCounts, reference: BleuCounts, tokenizer: str) -> float:
-    """Sentence BLEU in [0, 1] from two texts' counts: sacrebleu's ``compute_bleu``
-    on the statistics ``BLEU._compute_segment_statistics`` would give (one reference,
-    so its length is the closest one)."""
-    bleu = _bleu(tokenizer)
-    correct: list[int] = []
-    total: list[int] = []
-    for n, (hyp, ref) in enumerate(zip(candidate.ngrams, reference.ngrams, strict=True), 1):
-        total.append(max(0, candidate.length - n + 1))
-        # min(hyp, ref) summed over the shared n-grams (a C-level key intersection).
-        shared = hyp.keys() & ref.keys()
-        correct.append(sum(map(min, map(hyp.__getitem__, shared), map(ref.__getitem__, shared))))
-    score = BLEU.compute_bleu(
-        correct=correct,
-        total=total,
-        sys_len=candidate.length,
-        ref_len=reference.length,
-        smooth_method=bleu.smooth_method,
-        smooth_value=bleu.smooth_value,
-        effective_order=bleu.effective_order,
-        max_ngram_order=bleu.max_ngram_order,
-    ).score
-    # sacrebleu's exp(log(...)) lands on 100.00000000000004 for identical texts.
-    return min(max(float(score) / 100.0, 0.0), 1.0)
 
 
 def sentence_bleu(candidate: str, reference: str) -> float:
@@ -175,10 +110,10 @@ def sentence_bleu(candidate: str, reference: str) -> float:
     >>> sentence_bleu("the cat sat on the mat", "the cat sat on the mat")
     1.0
     """
-    tokenizer = bleu_tokenizer(candidate, reference)
-    return bleu_from_counts(
-        bleu_counts(candidate, tokenizer), bleu_counts(reference, tokenizer), tokenizer
-    )
+    tokenizer = "zh" if has_cjk(candidate) or has_cjk(reference) else "13a"
+    score = float(_bleu(tokenizer).sentence_score(candidate, [reference]).score) / 100.0
+    # sacrebleu's exp(log(...)) lands on 100.00000000000004 for identical texts.
+    return min(max(score, 0.0), 1.0)
 
 
 def jaccard(candidate: Sequence[str], reference: Sequence[str]) -> float:

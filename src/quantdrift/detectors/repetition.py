@@ -39,16 +39,20 @@ def token_ids(tokens: Sequence[str]) -> IntArray:
     )
 
 
+def _longest_true_run(flags: npt.NDArray[np.bool_]) -> int:
+    if not flags.any():
+        return 0
+    padded = np.concatenate(([0], flags.view(np.int8), [0]))
+    edges = np.flatnonzero(np.diff(padded))
+    return int((edges[1::2] - edges[::2]).max())
+
+
 def repetition_run(ids: IntArray, max_n: int = MAX_NGRAM) -> int:
     """The most consecutive copies of any n-gram, n in 1..max_n (0 for no tokens).
 
     A stretch of ``c`` consecutive copies of an n-gram is a stretch where each
-    token equals the one ``n`` before it for ``(c - 1) * n`` positions, so the
-    longest such stretch for each n answers it. All n at once, because a
-    per-n loop of small numpy calls cost more than the comparisons: row
-    ``n - 1`` of a (max_n, tokens) table holds ``ids[i + n] == ids[i]``
-    (the text is padded with distinct ids below its own, so no comparison
-    runs past its end), and every row's longest run comes from one ``diff``.
+    token equals the one ``n`` before it for ``(c - 1) * n`` positions, so each n
+    is one vectorized comparison and a longest-run search.
 
     Examples
     --------
@@ -63,20 +67,11 @@ def repetition_run(ids: IntArray, max_n: int = MAX_NGRAM) -> int:
     n_tokens = len(ids)
     if n_tokens == 0:
         return 0
-    top = min(max_n, n_tokens // 2)
-    if top < 1:
-        return 1
-    below = int(ids.min()) - 1  # sentinels below every id: equal to none, nor to each other
-    padded = np.concatenate((ids, below - np.arange(top, dtype=np.int64)))
-    windows = np.lib.stride_tricks.sliding_window_view(padded, top + 1)
-    same = np.zeros((top, n_tokens + 2), dtype=np.int8)
-    same[:, 1:-1] = (windows[:, 1:] == windows[:, :1]).T  # row n-1: ids[i + n] == ids[i]
-    edges = np.diff(same, axis=1)
-    rows, starts = np.nonzero(edges == 1)
-    _, ends = np.nonzero(edges == -1)  # row-major: the k-th end closes the k-th start
-    longest = np.zeros(top, dtype=np.int64)
-    np.maximum.at(longest, rows, ends - starts)
-    return int((longest // np.arange(1, top + 1) + 1).max())
+    best = 1
+    for n in range(1, min(max_n, n_tokens // 2) + 1):
+        run = _longest_true_run(ids[n:] == ids[:-n])
+        best = max(best, run // n + 1)
+    return best
 
 
 def looping(ids: IntArray) -> bool:

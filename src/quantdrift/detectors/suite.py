@@ -3,8 +3,8 @@
 The score agent hands :func:`score_pairs` a batch from the stream; all texts of
 the batch go to the embedder in ONE call (the transformer dominates the cost,
 and batching is where CPU throughput comes from), each distinct text of the
-batch is tokenized and counted once and its tokens, counts and n-grams reused
-by every lexical and repetition metric of every pair it is in.
+batch is tokenized and counted once and its tokens and counts reused by every
+lexical and repetition metric of every pair it is in.
 :func:`verdict` is the seeds' per-pair failure rule, pure, so the judge, the
 replay and the CLI all decide the same way.
 """
@@ -37,9 +37,10 @@ def _finite(x: float | None) -> float | None:
 class _Text:
     """What the metrics need of one text, computed once however many pairs of a
     batch share it (the reference of a prompt asked again, the same text on
-    both sides): its tokens and their counts, integer ids, the repetition
-    signals, and its BLEU n-gram counts per sacrebleu tokenizer (filled when asked).
-    Kept for one batch only, so no memory outlives a call."""
+    both sides): its tokens and their counts (ROUGE-1 and Jaccard both read
+    them), integer ids and the repetition signals. Kept for one batch only, so
+    no memory outlives a call. BLEU is sacrebleu's on the raw texts (its own
+    cache keeps a text's tokens)."""
 
     tokens: list[str]
     counts: Counter[str]
@@ -47,7 +48,6 @@ class _Text:
     repetition_run: int
     looping: bool
     whitespace_run: int
-    bleu: dict[str, lex.BleuCounts]
 
     @classmethod
     def of(cls, text: str) -> _Text:
@@ -60,7 +60,6 @@ class _Text:
             rep.repetition_run(ids),
             rep.looping(ids),
             rep.whitespace_run(text),
-            {},
         )
 
     @classmethod
@@ -69,12 +68,6 @@ class _Text:
         found = texts.get(text)
         if found is None:
             found = texts[text] = cls.of(text)
-        return found
-
-    def bleu_counts(self, text: str, tokenizer: str) -> lex.BleuCounts:
-        found = self.bleu.get(tokenizer)
-        if found is None:
-            found = self.bleu[tokenizer] = lex.bleu_counts(text, tokenizer)
         return found
 
 
@@ -90,7 +83,6 @@ def _metrics(
     """One pair's metrics; ``texts`` holds (and receives) the per-text work of the batch."""
     cand, ref = _Text.shared(texts, candidate.text), _Text.shared(texts, reference.text)
     cand_tokens, ref_tokens = cand.tokens, ref.tokens
-    bleu_tok = lex.bleu_tokenizer(candidate.text, reference.text)
 
     cand_h = ent.token_entropies(candidate)
     ref_h = ent.token_entropies(reference)
@@ -102,11 +94,7 @@ def _metrics(
     return Metrics(
         cosine=cosine,
         cosine_tier=tier if cosine is not None else None,
-        bleu=lex.bleu_from_counts(
-            cand.bleu_counts(candidate.text, bleu_tok),
-            ref.bleu_counts(reference.text, bleu_tok),
-            bleu_tok,
-        ),
+        bleu=lex.sentence_bleu(candidate.text, reference.text),
         rouge1=lex.rouge1_from_counts(cand.counts, ref.counts),
         rougeL=lex.rougeL_f(cand_tokens, ref_tokens),
         jaccard=lex.jaccard_from_counts(cand.counts, ref.counts),
