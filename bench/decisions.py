@@ -5,8 +5,8 @@
 
 For each mode (greedy / sampled decoding x log-probs full / no-teacher-forcing /
 none) it runs ``quantdrift eval``'s service (:func:`quantdrift.services.evaluation.run_eval`,
-the same call the CLI makes) with each scorer, on the shipped lab pairs, with the
-protocol of docs/deciding.md::
+the same call the CLI makes, through ``eval_modes.py``'s per-mode run) with each
+scorer, on the shipped lab pairs, with the protocol of docs/deciding.md::
 
     --healthy P --healthy-label int8 --drifted P --drifted-label int4,int3,int2
     --calibrate P --blessed-label int8 --holdout --decoding D --logprobs L
@@ -41,62 +41,31 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+import eval_modes
 from common import machine, write_section
 
 SECTION = "## Decisions per scorer: tiered against MiniLM (bench/decisions.py)"
-MODES = tuple(
-    f"{d}/{lp}" for d in ("greedy", "sampled") for lp in ("full", "no-teacher-forcing", "none")
-)
+MODES = tuple(f"{d}/{lp}" for d, lp in eval_modes.MODES)
 EMBEDDERS = ("minilm", "tiered", "static")
 VARIANTS = ("int4", "int3", "int2")
 TOLERANCE = 0.10
 SIZES = {"default": (20, 5000), "small": (2, 300)}
 
 
-def lab_pairs_path() -> Path:
-    from importlib import resources
-
-    return Path(str(resources.files("quantdrift.data").joinpath("lab_pairs.jsonl.gz")))
-
-
 def run_mode(mode: str, embedder: str, streams: int, length: int, seed: int) -> dict[str, Any]:
-    """One ``quantdrift eval`` run (the service the CLI calls), reduced to the decision."""
-    from quantdrift.config import EmbeddingSettings
-    from quantdrift.services.evaluation import EvalRequest, run_eval
-
+    """One ``quantdrift eval`` of a mode on the lab pairs with one scorer, reduced to the
+    decision: eval_modes.py's run (the service the CLI calls) and its summary."""
     decoding, logprobs = mode.split("/")
-    path = lab_pairs_path()
-    request = EvalRequest(
-        healthy=path,
-        healthy_labels=("int8",),
-        drifted=path,
-        drifted_labels=VARIANTS,
-        calibrate=path,
-        blessed_labels=("int8",),
-        holdout=True,
-        decoding=decoding,  # type: ignore[arg-type]
-        logprobs=logprobs,  # type: ignore[arg-type]
-        streams=streams,
-        length=length,
-        seed=seed,
-        policies=("default",),
-        embedder=embedder,
-    )
+    path, variants = eval_modes.SETS["lab"]
+    args = argparse.Namespace(embedder=embedder, streams=streams, length=length, seed=seed)
     t0 = time.perf_counter()
-    outcome = run_eval(EmbeddingSettings(threads=1), request)
-    rows = [r for r in outcome.rows if r["policy"] == "default"]
-    false = {r["false_rollbacks"] for r in rows}
-    assert len(false) == 1, "every variant shares the healthy streams"
+    summary = eval_modes.summarise(eval_modes.run_mode(path, variants, decoding, logprobs, args))
     return {
-        "false_rollbacks": false.pop(),
-        "healthy_pairs": rows[0]["healthy_pairs"],
+        "false_rollbacks": summary["false_rollbacks"],
+        "healthy_pairs": summary["healthy_pairs"],
         "delay": {
-            r["drifted"]: {
-                "median": r["detection_delay_pairs"],
-                "p90": r["detection_delay_p90"],
-                "missed": r["missed"],
-            }
-            for r in rows
+            v: {"median": d["median"], "p90": d["p90"], "missed": d["missed"]}
+            for v, d in summary["delays"].items()
         },
         "seconds": round(time.perf_counter() - t0, 1),
     }
