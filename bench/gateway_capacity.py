@@ -29,7 +29,7 @@ The quantdrift gateway publishes its 5 % shadow pairs to an embedded broker
 commands are not what this measures). LiteLLM runs from ``.venv-litellm``
 (``make bench-litellm``): a server we talk to, never a library we import.
 
-    python bench/gateway_capacity.py [--rate 100 --seconds 20 ...] [--json]
+    python bench/gateway_capacity.py [--rate 100 --seconds 20 ...] [--json] [--write BENCHMARKS.md]
 
 With ``--json`` the output ends with one JSON object keyed by target
 (``direct``, ``quantdrift``, ``litellm``), each with ``added_p50_ms``,
@@ -55,6 +55,7 @@ from typing import Any
 
 import aiohttp
 import psutil
+from common import machine, write_section
 
 from quantdrift.stack import EmbeddedStack, free_port
 
@@ -62,6 +63,7 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 PATH = "/v1/chat/completions"
 LITELLM_VENV = ROOT / ".venv-litellm"
+SECTION = "## Gateway capacity: direct, quantdrift, LiteLLM (bench/gateway_capacity.py)"
 
 
 def body(stream: bool) -> dict[str, Any]:
@@ -398,9 +400,12 @@ def _listening(port: int) -> bool:
 
 
 def markdown(result: dict[str, Any], args: argparse.Namespace) -> str:
+    m = machine()
     lines = [
-        "## Gateway capacity: direct, quantdrift, LiteLLM",
+        SECTION,
         "",
+        f"Machine: {m['nproc']} cores, {m['cpu']}; load generator, upstream and targets share "
+        "them. "
         f"Scripted upstream: first token after {args.delay_ms:g} ms, {args.tokens} tokens "
         f"{args.token_ms:g} ms apart. Fixed load {args.rate:g} req/s (non-streamed) and "
         f"{args.stream_rate:g} req/s (streamed) for {args.seconds:g} s; saturation: "
@@ -440,10 +445,14 @@ if __name__ == "__main__":
         "--targets", nargs="+", default=["quantdrift", "litellm"], choices=["quantdrift", "litellm"]
     )
     parser.add_argument("--json", action="store_true")
+    parser.add_argument("--write", type=Path, default=None, help="write/update its section here")
     args = parser.parse_args()
     if args.rate <= 0 or args.stream_rate <= 0 or args.seconds <= 0 or args.concurrency < 1:
         sys.exit("--rate, --stream-rate, --seconds must be > 0 and --concurrency >= 1")
     result = asyncio.run(main(args))
     print(markdown(result, args))
+    if args.write:
+        write_section(args.write, markdown(result, args), SECTION)
+        print(f"wrote {args.write}")
     if args.json:
         print(json.dumps(result))

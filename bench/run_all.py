@@ -2,12 +2,14 @@
 
     python bench/run_all.py [--out BENCHMARKS.md] [--soak-minutes 10]
 
-Order: ``scoring.py``, ``escalation_means.py``, ``static_features.py``, ``redis_bytes.py``,
-``gateway_fallback.py``, ``gateway_overhead.py``, ``shadow_isolation.py``, ``e2e.py``, ``soak.py``,
-``scale_out.py``, ``profile_worker.py``, each as
+Order: ``scoring.py``, ``decisions.py``, ``escalation_means.py``, ``static_features.py``,
+``redis_bytes.py``, ``gateway_fallback.py``, ``gateway_overhead.py``, ``shadow_isolation.py``,
+``gateway_capacity.py``, ``e2e.py``, ``soak.py``, ``scale_out.py``, ``profile_worker.py``, each as
 a subprocess with ``--json --write OUT`` so a failing one leaves the others'
-sections. The soak runs 10 minutes at the rated load e2e measured; the whole run
-takes about 22 minutes here (the soak is 10 of them). Raw results go to
+sections. ``decisions.py`` runs ``quantdrift eval`` per mode and scorer at the
+issue's size (20 streams of 5,000 pairs); ``gateway_capacity.py`` needs the
+LiteLLM proxy's virtualenv (``make bench-litellm``, which ``make bench`` builds).
+The soak runs 10 minutes at the rated load e2e measured. Raw results go to
 ``bench/results.json``.
 """
 
@@ -173,12 +175,14 @@ def main(argv: list[str] | None = None) -> int:
     results: dict[str, Any] = {}
     write = ["--write", str(out)]
     results["scoring"] = run_bench("scoring.py", write, timeout=420)
+    results["decisions"] = run_bench("decisions.py", write, timeout=3600)
     results["escalation_means"] = run_bench("escalation_means.py", write, timeout=600)
     results["static_features"] = run_bench("static_features.py", write, timeout=600)
     results["redis_bytes"] = run_bench("redis_bytes.py", write, timeout=300)
     results["gateway_fallback"] = run_bench("gateway_fallback.py", write, timeout=120)
     results["gateway_overhead"] = run_bench("gateway_overhead.py", write, timeout=600)
     results["shadow_isolation"] = run_bench("shadow_isolation.py", write, timeout=300)
+    results["gateway_capacity"] = run_bench("gateway_capacity.py", write, timeout=1200)
     results["e2e"] = run_bench("e2e.py", [*write, "--phase-s", str(args.e2e_phase_s)], 300)
     soak_args = [*write, "--minutes", str(args.soak_minutes)]
     e2e = results["e2e"]

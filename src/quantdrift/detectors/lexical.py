@@ -34,13 +34,17 @@ def rouge1_f(candidate: Sequence[str], reference: Sequence[str]) -> float:
     >>> rouge1_f(["the", "cat", "sat"], ["the", "cat", "ran"])  # 2 shared of 3 and 3
     0.6666666666666666
     """
-    ref_counts = Counter(reference)
-    cand_counts = Counter(candidate)
+    return rouge1_from_counts(Counter(candidate), Counter(reference))
+
+
+def rouge1_from_counts(candidate: Counter[str], reference: Counter[str]) -> float:
+    """ROUGE-1 F1 from two texts' token counts (so a text's tokens are counted once
+    for ROUGE-1 and Jaccard); the same integers and divisions as :func:`rouge1_f`."""
     overlap = 0
-    for token, count in ref_counts.items():
-        overlap += min(count, cand_counts[token])
-    precision = overlap / max(len(candidate), 1)
-    recall = overlap / max(len(reference), 1)
+    for token, count in reference.items():
+        overlap += min(count, candidate[token])
+    precision = overlap / max(candidate.total(), 1)
+    recall = overlap / max(reference.total(), 1)
     return _fmeasure(precision, recall)
 
 
@@ -120,7 +124,12 @@ def jaccard(candidate: Sequence[str], reference: Sequence[str]) -> float:
     >>> jaccard(["a", "b", "b"], ["b", "c"])
     0.3333333333333333
     """
-    a, b = set(candidate), set(reference)
+    return jaccard_from_counts(Counter(candidate), Counter(reference))
+
+
+def jaccard_from_counts(candidate: Counter[str], reference: Counter[str]) -> float:
+    """:func:`jaccard` from two texts' token counts (their keys are the token sets)."""
+    a, b = candidate.keys(), reference.keys()
     union = len(a | b)
     return len(a & b) / union if union else 1.0
 

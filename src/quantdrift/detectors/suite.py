@@ -2,8 +2,9 @@
 
 The score agent hands :func:`score_pairs` a batch from the stream; all texts of
 the batch go to the embedder in ONE call (the transformer dominates the cost,
-and batching is where CPU throughput comes from), each text is tokenized once
-and its tokens reused by every lexical and repetition metric.
+and batching is where CPU throughput comes from), each distinct text of the
+batch is tokenized and counted once and its tokens and counts reused by every
+lexical and repetition metric of every pair it is in.
 :func:`verdict` is the seeds' per-pair failure rule, pure, so the judge, the
 replay and the CLI all decide the same way.
 """
@@ -12,6 +13,7 @@ from __future__ import annotations
 
 import math
 import re
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -31,6 +33,44 @@ def _finite(x: float | None) -> float | None:
     return x if x is None or math.isfinite(x) else None
 
 
+@dataclass(slots=True)
+class _Text:
+    """What the metrics need of one text, computed once however many pairs of a
+    batch share it (the reference of a prompt asked again, the same text on
+    both sides): its tokens and their counts (ROUGE-1 and Jaccard both read
+    them), integer ids and the repetition signals. Kept for one batch only, so
+    no memory outlives a call. BLEU is sacrebleu's on the raw texts (its own
+    cache keeps a text's tokens)."""
+
+    tokens: list[str]
+    counts: Counter[str]
+    ids: rep.IntArray
+    repetition_run: int
+    looping: bool
+    whitespace_run: int
+
+    @classmethod
+    def of(cls, text: str) -> _Text:
+        tokens = tokenize(text)
+        ids = rep.token_ids(tokens)
+        return cls(
+            tokens,
+            Counter(tokens),
+            ids,
+            rep.repetition_run(ids),
+            rep.looping(ids),
+            rep.whitespace_run(text),
+        )
+
+    @classmethod
+    def shared(cls, texts: dict[str, _Text], text: str) -> _Text:
+        """The batch's view of ``text``, made on first use."""
+        found = texts.get(text)
+        if found is None:
+            found = texts[text] = cls.of(text)
+        return found
+
+
 def _metrics(
     candidate: ModelOutput,
     reference: ModelOutput,
@@ -38,11 +78,11 @@ def _metrics(
     reference_on_candidate: Sequence[float] | None,
     cosine: float | None,
     tier: str | None,
+    texts: dict[str, _Text],
 ) -> Metrics:
-    cand_tokens = tokenize(candidate.text)
-    ref_tokens = tokenize(reference.text)
-    cand_ids = rep.token_ids(cand_tokens)
-    ref_ids = rep.token_ids(ref_tokens)
+    """One pair's metrics; ``texts`` holds (and receives) the per-text work of the batch."""
+    cand, ref = _Text.shared(texts, candidate.text), _Text.shared(texts, reference.text)
+    cand_tokens, ref_tokens = cand.tokens, ref.tokens
 
     cand_h = ent.token_entropies(candidate)
     ref_h = ent.token_entropies(reference)
@@ -55,9 +95,9 @@ def _metrics(
         cosine=cosine,
         cosine_tier=tier if cosine is not None else None,
         bleu=lex.sentence_bleu(candidate.text, reference.text),
-        rouge1=lex.rouge1_f(cand_tokens, ref_tokens),
+        rouge1=lex.rouge1_from_counts(cand.counts, ref.counts),
         rougeL=lex.rougeL_f(cand_tokens, ref_tokens),
-        jaccard=lex.jaccard(cand_tokens, ref_tokens),
+        jaccard=lex.jaccard_from_counts(cand.counts, ref.counts),
         length_ratio=lex.length_ratio(cand_tokens, ref_tokens),
         first_divergence=lex.first_divergence(cand_tokens, ref_tokens),
         entropy_mean=_finite(h_mean),
@@ -67,18 +107,18 @@ def _metrics(
         flip_rate=flips,
         tf_gap=_finite(ent.teacher_forced_gap(reference.token_logprobs, reference_on_candidate)),
         tf_kl=_finite(ent.teacher_forced_kl(candidate.token_logprobs, reference_on_candidate)),
-        repetition_run=rep.repetition_run(cand_ids),
-        looping=rep.looping(cand_ids),
-        distinct_2=rep.distinct_2(cand_ids),
-        whitespace_run=rep.whitespace_run(candidate.text),
+        repetition_run=cand.repetition_run,
+        looping=cand.looping,
+        distinct_2=rep.distinct_2(cand.ids),
+        whitespace_run=cand.whitespace_run,
         json_ok=json_ok,
         json_error=json_error,
         reference_json_ok=check_json_contract(reference.text, request)[0],
         candidate_tokens=len(cand_tokens),
         reference_tokens=len(ref_tokens),
-        reference_repetition_run=rep.repetition_run(ref_ids),
-        reference_looping=rep.looping(ref_ids),
-        reference_whitespace_run=rep.whitespace_run(reference.text),
+        reference_repetition_run=ref.repetition_run,
+        reference_looping=ref.looping,
+        reference_whitespace_run=ref.whitespace_run,
         finished=_finished(candidate.finish_reason),
         reference_finished=_finished(reference.finish_reason),
     )
@@ -112,8 +152,11 @@ def score_pairs(
             embedder, [p.candidate.text for p in pairs], [p.reference.text for p in pairs]
         )
         found = [(_finite(float(c)), tier) for c in values]
+    texts: dict[str, _Text] = {}
     return [
-        _metrics(p.candidate, p.reference, p.request, p.reference_logprobs_on_candidate, cos, t)
+        _metrics(
+            p.candidate, p.reference, p.request, p.reference_logprobs_on_candidate, cos, t, texts
+        )
         for p, (cos, t) in zip(pairs, found, strict=True)
     ]
 
@@ -136,7 +179,7 @@ def score_text_pair(candidate: str, reference: str, embedder: Embedder | None) -
     if embedder is not None:
         cos = _finite(float(cosine_pairs(embedder, [candidate], [reference])[0]))
     return _metrics(
-        ModelOutput(text=candidate), ModelOutput(text=reference), RequestInfo(), None, cos, tier
+        ModelOutput(text=candidate), ModelOutput(text=reference), RequestInfo(), None, cos, tier, {}
     )
 
 

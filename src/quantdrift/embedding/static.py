@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import json
 import os
+import threading
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from importlib import resources
@@ -63,16 +64,22 @@ def resolve_static_path(model: str) -> Path:
 class StaticEmbedder:
     """Mean of per-token rows, L2-normalized: the Embedder protocol at table-lookup speed.
 
-    Thread-safe (no mutable state besides counters). Texts with no known token
-    embed to the zero row, whose cosine with anything is 0.
+    Thread-safe (a lock guards the word cache; counters aside, nothing else
+    changes). Texts with no known token embed to the zero row, whose cosine
+    with anything is 0.
     """
 
     tier = "static"
 
-    def __init__(self, path: str | Path = PACKAGED_STATIC, max_tokens: int = MAX_TOKENS) -> None:
+    def __init__(
+        self,
+        path: str | Path = PACKAGED_STATIC,
+        max_tokens: int = MAX_TOKENS,
+        cache_words: int = 50_000,
+    ) -> None:
         # Deferred: the tokenizer and weights libraries load only when a static model does.
         from safetensors.numpy import load_file
-        from tokenizers import Tokenizer
+        from tokenizers import Tokenizer, normalizers, pre_tokenizers
 
         folder = resolve_static_path(str(path))
         try:
@@ -91,6 +98,17 @@ class StaticEmbedder:
         tokenizer.no_padding()
         tokenizer.enable_truncation(max_tokens)
         self._tokenizer = tokenizer
+        # Word -> its word-piece ids (see token_ids); cleared when it would outgrow the bound.
+        # Only for a BERT normalizer and pre-tokenizer (the shipped model's), for which
+        # splitting at spaces first is provably the same; any other tokenizer (one where
+        # a space is part of a token, say) encodes whole texts.
+        self._by_word = isinstance(tokenizer.pre_tokenizer, pre_tokenizers.BertPreTokenizer) and (
+            tokenizer.normalizer is None
+            or isinstance(tokenizer.normalizer, normalizers.BertNormalizer)
+        )
+        self._word_ids: dict[str, list[int]] = {}
+        self._cache_words = cache_words
+        self._lock = threading.Lock()
         unk = tokenizer.token_to_id("[UNK]")
         if unk is not None:
             # [UNK] carries no meaning (model2vec drops it); a zero row adds nothing
@@ -106,9 +124,44 @@ class StaticEmbedder:
             self._torch_table = None
 
     def token_ids(self, texts: Sequence[str]) -> list[list[int]]:
-        """Word-piece ids of each text, at most ``max_tokens`` of them."""
-        encodings = self._tokenizer.encode_batch_fast(list(texts), add_special_tokens=False)
-        return [enc.ids for enc in encodings]
+        """Word-piece ids of each text, at most ``max_tokens`` of them: what
+        ``encode_batch_fast(texts, add_special_tokens=False)`` gives, from a cache of
+        space-separated words.
+
+        Why not the tokenizer on whole texts: it was the static tier's largest
+        cost (re-normalizing and re-splitting every text, while a stream reuses
+        a few thousand words). The tokenizer still does all the work, on words
+        it has not seen. Splitting at ASCII spaces first changes nothing: the
+        BERT normalizer works character by character (lowercase, accents, CJK
+        padding, control characters), its pre-tokenizer splits at every space
+        anyway, and truncation keeps the first ``max_tokens`` ids either way.
+        ``tests/contract/test_scoring_reference.py`` checks it against the
+        tokenizer on the lab and bench texts and on awkward Unicode.
+        """
+        if not self._by_word:
+            encodings = self._tokenizer.encode_batch_fast(list(texts), add_special_tokens=False)
+            return [enc.ids for enc in encodings]
+        words_of = [[w for w in text.split(" ") if w] for text in texts]
+        limit = self.max_tokens
+        with self._lock:
+            cache = self._word_ids
+            new = {w: None for words in words_of for w in words if w not in cache}
+            if len(cache) + len(new) > self._cache_words:
+                cache.clear()  # bounded memory: start over, then refill with this batch
+                new = {w: None for words in words_of for w in words}
+            if new:
+                batch = list(new)
+                encodings = self._tokenizer.encode_batch_fast(batch, add_special_tokens=False)
+                cache.update(zip(batch, (enc.ids for enc in encodings), strict=True))
+            out: list[list[int]] = []
+            for words in words_of:
+                ids: list[int] = []
+                for w in words:
+                    ids += cache[w]
+                    if len(ids) >= limit:
+                        break
+                out.append(ids[:limit])
+        return out
 
     def embed(self, texts: Sequence[str]) -> FloatArray:
         """(n, dim) float32 unit rows (zero rows for texts without known tokens)."""

@@ -1,0 +1,68 @@
+"""bench/decisions.py: the tiered-vs-MiniLM rule, and a small run's JSON and section
+(about ten seconds of CPU: two scorers, one mode, one stream of 60 pairs)."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
+import decisions  # bench/ is not a package
+
+
+def scorer(fr: int, **delays: tuple[float | None, float | None, int]) -> dict[str, Any]:
+    return {
+        "false_rollbacks": fr,
+        "delay": {v: {"median": m, "p90": p, "missed": k} for v, (m, p, k) in delays.items()},
+    }
+
+
+MINILM = scorer(0, int4=(20.0, 30.0, 0), int2=(None, 201.0, 2))
+
+
+@pytest.mark.parametrize(
+    ("tiered", "within", "zero"),
+    [
+        (scorer(0, int4=(20.0, 30.0, 0), int2=(None, 201.0, 2)), True, True),
+        (scorer(0, int4=(22.0, 27.0, 0), int2=(None, 201.0, 2)), True, True),  # 10 % both ways
+        (scorer(0, int4=(23.0, 30.0, 0), int2=(None, 201.0, 2)), False, True),  # 15 % slower
+        (scorer(0, int4=(17.0, 30.0, 0), int2=(None, 201.0, 2)), False, True),  # 15 % faster
+        (scorer(0, int4=(20.0, 30.0, 0), int2=(None, 201.0, 1)), False, True),  # other misses
+        (scorer(0, int4=(20.0, 30.0, 0), int2=(40.0, 201.0, 2)), False, True),  # only one calls
+        (scorer(1, int4=(20.0, 30.0, 0), int2=(None, 201.0, 2)), True, False),
+    ],
+)
+def test_tiered_is_equivalent_only_within_ten_percent_and_without_false_rollbacks(
+    tiered: dict[str, Any], within: bool, zero: bool
+) -> None:
+    got = decisions.compare(tiered, MINILM)
+    assert (got["within_10pct"], got["zero_false_rollbacks"]) == (within, zero)
+    assert got["equivalent"] is (within and zero)
+    assert set(got["delay_ratio"]) == {"int4", "int2"}
+
+
+@pytest.mark.slow  # loads MiniLM: CI's `make test` runs it, `make test-fast` leaves it out
+def test_a_small_run_gives_the_json_and_the_section(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "BENCHMARKS.md"
+    argv = ["--small", "--streams", "1", "--length", "60", "--modes", "greedy/none"]
+    assert (
+        decisions.main([*argv, "--embedders", "minilm,tiered", "--json", "--write", str(out)]) == 0
+    )
+    result = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    mode = result["modes"]["greedy/none"]
+    for name in ("minilm", "tiered"):
+        assert mode[name]["healthy_pairs"] == 60
+        assert set(mode[name]["delay"]) == set(decisions.VARIANTS)
+        assert isinstance(mode[name]["false_rollbacks"], int)
+    comparison = mode["tiered_vs_minilm"]
+    assert comparison == decisions.compare(mode["tiered"], mode["minilm"])
+    assert result["tiered_equivalent_everywhere"] is comparison["equivalent"]
+    assert result["size"] == {"streams": 1, "length": 60, "seed": 1}
+    section = out.read_text()
+    assert decisions.SECTION in section and "| greedy/none | tiered |" in section
