@@ -105,7 +105,7 @@ lint: $(STAMP_DEV)  ## ruff and format check
 typecheck: $(STAMP_DEV)  ## mypy on src/
 	$(BIN)/mypy src/quantdrift
 
-bench: $(STAMP_DEV) $(STAMP_LITELLM)  ## benchmarks, written to BENCHMARKS.md (with the LiteLLM proxy side by side)
+bench: $(STAMP_DEV) $(STAMP_LITELLM) $(STAMP_VLLM)  ## benchmarks, written to BENCHMARKS.md (with the LiteLLM proxy side by side and a real vLLM engine)
 	$(BIN)/python bench/run_all.py
 
 bench-long: $(STAMP_DEV)  ## soak at 1.5x the rated load for MINUTES (default 30; launch: 240)

@@ -4,11 +4,14 @@
 
 Order: ``scoring.py``, ``decisions.py``, ``escalation_means.py``, ``static_features.py``,
 ``redis_bytes.py``, ``gateway_fallback.py``, ``gateway_overhead.py``, ``shadow_isolation.py``,
-``gateway_capacity.py``, ``e2e.py``, ``soak.py``, ``scale_out.py``, ``profile_worker.py``, each as
-a subprocess with ``--json --write OUT`` so a failing one leaves the others'
-sections. ``decisions.py`` runs ``quantdrift eval`` per mode and scorer at the
+``gateway_capacity.py``, ``gateway_vllm.py``, ``e2e.py``, ``soak.py``, ``scale_out.py``,
+``profile_worker.py``, each as a subprocess with ``--json --write OUT`` so a failing
+one leaves the others' sections. ``decisions.py`` runs ``quantdrift eval`` per mode and scorer at the
 issue's size (20 streams of 5,000 pairs); ``gateway_capacity.py`` needs the
-LiteLLM proxy's virtualenv (``make bench-litellm``, which ``make bench`` builds).
+LiteLLM proxy's virtualenv (``make bench-litellm``, which ``make bench`` builds);
+``gateway_vllm.py`` starts one real vLLM engine from ``.venv-vllm`` (``make vllm``,
+which ``make bench`` builds too) and measures TTFT and TPOT direct and through the
+gateway.
 The soak runs 10 minutes at the rated load e2e measured. Raw results go to
 ``bench/results.json``.
 """
@@ -183,6 +186,7 @@ def main(argv: list[str] | None = None) -> int:
     results["gateway_overhead"] = run_bench("gateway_overhead.py", write, timeout=600)
     results["shadow_isolation"] = run_bench("shadow_isolation.py", write, timeout=300)
     results["gateway_capacity"] = run_bench("gateway_capacity.py", write, timeout=1200)
+    results["gateway_vllm"] = run_bench("gateway_vllm.py", write, timeout=1800)
     results["e2e"] = run_bench("e2e.py", [*write, "--phase-s", str(args.e2e_phase_s)], 300)
     soak_args = [*write, "--minutes", str(args.soak_minutes)]
     e2e = results["e2e"]
