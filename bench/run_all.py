@@ -6,8 +6,8 @@ Order: ``scoring.py``, ``decisions.py``, ``escalation_means.py``, ``static_featu
 ``redis_bytes.py``, ``gateway_fallback.py``, ``gateway_overhead.py``, ``shadow_isolation.py``,
 ``gateway_capacity.py``, ``gateway_vllm.py``, ``e2e.py``, ``soak.py``, ``scale_out.py``,
 ``profile_worker.py``, each as a subprocess with ``--json --write OUT`` so a failing
-one leaves the others' sections. ``decisions.py`` runs ``quantdrift eval`` per mode and scorer at the
-issue's size (20 streams of 5,000 pairs); ``gateway_capacity.py`` needs the
+one leaves the others' sections. ``decisions.py`` runs ``quantdrift eval`` per mode
+and scorer at the issue's size (20 streams of 5,000 pairs); ``gateway_capacity.py`` needs the
 LiteLLM proxy's virtualenv (``make bench-litellm``, which ``make bench`` builds);
 ``gateway_vllm.py`` starts one real vLLM engine from ``.venv-vllm`` (``make vllm``,
 which ``make bench`` builds too) and measures TTFT and TPOT direct and through the
