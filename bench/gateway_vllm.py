@@ -18,6 +18,16 @@ sends the same sequential streamed greedy chat requests, in one run:
 TTFT is the time to the first content chunk; TPOT is the time from it to the last
 content chunk over the chunks between (vLLM streams one token per chunk). Rows give
 p50/p99 and the p50 added over ``direct``.
+
+Then **the cost of teacher forcing on the reference**: for each of the same number
+of answers (greedy, non-streamed, with log-probs), the gateway's own vLLM
+teacher-forcing call (``gateway.teacher_forcing.score_vllm``: ``/tokenize`` and a
+``prompt_logprobs`` chat, what a shadow pair costs the reference) is timed against
+the time the engine took to generate that answer, one request at a time on an
+otherwise idle engine. Each answer is generated for its prompt with a suffix and
+forced under the prompt itself, so the prefix cache holds the prompt's blocks at
+most, as when a reference forces a candidate's answer, never the answer's. It
+reports how many answers aligned token for token.
 """
 
 from __future__ import annotations
@@ -35,6 +45,7 @@ import httpx
 from common import write_section
 from gateway_serving import dead_broker_publisher, quiet_logs, serving
 
+from quantdrift.gateway import teacher_forcing
 from quantdrift.gateway.gateway_config import parse_config
 from quantdrift.gateway.service import Gateway
 from quantdrift.lab.vllm_process import start_engine, wait_ready
@@ -103,6 +114,60 @@ def pct(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
+TF_PROMPTS = [
+    "Explain in a few sentences why the sky is blue.",
+    "Write a short paragraph about the history of the bicycle.",
+    "List three uses of copper and say why each needs it.",
+    "Describe how a refrigerator keeps food cold.",
+]
+
+
+async def forcing_cost(url: str, n: int, tokens: int) -> dict[str, Any]:
+    """(generation s, forced-score s) per answer, sequential, and the alignment count."""
+    gen_s: list[float] = []
+    tf_s: list[float] = []
+    aligned = 0
+    async with httpx.AsyncClient(base_url=url, timeout=300) as client:
+        for i in range(n):
+            prompt = TF_PROMPTS[i % len(TF_PROMPTS)]
+            messages = [{"role": "user", "content": prompt}]
+            body = {
+                "model": VARIANT,
+                # Generated for a slightly different prompt: the engine's prefix cache
+                # must not already hold the answer's blocks when it is forced (in
+                # production the reference never generated the candidate's answer).
+                "messages": [{"role": "user", "content": f"{prompt} ({i})"}],
+                "temperature": 0,
+                "max_tokens": tokens,
+                "logprobs": True,
+                "top_logprobs": 1,
+            }
+            t0 = time.perf_counter()
+            r = await client.post("/v1/chat/completions", json=body)
+            gen = time.perf_counter() - t0
+            if r.status_code != 200:
+                raise SystemExit(f"{url}: HTTP {r.status_code}: {r.text[:300]}")
+            choice = r.json()["choices"][0]
+            answer = choice["message"]["content"] or ""
+            toks = [e["token"] for e in (choice.get("logprobs") or {}).get("content") or []]
+            t1 = time.perf_counter()
+            got = await teacher_forcing.score_vllm(
+                client, url, VARIANT, messages, answer, toks,
+                choice.get("finish_reason") == "stop", 300.0,
+            )  # fmt: skip
+            tf_s.append(time.perf_counter() - t1)
+            gen_s.append(gen)
+            aligned += isinstance(got, teacher_forcing.Scored)
+    return {
+        "answers": n,
+        "aligned": aligned,
+        "generation_p50_ms": round(pct(gen_s, 0.5) * 1000, 1),
+        "forced_p50_ms": round(pct(tf_s, 0.5) * 1000, 1),
+        "forced_p99_ms": round(pct(tf_s, 0.99) * 1000, 1),
+        "forced_over_generation": round(sum(tf_s) / sum(gen_s), 3),
+    }
+
+
 async def run(args: argparse.Namespace, engine: str) -> dict[str, list[tuple[float, float]]]:
     runs: dict[str, list[tuple[float, float]]] = {}
     runs["direct"] = await measure(engine, args.requests, args.tokens)
@@ -155,6 +220,20 @@ def markdown(result: dict[str, Any]) -> str:
             f"| {r['path']} | {r['ttft_p50_ms']} | {r['ttft_p99_ms']} | {r['tpot_p50_ms']} "
             f"| {r['tpot_p99_ms']} | {r['added_ttft_p50_ms']} | {r['added_tpot_p50_ms']} |"
         )
+    tf = result.get("teacher_forcing") or {}
+    lines.append("")
+    if "error" in tf:
+        lines.append(f"Teacher-forcing cost: not measured ({tf['error']}).")
+    else:
+        lines.append(
+            f"Teacher forcing on the reference (the gateway's own `score_vllm`: `/tokenize` "
+            f"and a `prompt_logprobs` chat), {tf['answers']} greedy answers of up to "
+            f"{result['tokens']} tokens one at a time on the idle engine: forced-score "
+            f"p50 {tf['forced_p50_ms']} ms, p99 {tf['forced_p99_ms']} ms, against "
+            f"{tf['generation_p50_ms']} ms p50 to generate the answer: "
+            f"**{tf['forced_over_generation']:.0%} of the generation's time** per shadow "
+            f"pair; {tf['aligned']} of {tf['answers']} aligned token for token."
+        )
     return "\n".join(lines) + "\n"
 
 
@@ -173,6 +252,12 @@ def main() -> int:
         try:
             wait_ready([engine], 1560)
             runs = asyncio.run(run(args, engine.url))
+            try:
+                forcing: dict[str, Any] = asyncio.run(
+                    forcing_cost(engine.url, args.requests, args.tokens)
+                )
+            except Exception as exc:  # the TTFT rows stand on their own; say what failed
+                forcing = {"error": f"{type(exc).__name__}: {exc}"[:300]}
         finally:
             engine.stop()
     ready = engine.ready or {}
@@ -181,6 +266,7 @@ def main() -> int:
         "tokens": args.tokens,
         "engine": {k: ready.get(k) for k in ("version", "startup_s")},
         "rows": rows_of(runs),
+        "teacher_forcing": forcing,
     }
     text = markdown(result)
     if args.write:
