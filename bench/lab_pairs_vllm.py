@@ -53,6 +53,7 @@ from quantdrift.gateway.gateway_config import parse_config
 from quantdrift.gateway.publisher import PairItem, ShadowPublisher
 from quantdrift.gateway.service import Gateway
 from quantdrift.gateway.shadow import prompt_text
+from quantdrift.lab.generate import TEMPERATURE, TOP_P, prompt_seed
 from quantdrift.lab.variants import GPTQ_VARIANTS, VARIANTS
 from quantdrift.lab.vllm_process import EngineProcess, start_engine, wait_ready
 from quantdrift.schemas import PairEvent
@@ -60,8 +61,6 @@ from quantdrift.stack import free_port
 
 REFERENCE = "ref-f32"
 MAX_TOKENS = 48  # as the transformers lab set (docs/deciding.md)
-TEMPERATURE = 0.7  # lab/generate.py's sampled decoding
-TOP_P = 0.9
 DEFAULT_VARIANTS = ("int8", "int4-g64", "int4-g64-gptq", "int3-g64", "int2-g64")
 READY_TIMEOUT_S = 1500.0
 
@@ -119,11 +118,6 @@ def gateway_config(candidate: EngineProcess, reference: EngineProcess, route: st
     )
 
 
-def seed_of(index: int, base: int = 0, round_: int = 0) -> int:
-    """lab/generate.py's ``_seed``: the same seed per prompt as the transformers lab."""
-    return base + index + 1000 * round_
-
-
 async def ask_all(
     url: str, route: str, jobs: Sequence[tuple[Prompt, str, int | None]], concurrency: int
 ) -> None:
@@ -176,7 +170,7 @@ def relabel(
     i = index[pair.request.prompt or ""]
     prompt = PROMPTS[i]
     decoding = "sampled" if (pair.request.temperature or 0) > 0 else "greedy"
-    tail = f"-r{round_}" if kind == "noise" else f"-s{seed_of(i)}"
+    tail = f"-r{round_}" if kind == "noise" else f"-s{prompt_seed(0, i)}"
     request = pair.request.model_copy(
         update={
             "prompt": prompt.text,
@@ -242,7 +236,7 @@ def main() -> int:
     quiet_logs()
     prompts = list(PROMPTS[: args.prompts])
     index = {prompt_text([{"role": "user", "content": p.text}]): i for i, p in enumerate(PROMPTS)}
-    jobs = [(p, d, seed_of(i)) for i, p in enumerate(prompts) for d in ("greedy", "sampled")]
+    jobs = [(p, d, prompt_seed(0, i)) for i, p in enumerate(prompts) for d in ("greedy", "sampled")]
     out: list[PairEvent] = []
     stats: dict[str, Any] = {}
     with tempfile.TemporaryDirectory(prefix="qd-lab-vllm-") as tmp:

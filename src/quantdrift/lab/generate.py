@@ -248,7 +248,9 @@ def pair_id(
     return f"lab-{kind}-{name}-p{index:02d}-{decoding}-s{seed}{tail}"
 
 
-def _seed(base: int, index: int, round_: int = 0) -> int:
+def prompt_seed(base: int, index: int, round_: int = 0) -> int:
+    """The seed of prompt ``index`` in round ``round_``: one per prompt, shared by the
+    candidate and the reference (``bench/lab_pairs_vllm.py`` records vLLM pairs with it)."""
     return base + index + 1000 * round_
 
 
@@ -328,7 +330,7 @@ def run_lab(
     first = cfg.first_prompt
     prompts = list(PROMPTS[first : cfg.prompts])
     encoded = [encode_chat(tokenizer, p.text) for p in prompts]
-    seeds = [_seed(cfg.seed, first + i) for i in range(len(prompts))]
+    seeds = [prompt_seed(cfg.seed, first + i) for i in range(len(prompts))]
     stats: dict[str, Any] = {"tokens_per_s": {}, "pairs": {}}
 
     def timed(name: str, fn: Callable[[], list[Generation]]) -> list[Generation]:
@@ -366,7 +368,7 @@ def run_lab(
         rounds = -(-cfg.noise_pairs // len(prompts))
         for r in range(rounds):
             idx = list(range(len(prompts)))[: cfg.noise_pairs - r * len(prompts)]
-            seeds2 = [_seed(cfg.seed, first + i, r + 1) for i in range(len(prompts))]
+            seeds2 = [prompt_seed(cfg.seed, first + i, r + 1) for i in range(len(prompts))]
             sub = [encoded[i] for i in idx]
             gens = timed(
                 f"noise/round{r + 1}",
