@@ -291,7 +291,36 @@ def make_config(
     return parse_config(data)
 
 
+async def shadow_pairs(
+    gw: Gateway, publisher: ShadowPublisher, bootstrap: str, topic: str, n: int
+) -> list[Any]:
+    """The ``n`` pairs the gateway's shadow runner published, or a failure naming why not.
+
+    The shadow side runs after the user's answer and counts its failures instead of
+    raising (an upstream read timeout, a refused send). A bare read of the topic would
+    only say "got 0 of 1"; this waits for the runner and the publisher first, and fails
+    with what they counted.
+    """
+    settled = await gw.shadow.wait_idle(20)
+    seen = (
+        f"shadow errors {gw.shadow.errors}, dropped {gw.shadow.dropped}, "
+        f"publisher {publisher.stats}"
+    )
+    assert settled, f"the shadow runner still busy after 20 s; {seen}"
+    assert not gw.shadow.errors and not gw.shadow.dropped, seen
+    deadline = time.monotonic() + 20
+    while publisher.stats.sent + publisher.stats.dropped_total < n:
+        assert time.monotonic() < deadline, f"pairs not delivered within 20 s; {seen}"
+        await asyncio.sleep(0.02)
+    assert publisher.stats.sent >= n, seen
+    return await consume_n(bootstrap, topic, n, timeout=15)
+
+
 GOOD = {"int4": "good", "int8": "good", "bf16": "good"}
+# For tests of what a pair carries, not of timeouts: the shadow side's upstream calls
+# run while the broker and the test share two cores, and a 0.5 s read gap there would
+# drop the pair (counted, so shadow_pairs names it) and fail a test that is not about it.
+ROOMY = {"connect_s": 2, "read_s": 5, "total_s": 10, "shadow_total_s": 20}
 
 
 @asynccontextmanager
@@ -567,7 +596,12 @@ async def test_shadow_pairs_reach_the_pairs_topic(scripted: Scripted, stack: Emb
     publisher = ShadowPublisher(kafka, 1.0, topic=topic)
     gw = Gateway(
         make_config(
-            scripted, GOOD, shadow_sample_rate=1.0, teacher_forced=True, clear_prompts=True
+            scripted,
+            GOOD,
+            shadow_sample_rate=1.0,
+            teacher_forced=True,
+            clear_prompts=True,
+            timeouts=ROOMY,
         ),
         publisher=publisher,
     )
@@ -586,7 +620,7 @@ async def test_shadow_pairs_reach_the_pairs_topic(scripted: Scripted, stack: Emb
         )
         assert text.startswith("Hello from int4")
         second = sresp.headers["x-request-id"]
-        records = await consume_n(stack.bootstrap, topic, 2, timeout=15)
+        records = await shadow_pairs(gw, publisher, stack.bootstrap, topic, 2)
     pairs = {p.pair_id: p for p in (PairEvent.parse(r.value) for r in records)}
     assert set(pairs) == {f"{first}:shadow", f"{second}:shadow"}
     pair = pairs[f"{first}:shadow"]
@@ -605,12 +639,14 @@ async def test_shadow_pairs_reach_the_pairs_topic(scripted: Scripted, stack: Emb
 async def test_noise_pairs_run_the_reference_twice(scripted: Scripted, stack: EmbeddedStack):
     topic = unique_topic("pairs")
     publisher = ShadowPublisher(KafkaSettings(bootstrap_servers=stack.bootstrap), 1.0, topic=topic)
-    gw = Gateway(make_config(scripted, GOOD, noise_sample_rate=1.0), publisher=publisher)
+    gw = Gateway(
+        make_config(scripted, GOOD, noise_sample_rate=1.0, timeouts=ROOMY), publisher=publisher
+    )
     marker = f"noise-{uuid.uuid4().hex[:6]}"
     async with serving(gw) as client:
         resp = await client.post("/v1/chat/completions", json=chat_body(marker, temperature=0))
         assert resp.headers["x-quantdrift-precision"] == "int4"
-        records = await consume_n(stack.bootstrap, topic, 1, timeout=15)
+        records = await shadow_pairs(gw, publisher, stack.bootstrap, topic, 1)
     pair = PairEvent.parse(records[0].value)
     assert pair.kind == "noise"
     assert pair.candidate.precision == pair.reference.precision == "bf16"
