@@ -13,6 +13,7 @@
   + GatewayError
     - UpstreamError
     - UpstreamTimeout
+    - GatewayOverloaded
 
 Library exceptions are wrapped at the boundary (``raise X(...) from exc``) so a
 caller decides on one type what a failure does: skip, dead-letter, retry, raise.
@@ -74,3 +75,8 @@ class UpstreamError(GatewayError):
 
 class UpstreamTimeout(UpstreamError):
     """An upstream did not answer in time."""
+
+
+class GatewayOverloaded(GatewayError):
+    """The gateway itself is overloaded (its event loop runs late): the request is shed
+    with a 503, and no upstream is blamed for a timeout the gateway's own lag caused."""

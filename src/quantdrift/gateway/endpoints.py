@@ -5,7 +5,9 @@ One request, in order: authenticate (``auth.py``, 401), read the body
 4xx refusals), walk the fallback chain (``executor.py`` over ``attempts.py``),
 answer (``openai_wire.py``), count it (``observability.served``) and hand a
 sampled request to the shadow runner (``shadow.py``) after the user's answer is
-complete. A client that disconnects first gets 499 and its upstream call is
+complete. While the gateway itself is overloaded (``overload.py``) a request is
+shed with a 503 ``overloaded`` and ``Retry-After``, at the door or when its own
+lag made an attempt time out. A client that disconnects first gets 499 and its upstream call is
 cancelled; every error it sees comes from ``openai_errors.py``.
 """
 
@@ -20,7 +22,7 @@ from typing import Any
 from fastapi import Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 
-from quantdrift.errors import UpstreamError
+from quantdrift.errors import GatewayOverloaded, UpstreamError
 from quantdrift.gateway.attempts import Chunks, Trace
 from quantdrift.gateway.auth import Principal
 from quantdrift.gateway.completions import PATH as COMPLETIONS_PATH
@@ -34,7 +36,13 @@ from quantdrift.gateway.completions import (
 from quantdrift.gateway.executor import StreamStart
 from quantdrift.gateway.http_io import ClientGone, json_object, response_headers, until_gone
 from quantdrift.gateway.observability import served
-from quantdrift.gateway.openai_errors import all_failed, client_error, error_response, refuse_auth
+from quantdrift.gateway.openai_errors import (
+    all_failed,
+    client_error,
+    error_response,
+    overloaded,
+    refuse_auth,
+)
 from quantdrift.gateway.openai_wire import (
     DONE,
     STOPPED_MID_STREAM,
@@ -75,6 +83,10 @@ class Endpoints:
         principal = self.principal(request)
         if principal is None:
             return refuse_auth(self.metrics)
+        if self.gateway.loop_lag.overloaded(time.monotonic()):
+            # Shed at the door, before the body is read: refusing costs little, and every
+            # request let in while the loop runs late makes every other one later.
+            return self._overloaded("admission")
         body = await json_object(request, self.config.limits.max_body_bytes)
         if isinstance(body, Response):
             return body
@@ -126,6 +138,9 @@ class Endpoints:
         except UpstreamClientError as exc:
             self.metrics.requests.labels(plan.route, "-", "client_error").inc()
             return client_error(exc, self.hosts, response_headers(plan, trace))
+        except GatewayOverloaded:
+            self.metrics.requests.labels(plan.route, "-", "overloaded").inc()
+            return self._overloaded("in_flight", response_headers(plan, trace))
         except UpstreamError as exc:
             return all_failed(self.metrics, plan, trace, exc, response_headers(plan, trace))
         headers = response_headers(plan, trace, completion.precision)
@@ -171,6 +186,9 @@ class Endpoints:
             return Response(status_code=499)
         except UpstreamClientError as exc:
             return client_error(exc, self.hosts, headers)
+        except GatewayOverloaded:
+            self.metrics.requests.labels(plan.route, "-", "overloaded").inc()
+            return self._overloaded("in_flight", headers)
         except UpstreamError:
             self.metrics.requests.labels(plan.route, "-", "upstream_error").inc()
             chain = " -> ".join(plan.decision.chain)
@@ -197,6 +215,8 @@ class Endpoints:
         except ClientGone:
             self.metrics.client_disconnects.labels(plan.route).inc()
             return Response(status_code=499)
+        except GatewayOverloaded:
+            return self._overloaded("in_flight", headers)
         except UpstreamError:
             return error_response(
                 502,
@@ -222,7 +242,7 @@ class Endpoints:
                 if chunk.get("choices"):
                     yield sse({k: v for k, v in chunk.items() if k != "usage"})
                 usage = chunk.get("usage") or usage
-        except UpstreamError:
+        except (UpstreamError, GatewayOverloaded):
             yield STOPPED_MID_STREAM
         finally:
             await stream.aclose()
@@ -236,6 +256,9 @@ class Endpoints:
                 }
             )
         yield DONE
+
+    def _overloaded(self, stage: str, headers: dict[str, str] | None = None) -> Response:
+        return overloaded(self.metrics, stage, self.config.overload.retry_after_s, headers)
 
     def _done(
         self, plan: Plan, trace: Trace, completion: Completion, streamed: StreamStart | None = None

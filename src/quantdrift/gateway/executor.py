@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from quantdrift.detectors.json_contract import check_json_contract
-from quantdrift.errors import UpstreamError
+from quantdrift.errors import GatewayOverloaded, UpstreamError
 from quantdrift.gateway.attempts import (
     Attempt,
     Chained,
@@ -274,9 +274,10 @@ class FallbackExecutor:
                     if out:
                         yield out
             completed, left = True, False
-        except UpstreamError as exc:
+        except (UpstreamError, GatewayOverloaded) as exc:
             left = False
-            self.metrics.stream_errors.labels(plan.route, precision, error_reason(exc)).inc()
+            reason = error_reason(exc) if isinstance(exc, UpstreamError) else "overloaded"
+            self.metrics.stream_errors.labels(plan.route, precision, reason).inc()
             self.metrics.requests.labels(plan.route, precision, "stream_error").inc()
             yield STOPPED_MID_STREAM
         finally:

@@ -148,6 +148,19 @@ class TimeoutConfig(_Frozen):
     shadow_total_s: float = Field(default=30.0, gt=0)
 
 
+class OverloadConfig(_Frozen):
+    """When the gateway counts itself overloaded (``overload.LoopLag``).
+
+    ``max_loop_lag_s``: how late the event loop may run before new requests are shed
+    (503 ``overloaded``) and a timeout is counted as the gateway's own, not the
+    upstream's. Keep it well under ``timeouts.connect_s``.
+    """
+
+    max_loop_lag_s: float = Field(default=0.5, gt=0)
+    tick_s: float = Field(default=0.05, gt=0)
+    retry_after_s: int = Field(default=1, ge=1)
+
+
 class JsonGuardConfig(_Frozen):
     max_whitespace_run: int | None = Field(default=64, ge=1)
     max_depth: int = Field(default=64, ge=1)
@@ -198,6 +211,7 @@ class GatewayConfig(_Frozen):
     shadow_drain_s: float = Field(default=4.0, ge=0)
     retry_budget: RetryBudgetConfig = RetryBudgetConfig()
     outlier: OutlierConfig = OutlierConfig()
+    overload: OverloadConfig = OverloadConfig()
     auth: AuthConfig | None = None
     # "host:port": serve /metrics and /health there (and not on the API port).
     admin_listen: str | None = None

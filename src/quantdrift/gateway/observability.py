@@ -75,6 +75,12 @@ def live_metrics(gateway: Gateway) -> Iterator[Any]:
         {(k,): float(v) for k, v in gateway.supervisor.crashes.items()},
     )
     yield gauge("ready", "0 once a task was given up on", [], {(): float(gateway.ready)})
+    yield gauge(
+        "loop_lag_seconds",
+        "how late the event loop runs (smoothed); at overload.max_loop_lag_s requests are shed",
+        [],
+        {(): gateway.loop_lag.current(time.monotonic())},
+    )
     dropped = {("queue", r): float(n) for r, n in gateway.shadow.dropped.items()}
     if gateway.publisher is not None:
         s = gateway.publisher.stats

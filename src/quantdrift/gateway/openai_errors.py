@@ -1,9 +1,9 @@
 """Every error a client sees, in OpenAI's shape, with nothing internal in it.
 
 The framework's own 404/405/422/500 (``openai_errors``), a refused key, an
-upstream's 4xx passed on with its URLs and hosts taken out, and the 502/504
-that says how a whole chain failed. An SDK reads ``error.type`` / ``code`` /
-``param`` from all of them alike.
+upstream's 4xx passed on with its URLs and hosts taken out, the 502/504
+that says how a whole chain failed, and the 503 of a gateway that sheds load.
+An SDK reads ``error.type`` / ``code`` / ``param`` from all of them alike.
 """
 
 from __future__ import annotations
@@ -103,6 +103,25 @@ def all_failed(
     else:
         status, code, msg = 502, "upstream_unavailable", f"Every upstream failed ({chain})"
     return error_response(status, msg, "upstream_error", code, None, headers)
+
+
+def overloaded(
+    metrics: Telemetry, stage: str, retry_after_s: int, headers: dict[str, str] | None = None
+) -> JSONResponse:
+    """503 ``overloaded`` with ``Retry-After``: the gateway sheds load on purpose (counted).
+
+    Never a 502: the upstreams are not what failed, and a client that retries after
+    ``Retry-After`` (every OpenAI SDK does on 503) lands when the gateway has room.
+    """
+    metrics.shed.labels(stage).inc()
+    return error_response(
+        503,
+        f"The gateway is overloaded; retry after {retry_after_s} s",
+        "server_error",
+        "overloaded",
+        None,
+        {**(headers or {}), "retry-after": str(retry_after_s)},
+    )
 
 
 def too_large(max_bytes: int) -> JSONResponse:

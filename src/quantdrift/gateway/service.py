@@ -1,7 +1,8 @@
 """The gateway as a service: its parts composed once, started and stopped in order.
 
 ``Gateway`` holds what every request shares (config, pools, controller,
-publishers, shadow runner, preflight gate, retry budget, metrics) and owns their
+publishers, shadow runner, preflight gate, retry budget, loop-lag monitor, metrics)
+and owns their
 lifecycle: one supervisor for every long-lived task, start in dependency order,
 stop with bounded drains so a shutdown stays inside a container's grace period.
 It serves nothing itself: the routes are ``app.py`` over ``endpoints.py``, and
@@ -11,6 +12,8 @@ builds one from a config file and settings is ``services/gateway.build_gateway``
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
 import secrets
 import time
@@ -24,6 +27,7 @@ from quantdrift.gateway.control.preflight_gate import PreflightGate
 from quantdrift.gateway.executor import FallbackExecutor
 from quantdrift.gateway.gateway_config import GatewayConfig
 from quantdrift.gateway.observability import live_metrics
+from quantdrift.gateway.overload import LoopLag
 from quantdrift.gateway.publisher import DegradationPublisher, ShadowPublisher
 from quantdrift.gateway.routing import RouteDirective
 from quantdrift.gateway.shadow import ShadowRunner
@@ -65,6 +69,11 @@ class Gateway:
         self.upstreams = upstreams or Upstreams(config)
         self.auth = Authenticator(config.auth)
         self.metrics = Telemetry()
+        # The gateway's own overload: sheds new requests, and keeps a timeout its own lag
+        # caused from being blamed on an upstream (``overload.py``).
+        o = config.overload
+        self.loop_lag = LoopLag(max_lag_s=o.max_loop_lag_s, tick_s=o.tick_s)
+        self.upstreams.attribute_lag(self.loop_lag)
         # A secret salt: a caller cannot compute which of its requests get mirrored.
         self.sample_salt = config.sample_salt or secrets.token_hex(16)
         prompt_salt = config.prompt_salt or self.sample_salt
@@ -90,6 +99,7 @@ class Gateway:
             self.directive,
             prompt_salt=prompt_salt,
         )
+        self.shadow.upstreams.attribute_lag(self.loop_lag)
         # Routes with a ``preflight:`` gate verify their report with the signing key ring.
         self.preflight = PreflightGate(config, dict(preflight_keys or {}))
         # One supervisor for every long-lived task: crashes counted in /metrics, and a
@@ -100,6 +110,7 @@ class Gateway:
                 part.supervisor = self.supervisor
         self.metrics.live(lambda: live_metrics(self))
         self.started_at = time.time()
+        self._lag_task: asyncio.Task[None] | None = None
         # Names an error message must never show a client (``openai_errors.client_error``).
         self.hosts = self.upstreams.hosts
 
@@ -122,6 +133,7 @@ class Gateway:
                 "anyone who guesses prompts. Set prompt_salt (or sample_salt) to a secret.",
                 self.prompt_salt_problem,
             )
+        self._lag_task = self.supervisor.spawn("loop-lag", self.loop_lag.run)
         await self.preflight.start()
         await self.shadow.start()
         if self.publisher is not None:
@@ -145,6 +157,10 @@ class Gateway:
         if self.degradations is not None:
             await self.degradations.stop(PUBLISH_DRAIN_S)
         await self.upstreams.aclose()
+        if self._lag_task is not None:
+            self._lag_task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._lag_task
 
     async def wait_shadows(self, timeout: float) -> None:
         """Wait until the shadow queue is empty and idle (tests, benchmarks)."""

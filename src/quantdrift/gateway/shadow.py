@@ -36,7 +36,7 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from quantdrift.errors import UpstreamError
+from quantdrift.errors import GatewayOverloaded, UpstreamError
 from quantdrift.gateway.gateway_config import GatewayConfig
 from quantdrift.gateway.openai_wire import Accumulator, Completion
 from quantdrift.gateway.planning import JsonSpec, Plan
@@ -328,6 +328,9 @@ class ShadowRunner:
             )
         except UpstreamError as exc:
             self._error(plan.route, kind, f"upstream_{error_reason(exc)}")
+            return
+        except GatewayOverloaded:
+            self._error(plan.route, kind, "overloaded")
             return
         except UpstreamClientError:
             self._error(plan.route, kind, "upstream_rejected")

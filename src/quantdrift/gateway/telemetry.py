@@ -91,6 +91,12 @@ class Telemetry:
             "shadow_sampled", "requests sampled for pairs", [*route, "kind"]
         )
         self.auth_refusals = self._counter("auth_refusals", "requests refused by auth", ["reason"])
+        self.shed = self._counter(
+            "shed",
+            "requests refused with 503 because the gateway itself was overloaded "
+            "(admission: at the door; in_flight: a timeout its own loop lag caused)",
+            ["stage"],
+        )
         self.info = Gauge(P + "up", "1 while the gateway serves", registry=r)
         self.info.set(1)
 

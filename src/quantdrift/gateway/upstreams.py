@@ -27,7 +27,9 @@ Failures, and what the pool does with them:
 * the connection dropped mid-stream or unreadable SSE: ``UpstreamError``
   (``disconnect`` / ``bad_response``);
 * 4xx: ``UpstreamClientError``, passed through to the user as is (the request is
-  wrong; another precision would refuse it too).
+  wrong; another precision would refuse it too);
+* any timeout while the gateway's own event loop ran late (``overload.LoopLag``):
+  ``GatewayOverloaded``, and the server is not counted towards ejection.
 """
 
 from __future__ import annotations
@@ -41,12 +43,13 @@ from typing import Any
 
 import httpx
 
-from quantdrift.errors import GatewayError, UpstreamError, UpstreamTimeout
+from quantdrift.errors import GatewayError, GatewayOverloaded, UpstreamError, UpstreamTimeout
 from quantdrift.gateway import teacher_forcing as tf
 from quantdrift.gateway.capacity import OutlierDetector
 from quantdrift.gateway.engines import identify
 from quantdrift.gateway.gateway_config import GatewayConfig, PoolConfig, TimeoutConfig
 from quantdrift.gateway.openai_wire import Completion, as_chunk
+from quantdrift.gateway.overload import LoopLag
 from quantdrift.gateway.teacher_forcing import Failed, Outcome
 from quantdrift.schemas.pair import EngineInfo
 
@@ -97,6 +100,8 @@ class UpstreamPool:
         self._timeouts = timeouts
         self._next = itertools.count()
         self._clock = clock
+        # The gateway's loop-lag monitor (``Upstreams.attribute_lag``): None, no attribution.
+        self.lag: LoopLag | None = None
 
     @property
     def hosts(self) -> list[str]:
@@ -128,6 +133,15 @@ class UpstreamPool:
     def _failed(self, url: str) -> None:
         self.outliers.failure(url, self._clock())
 
+    def _own_lag(self, started: float, exc: Exception) -> None:
+        """Raise ``GatewayOverloaded`` when a timeout is the gateway's own: its event loop
+        ran late while the attempt waited, so the clock that expired measured the
+        gateway, not the server. No ejection, no fallback (it would double the work)."""
+        if self.lag is not None and self.lag.late_since(started, self._clock()):
+            raise GatewayOverloaded(
+                f"{self.precision}: timed out while the gateway's event loop ran late"
+            ) from exc
+
     async def stream(
         self,
         body: Mapping[str, Any],
@@ -140,6 +154,7 @@ class UpstreamPool:
         deadline = time.monotonic() + (total_s or self._timeouts.total_s)
         failures: list[str] = []
         for url in self._ordered():
+            started = self._clock()
             try:
                 async with asyncio.timeout_at(_loop_time(deadline)):
                     response = await self._client.send(
@@ -149,11 +164,17 @@ class UpstreamPool:
             except httpx.PoolTimeout as exc:
                 # Our own limit, not the server's fault: no ejection, fall back.
                 raise _error(f"{self.precision}: every connection busy", "pool_timeout") from exc
-            except (httpx.ConnectError, httpx.ConnectTimeout) as exc:
+            except httpx.ConnectError as exc:  # refused, unreachable: the server's answer
+                self._failed(url)
+                failures.append(f"{url}: {type(exc).__name__}")
+                continue
+            except httpx.ConnectTimeout as exc:
+                self._own_lag(started, exc)
                 self._failed(url)
                 failures.append(f"{url}: {type(exc).__name__}")
                 continue
             except (httpx.TimeoutException, TimeoutError) as exc:
+                self._own_lag(started, exc)
                 self._failed(url)
                 raise _error(f"{self.precision}: {url} timed out", "timeout", True) from exc
             except httpx.HTTPError as exc:
@@ -176,6 +197,10 @@ class UpstreamPool:
                 try:
                     async for chunk in self._chunks(response, url, deadline):
                         yield chunk
+                except UpstreamTimeout as exc:
+                    self._own_lag(started, exc)
+                    self._failed(url)
+                    raise
                 except UpstreamError:
                     self._failed(url)
                     raise
@@ -322,6 +347,11 @@ class Upstreams:
     @property
     def hosts(self) -> list[str]:
         return [h for p in self.pools.values() for h in p.hosts]
+
+    def attribute_lag(self, lag: LoopLag) -> None:
+        """Let every pool tell the gateway's own lag from a slow server (``overload.py``)."""
+        for pool in self.pools.values():
+            pool.lag = lag
 
     def ejected(self) -> int:
         return sum(p.outliers.ejected_total for p in self.pools.values())
