@@ -8,8 +8,10 @@ Two probes, fed as the stream arrives, both reusing the detectors:
   scan);
 * entropy collapse: the mean per-token entropy (``detectors.entropy``, from the
   streamed top-k log-probs) over the last ``entropy_window`` tokens below
-  ``entropy_floor`` nats (0.05 by default, the seeds' threshold). Upstreams that
-  send no log-probs are simply not probed.
+  ``entropy_floor`` nats (0.05 by default, the seeds' threshold), at any token of
+  the window. The log-probs are folded in every ``check_every`` chunks (and at the
+  end), one numpy pass for the lot: per chunk, numpy's fixed cost was most of the
+  gateway's CPU per request. Upstreams that send no log-probs are simply not probed.
 
 ``DegenerationProbe.update`` returns the reason ("loop", "entropy_collapse") the
 first time a probe fires and keeps returning it after.
@@ -100,6 +102,7 @@ class DegenerationProbe:
         self._chunks = 0
         self._window: deque[float] = deque(maxlen=self.config.entropy_window)
         self._sum = 0.0
+        self._pending: list[Mapping[str, float]] = []  # top log-probs not yet in the window
         self.reason: str | None = None
         self.detail: str = ""
 
@@ -119,23 +122,12 @@ class DegenerationProbe:
             self._chars += len(delta)
             self._count_fences(delta)
         self._chunks += 1
-        if cfg.entropy and top_logprobs and not self._in_structure():
-            for h in entropy_from_top_logprobs(top_logprobs):
-                self._push(float(h))
-            if len(self._window) == cfg.entropy_window:
-                mean = self._sum / len(self._window)
-                if mean < cfg.entropy_floor:
-                    self.reason = ENTROPY_COLLAPSE
-                    self.detail = (
-                        f"mean entropy {mean:.4f} nats over the last {len(self._window)} tokens"
-                    )
-                    return self.reason
-        if (
-            cfg.repetition
-            and self._chars >= cfg.min_chars
-            and self._chunks % cfg.check_every == 0
-            and self._looping()
-        ):
+        if cfg.entropy and top_logprobs:
+            self._pending.extend(top_logprobs)
+        check = self._chunks % cfg.check_every == 0
+        if check and self._pending and self._collapsed():
+            return self.reason
+        if cfg.repetition and self._chars >= cfg.min_chars and check and self._looping():
             self.reason = LOOP
             self.detail = "the text ends in a repeating loop"
         return self.reason
@@ -143,6 +135,8 @@ class DegenerationProbe:
     def finish(self) -> str | None:
         """Last check at the end of the stream (the chunk count may not have hit a check)."""
         cfg = self.config
+        if self.reason is None and cfg.enabled and self._pending and self._collapsed():
+            return self.reason
         if (
             self.reason is None
             and cfg.enabled
@@ -153,6 +147,25 @@ class DegenerationProbe:
             self.reason = LOOP
             self.detail = "the text ends in a repeating loop"
         return self.reason
+
+    def _collapsed(self) -> bool:
+        """Fold the pending log-probs into the entropy window; True (and the reason set)
+        when the window is full and its mean is below the floor. Outside structure only."""
+        pending, self._pending = self._pending, []
+        cfg = self.config
+        if self._in_structure():
+            return False
+        for h in entropy_from_top_logprobs(pending).tolist():
+            self._push(h)
+            if len(self._window) == cfg.entropy_window:
+                mean = self._sum / len(self._window)
+                if mean < cfg.entropy_floor:
+                    self.reason = ENTROPY_COLLAPSE
+                    self.detail = (
+                        f"mean entropy {mean:.4f} nats over the last {len(self._window)} tokens"
+                    )
+                    return True
+        return False
 
     def _push(self, h: float) -> None:
         window = self._window
