@@ -42,6 +42,7 @@ from collections.abc import AsyncGenerator, AsyncIterator, Callable, Mapping, Se
 from typing import Any
 
 import httpx
+import orjson
 
 from quantdrift.errors import GatewayError, GatewayOverloaded, UpstreamError, UpstreamTimeout
 from quantdrift.gateway import teacher_forcing as tf
@@ -229,7 +230,7 @@ class UpstreamPool:
                 data = line[5:].strip()
                 if data == "[DONE]":
                     return
-                chunk = json.loads(data)
+                chunk = orjson.loads(data)
                 if not isinstance(chunk, dict):
                     raise _error(f"{self.precision}: {url}: bad chunk", "bad_response")
                 if "error" in chunk and not chunk.get("choices"):
