@@ -8,10 +8,11 @@ Two probes, fed as the stream arrives, both reusing the detectors:
   scan);
 * entropy collapse: the mean per-token entropy (``detectors.entropy``, from the
   streamed top-k log-probs) over the last ``entropy_window`` tokens below
-  ``entropy_floor`` nats (0.05 by default, the seeds' threshold), at any token of
-  the window. The log-probs are folded in every ``check_every`` chunks (and at the
-  end), one numpy pass for the lot: per chunk, numpy's fixed cost was most of the
-  gateway's CPU per request. Upstreams that send no log-probs are simply not probed.
+  ``entropy_floor`` nats (0.05 by default, the seeds' threshold). The log-probs
+  are folded in at the token that first fills the window, then every
+  ``check_every`` chunks and at the end, one numpy pass for the lot (per chunk,
+  numpy's fixed cost was most of the gateway's CPU per request); each folded
+  token's window is checked. Upstreams that send no log-probs are not probed.
 
 ``DegenerationProbe.update`` returns the reason ("loop", "entropy_collapse") the
 first time a probe fires and keeps returning it after.
@@ -125,7 +126,12 @@ class DegenerationProbe:
         if cfg.entropy and top_logprobs:
             self._pending.extend(top_logprobs)
         check = self._chunks % cfg.check_every == 0
-        if check and self._pending and self._collapsed():
+        # Folded every check_every chunks, and at the token that first fills the window
+        # (a stream's hold-back is sized on that token: a collapse from the start must
+        # trip before the first byte goes out).
+        window = len(self._window)
+        fills = window < cfg.entropy_window <= window + len(self._pending)
+        if self._pending and (check or fills) and self._collapsed():
             return self.reason
         if cfg.repetition and self._chars >= cfg.min_chars and check and self._looping():
             self.reason = LOOP
