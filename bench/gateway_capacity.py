@@ -4,11 +4,14 @@ One scripted upstream (``scripted_upstream.py``, its own process) serves every
 target; every target runs as its own process(es), so the CPU each uses is
 read from its process tree (psutil) and is not the load generator's. Per target:
 
-* **added latency** at a fixed load: open-loop non-streamed requests at
-  ``--rate`` for ``--seconds``; latency counts from each request's scheduled
-  send time (no coordinated omission); ``added_p50_ms`` / ``added_p99_ms`` are
-  the target's p50 / p99 minus direct's.
-* **streamed TTFT overhead**: open-loop streamed requests at ``--stream-rate``;
+* **added latency** at a fixed load: open-loop non-streamed requests at a rate
+  below both proxies' saturation (``--load-share``, 0.5, of the slower one's
+  saturation measured first in the same run; or ``--rate``) for ``--seconds``, so
+  the figure is each proxy's overhead and not its queue; latency counts from each
+  request's scheduled send time (no coordinated omission); ``added_p50_ms`` /
+  ``added_p99_ms`` are the target's p50 / p99 minus direct's at the same rate.
+* **streamed TTFT overhead**: open-loop streamed requests at ``--stream-rate``
+  (never above the non-streamed rate);
   ``ttft_overhead_ms`` is the target's TTFT p50 minus direct's. The quantdrift
   gateway holds free-text streams back ``stream_holdback_tokens`` (48) tokens
   before the first byte (the price of a silent fallback), so its TTFT includes
@@ -29,11 +32,17 @@ The quantdrift gateway publishes its 5 % shadow pairs to an embedded broker
 commands are not what this measures). LiteLLM runs from ``.venv-litellm``
 (``make bench-litellm``): a server we talk to, never a library we import.
 
-    python bench/gateway_capacity.py [--rate 100 --seconds 20 ...] [--json] [--write BENCHMARKS.md]
+    python bench/gateway_capacity.py [--load-share 0.5 | --rate R] [--seconds 20 ...] [--json]
+        [--write BENCHMARKS.md]
 
 With ``--json`` the output ends with one JSON object keyed by target
 (``direct``, ``quantdrift``, ``litellm``), each with ``added_p50_ms``,
-``added_p99_ms``, ``rps_per_core`` and ``ttft_overhead_ms``.
+``added_p99_ms``, ``rps_per_core`` and ``ttft_overhead_ms`` (and ``fixed_rate``,
+the rate they were measured at).
+
+Every target runs at once (idle while another is measured): saturation runs
+first, one target after the other, then the fixed loads, then the two gateway
+processes alone.
 """
 
 from __future__ import annotations
@@ -318,18 +327,35 @@ async def saturate(target: Target, concurrency: int, seconds: float) -> dict[str
     }
 
 
-async def measure(target: Target, args: argparse.Namespace) -> dict[str, Any]:
-    # Warm up both paths (connection pools, lazy imports) before anything counts.
-    await open_loop(target, min(args.rate, 20.0), 1.0, stream=False)
-    await open_loop(target, min(args.stream_rate, 10.0), 1.0, stream=True)
+async def warm_up(target: Target) -> None:
+    """Both paths once (connection pools, lazy imports) before anything counts."""
+    await open_loop(target, 20.0, 1.0, stream=False)
+    await open_loop(target, 10.0, 1.0, stream=True)
+
+
+async def fixed_loads(
+    target: Target, rate: float, stream_rate: float, seconds: float
+) -> dict[str, Any]:
     return {
-        "fixed": await open_loop(target, args.rate, args.seconds, stream=False),
-        "stream": await open_loop(target, args.stream_rate, args.seconds, stream=True),
-        "saturation": await saturate(target, args.concurrency, args.sat_seconds),
+        "fixed": await open_loop(target, rate, seconds, stream=False),
+        "stream": await open_loop(target, stream_rate, seconds, stream=True),
     }
 
 
-def entry(runs: dict[str, Any], base: dict[str, Any]) -> dict[str, Any]:
+def fixed_rates(
+    args: argparse.Namespace, saturation: dict[str, dict[str, Any]]
+) -> tuple[float, float]:
+    """The fixed loads: ``--rate`` if given, else ``--load-share`` of the slower proxy's
+    saturation, so added latency is each proxy's overhead and not its queue. The
+    streamed rate is never above the non-streamed one."""
+    proxies = [r["rps"] for name, r in saturation.items() if name != "direct" and r["rps"]]
+    rate = args.rate or round(args.load_share * min(proxies or [saturation["direct"]["rps"]]), 1)
+    return rate, min(args.stream_rate, rate)
+
+
+def entry(
+    runs: dict[str, Any], base: dict[str, Any], rate: float, stream_rate: float
+) -> dict[str, Any]:
     fixed, stream, sat = runs["fixed"], runs["stream"], runs["saturation"]
     errors = fixed["errors"] + stream["errors"] + sat["errors"]
     return {
@@ -342,9 +368,48 @@ def entry(runs: dict[str, Any], base: dict[str, Any]) -> dict[str, Any]:
         "ttft_p50_ms": stream["ttft_p50_ms"],
         "saturation_rps": sat["rps"],
         "cores_used": sat["cores_used"],
+        "fixed_rate": rate,
+        "stream_rate": stream_rate,
         "errors": errors,
         "first_error": fixed["first_error"] or stream["first_error"],
     }
+
+
+async def side_by_side(
+    args: argparse.Namespace, direct: Target, upstream_url: str, bootstrap: str, workdir: Path
+) -> dict[str, Any]:
+    """Every target up at once (idle while another is measured): saturation first, then
+    the fixed loads at a rate below the slower proxy's saturation."""
+    with contextlib.ExitStack() as started:
+        targets = {"direct": direct}
+        if "quantdrift" in args.targets:
+            targets["quantdrift"] = started.enter_context(
+                quantdrift_gateways(upstream_url, bootstrap, 1, workdir)
+            )
+            await wait_ready(targets["quantdrift"], "/health", 120)
+        if "litellm" in args.targets:
+            targets["litellm"] = started.enter_context(litellm_proxy(upstream_url, workdir))
+            await wait_ready(targets["litellm"], "/health/liveliness", 300)
+        saturation = {}
+        for name, target in targets.items():
+            await warm_up(target)
+            saturation[name] = await saturate(target, args.concurrency, args.sat_seconds)
+        rate, stream_rate = fixed_rates(args, saturation)
+        runs = {}
+        for name, target in targets.items():
+            runs[name] = await fixed_loads(target, rate, stream_rate, args.seconds)
+            runs[name]["saturation"] = saturation[name]
+    return {name: entry(r, runs["direct"], rate, stream_rate) for name, r in runs.items()}
+
+
+async def two_gateways(
+    args: argparse.Namespace, upstream_url: str, bootstrap: str, workdir: Path
+) -> dict[str, Any]:
+    """The saturation run against two gateway processes, alone on the machine."""
+    with quantdrift_gateways(upstream_url, bootstrap, 2, workdir) as two_gw:
+        await wait_ready(two_gw, "/health", 120)
+        await open_loop(two_gw, 20.0, 1.0, stream=False)
+        return await saturate(two_gw, args.concurrency, args.sat_seconds)
 
 
 async def main(args: argparse.Namespace) -> dict[str, Any]:
@@ -364,26 +429,18 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
             if up_proc.poll() is not None or time.monotonic() > deadline:
                 raise SystemExit(f"upstream did not start:\n{direct.log_tail()}")
             await asyncio.sleep(0.05)
-        base = await measure(direct, args)
-        out["direct"] = entry(base, base)
-        if "quantdrift" in args.targets:
-            with EmbeddedStack(redis_probe_url=None) as stack:
-                with quantdrift_gateways(upstream_url, stack.bootstrap, 1, workdir) as one_gw:
-                    await wait_ready(one_gw, "/health", 120)
-                    out["quantdrift"] = entry(await measure(one_gw, args), base)
-                with quantdrift_gateways(upstream_url, stack.bootstrap, 2, workdir) as two_gw:
-                    await wait_ready(two_gw, "/health", 120)
-                    await open_loop(two_gw, min(args.rate, 20.0), 1.0, stream=False)
-                    two = await saturate(two_gw, args.concurrency, args.sat_seconds)
-            one_rps = out["quantdrift"]["saturation_rps"]
-            out["quantdrift"]["two_processes"] = two
-            out["quantdrift"]["scaling_2_vs_1"] = (
-                round(two["rps"] / one_rps, 2) if one_rps else None
-            )
-        if "litellm" in args.targets:
-            with litellm_proxy(upstream_url, workdir) as proxy:
-                await wait_ready(proxy, "/health/liveliness", 300)
-                out["litellm"] = entry(await measure(proxy, args), base)
+        with contextlib.ExitStack() as broker:
+            bootstrap = ""
+            if "quantdrift" in args.targets:
+                bootstrap = broker.enter_context(EmbeddedStack(redis_probe_url=None)).bootstrap
+            out = await side_by_side(args, direct, upstream_url, bootstrap, workdir)
+            if "quantdrift" in args.targets:
+                two = await two_gateways(args, upstream_url, bootstrap, workdir)
+                one_rps = out["quantdrift"]["saturation_rps"]
+                out["quantdrift"]["two_processes"] = two
+                out["quantdrift"]["scaling_2_vs_1"] = (
+                    round(two["rps"] / one_rps, 2) if one_rps else None
+                )
     finally:
         stop([up_proc])
     return out
@@ -398,14 +455,20 @@ def _listening(port: int) -> bool:
 
 def markdown(result: dict[str, Any], args: argparse.Namespace) -> str:
     m = machine()
+    rate, stream_rate = result["direct"]["fixed_rate"], result["direct"]["stream_rate"]
+    how = (
+        "as asked"
+        if args.rate
+        else f"{args.load_share:g} of the slower proxy's saturation, measured first"
+    )
     lines = [
         SECTION,
         "",
         f"Machine: {m['nproc']} cores, {m['cpu']}; load generator, upstream and targets share "
         "them. "
         f"Scripted upstream: first token after {args.delay_ms:g} ms, {args.tokens} tokens "
-        f"{args.token_ms:g} ms apart. Fixed load {args.rate:g} req/s (non-streamed) and "
-        f"{args.stream_rate:g} req/s (streamed) for {args.seconds:g} s; saturation: "
+        f"{args.token_ms:g} ms apart. Fixed load {rate:g} req/s (non-streamed) and "
+        f"{stream_rate:g} req/s (streamed) for {args.seconds:g} s ({how}); saturation: "
         f"{args.concurrency} in flight for {args.sat_seconds:g} s.",
         "",
         "| target | added p50 ms | added p99 ms | TTFT overhead ms | sat. req/s | cores used "
@@ -438,7 +501,19 @@ def markdown(result: dict[str, Any], args: argparse.Namespace) -> str:
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rate", type=float, default=100.0, help="fixed load, non-streamed req/s")
+    parser.add_argument(
+        "--rate",
+        type=float,
+        default=None,
+        help="fixed load, non-streamed req/s (default: --load-share of the slower proxy's "
+        "saturation, measured first in the same run)",
+    )
+    parser.add_argument(
+        "--load-share",
+        type=float,
+        default=0.5,
+        help="the fixed load as a share of the slower proxy's saturation (0 < x < 1)",
+    )
     parser.add_argument("--stream-rate", type=float, default=20.0, help="streamed req/s")
     parser.add_argument("--seconds", type=float, default=20.0, help="each fixed-load phase")
     parser.add_argument("--concurrency", type=int, default=64, help="in flight at saturation")
@@ -452,8 +527,10 @@ if __name__ == "__main__":
     parser.add_argument("--json", action="store_true")
     parser.add_argument("--write", type=Path, default=None, help="write/update its section here")
     args = parser.parse_args()
-    if args.rate <= 0 or args.stream_rate <= 0 or args.seconds <= 0 or args.concurrency < 1:
-        sys.exit("--rate, --stream-rate, --seconds must be > 0 and --concurrency >= 1")
+    if (args.rate is not None and args.rate <= 0) or args.stream_rate <= 0 or args.seconds <= 0:
+        sys.exit("--rate, --stream-rate and --seconds must be > 0")
+    if args.concurrency < 1 or not 0 < args.load_share < 1:
+        sys.exit("--concurrency must be >= 1 and --load-share in (0, 1)")
     result = asyncio.run(main(args))
     print(markdown(result, args))
     if args.write:
