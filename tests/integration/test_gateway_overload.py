@@ -20,6 +20,7 @@ import contextlib
 import time
 from collections.abc import AsyncIterator, Callable
 
+import aiohttp
 import httpx
 import pytest
 
@@ -113,23 +114,22 @@ async def test_an_overloaded_gateway_sheds_at_the_door(scripted: Scripted) -> No
         await assert_served_after_the_lag(gw, client)
 
 
-class HogOnSend(httpx.AsyncHTTPTransport):
-    """A real transport that starts the hog as the first upstream request goes out, so
-    the overload begins after the request was let in, while it connects."""
+def hog_on_send(start: asyncio.Event) -> aiohttp.TraceConfig:
+    """Start the hog as the first upstream request goes out (a real client's own hook),
+    so the overload begins after the request was let in, while it connects."""
 
-    def __init__(self, start: asyncio.Event) -> None:
-        super().__init__()
-        self.start = start
+    async def started(*_: object) -> None:
+        start.set()
 
-    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
-        self.start.set()
-        return await super().handle_async_request(request)
+    trace = aiohttp.TraceConfig()
+    trace.on_request_start.append(started)
+    return trace
 
 
 async def test_a_timeout_its_own_lag_caused_blames_no_upstream(scripted: Scripted) -> None:
     config = make_config(scripted, GOOD, overload=OVERLOAD)
     start = asyncio.Event()
-    gw = Gateway(config, upstreams=Upstreams(config, transport=HogOnSend(start)))
+    gw = Gateway(config, upstreams=Upstreams(config, trace_configs=[hog_on_send(start)]))
     async with serving(gw) as client:
         await until(lambda: not gw.loop_lag.overloaded(time.monotonic()))
         async with hogged(start):

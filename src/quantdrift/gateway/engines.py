@@ -8,24 +8,26 @@ Best effort: a server that answers neither gives an empty ``EngineInfo``.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 
-import httpx
-
+from quantdrift.gateway.http_client import CALL_ERRORS, PoolClient
 from quantdrift.schemas.pair import EngineInfo
 
 
-async def identify(client: httpx.AsyncClient, url: str, timeout_s: float = 5.0) -> EngineInfo:
+async def identify(client: PoolClient, url: str, timeout_s: float = 5.0) -> EngineInfo:
     """The engine, version and model served at ``url``; fields it does not say stay None."""
     engine = version = model = None
-    with contextlib.suppress(httpx.HTTPError, ValueError, AttributeError, TypeError):
-        r = await client.get(f"{url}/version", timeout=timeout_s)
-        v = r.json().get("version") if r.status_code == 200 else None
+    with contextlib.suppress(*CALL_ERRORS, ValueError, AttributeError, TypeError):
+        async with asyncio.timeout(timeout_s):
+            r = await client.get(f"{url}/version")
+        v = r.json().get("version") if r.status == 200 else None
         if isinstance(v, str):
             engine, version = "vllm", v
-    with contextlib.suppress(httpx.HTTPError, ValueError, KeyError, IndexError, TypeError):
-        r = await client.get(f"{url}/v1/models", timeout=timeout_s)
-        first = r.json()["data"][0] if r.status_code == 200 else {}
+    with contextlib.suppress(*CALL_ERRORS, ValueError, KeyError, IndexError, TypeError):
+        async with asyncio.timeout(timeout_s):
+            r = await client.get(f"{url}/v1/models")
+        first = r.json()["data"][0] if r.status == 200 else {}
         model = first.get("id") or first.get("root")
         if engine is None and first.get("owned_by") == "vllm":
             engine = "vllm"

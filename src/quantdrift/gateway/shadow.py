@@ -2,7 +2,7 @@
 
 Isolation, piece by piece:
 
-* its own ``Upstreams`` (own httpx clients, ``shadow_max_connections`` per pool),
+* its own ``Upstreams`` (own clients, ``shadow_max_connections`` per pool),
   so a shadow call never takes a user's connection, and a slow reference that
   fills the shadow pool cannot queue users behind it;
 * a bounded queue (``shadow_queue``, a few hundred) that drops the **oldest**

@@ -34,7 +34,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-import httpx
+from quantdrift.gateway.http_client import CALL_ERRORS, PoolClient, failure_name
 
 TeacherForcing = Literal["vllm", "lab", "none"]
 
@@ -126,7 +126,7 @@ def vllm_request(
 
 
 async def _vllm_positions(
-    client: httpx.AsyncClient,
+    client: PoolClient,
     url: str,
     model: str | None,
     messages: Sequence[Mapping[str, Any]],
@@ -139,16 +139,16 @@ async def _vllm_positions(
     try:
         async with asyncio.timeout(timeout_s):
             tok, scored = await asyncio.gather(
-                client.post(f"{url}/tokenize", json=tokenize),
-                client.post(f"{url}/v1/chat/completions", json=chat),
+                client.post(f"{url}/tokenize", tokenize),
+                client.post(f"{url}/v1/chat/completions", chat),
             )
-    except (httpx.HTTPError, TimeoutError) as exc:
-        return Failed(FAILED, f"{type(exc).__name__}")
+    except CALL_ERRORS as exc:
+        return Failed(FAILED, failure_name(exc))
     for r, what in ((tok, "/tokenize"), (scored, "prompt_logprobs")):
-        if r.status_code in (400, 404, 405, 422):
-            return Failed(UNSUPPORTED, f"{what}: HTTP {r.status_code}: {r.text[:200]}")
-        if r.status_code != 200:
-            return Failed(FAILED, f"{what}: HTTP {r.status_code}")
+        if r.status in (400, 404, 405, 422):
+            return Failed(UNSUPPORTED, f"{what}: HTTP {r.status}: {r.text[:200]}")
+        if r.status != 200:
+            return Failed(FAILED, f"{what}: HTTP {r.status}")
     try:
         start = len(tok.json()["tokens"])
         body = scored.json()
@@ -162,7 +162,7 @@ async def _vllm_positions(
 
 
 async def score_vllm(
-    client: httpx.AsyncClient,
+    client: PoolClient,
     url: str,
     model: str | None,
     messages: Sequence[Mapping[str, Any]],
@@ -179,7 +179,7 @@ async def score_vllm(
 
 
 async def probe(
-    client: httpx.AsyncClient, url: str, model: str | None, mode: str, timeout_s: float
+    client: PoolClient, url: str, model: str | None, mode: str, timeout_s: float
 ) -> Outcome:
     """Can the server at ``url`` teacher-force the way its pool declared? (startup check)"""
     if mode == "vllm":
@@ -199,20 +199,18 @@ async def probe(
 
 
 async def score_lab(
-    client: httpx.AsyncClient, url: str, messages: Any, answer: str, timeout_s: float
+    client: PoolClient, url: str, messages: Any, answer: str, timeout_s: float
 ) -> Outcome:
     """``POST /v1/score`` of ``quantdrift lab serve``."""
     try:
         async with asyncio.timeout(timeout_s):
-            r = await client.post(
-                f"{url}/v1/score", json={"messages": messages, "continuation": answer}
-            )
-    except (httpx.HTTPError, TimeoutError) as exc:
-        return Failed(FAILED, f"{type(exc).__name__}")
-    if r.status_code in (400, 404, 405, 422):
-        return Failed(UNSUPPORTED, f"/v1/score: HTTP {r.status_code}: {r.text[:200]}")
-    if r.status_code != 200:
-        return Failed(FAILED, f"/v1/score: HTTP {r.status_code}")
+            r = await client.post(f"{url}/v1/score", {"messages": messages, "continuation": answer})
+    except CALL_ERRORS as exc:
+        return Failed(FAILED, failure_name(exc))
+    if r.status in (400, 404, 405, 422):
+        return Failed(UNSUPPORTED, f"/v1/score: HTTP {r.status}: {r.text[:200]}")
+    if r.status != 200:
+        return Failed(FAILED, f"/v1/score: HTTP {r.status}")
     try:
         values = r.json().get("continuation_logprobs")
     except (ValueError, AttributeError):

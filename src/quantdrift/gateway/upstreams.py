@@ -1,4 +1,4 @@
-"""Upstream pools by precision: one httpx client per pool, streaming calls, retries.
+"""Upstream pools by precision: one client per pool (``http_client``), streaming calls, retries.
 
 Each pool has its own connection limit and a short pool-acquire timeout
 (``pools.P.max_connections`` / ``acquire_timeout_s``): a saturated INT4 pool
@@ -35,13 +35,14 @@ Failures, and what the pool does with them:
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
-import json
 import time
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Mapping, Sequence
 from typing import Any
+from urllib.parse import urlsplit
 
-import httpx
+import aiohttp
 import orjson
 
 from quantdrift.errors import GatewayError, GatewayOverloaded, UpstreamError, UpstreamTimeout
@@ -49,6 +50,7 @@ from quantdrift.gateway import teacher_forcing as tf
 from quantdrift.gateway.capacity import OutlierDetector
 from quantdrift.gateway.engines import identify
 from quantdrift.gateway.gateway_config import GatewayConfig, PoolConfig, TimeoutConfig
+from quantdrift.gateway.http_client import JSON_HEADERS, PoolBusy, PoolClient
 from quantdrift.gateway.openai_wire import Completion, as_chunk
 from quantdrift.gateway.overload import LoopLag
 from quantdrift.gateway.teacher_forcing import Failed, Outcome
@@ -86,7 +88,7 @@ class UpstreamPool:
         self,
         precision: str,
         urls: Sequence[str],
-        client: httpx.AsyncClient,
+        client: PoolClient,
         timeouts: TimeoutConfig,
         model: str | None = None,
         capabilities: PoolConfig | None = None,
@@ -108,7 +110,7 @@ class UpstreamPool:
     @property
     def hosts(self) -> list[str]:
         """``host:port`` of every server (what error messages must not show users)."""
-        return [httpx.URL(u).netloc.decode() for u in self.urls]
+        return [urlsplit(u).netloc.rpartition("@")[2] for u in self.urls]
 
     def _ordered(self) -> list[str]:
         start = next(self._next) % len(self.urls)
@@ -157,44 +159,48 @@ class UpstreamPool:
         failures: list[str] = []
         for url in self._ordered():
             started = self._clock()
-            try:
-                async with asyncio.timeout_at(_loop_time(deadline)):
-                    response = await self._client.send(
-                        self._client.build_request("POST", f"{url}{path}", json=payload),
-                        stream=True,
-                    )
-            except httpx.PoolTimeout as exc:
-                # Our own limit, not the server's fault: no ejection, fall back.
-                raise _error(f"{self.precision}: every connection busy", "pool_timeout") from exc
-            except httpx.ConnectError as exc:  # refused, unreachable: the server's answer
-                self._failed(url)
-                failures.append(f"{url}: {type(exc).__name__}")
-                continue
-            except httpx.ConnectTimeout as exc:
-                self._own_lag(started, exc)
-                self._failed(url)
-                failures.append(f"{url}: {type(exc).__name__}")
-                continue
-            except (httpx.TimeoutException, TimeoutError) as exc:
-                self._own_lag(started, exc)
-                self._failed(url)
-                raise _error(f"{self.precision}: {url} timed out", "timeout", True) from exc
-            except httpx.HTTPError as exc:
-                self._failed(url)
-                raise _error(f"{self.precision}: {url}: {exc!r}", "disconnect") from exc
-            try:
-                if response.status_code >= 400:
+            async with contextlib.AsyncExitStack() as held:
+                try:
+                    await held.enter_async_context(self._client.slot())
+                except PoolBusy as exc:
+                    # Our own limit, not the server's fault: no ejection, fall back.
+                    raise _error(
+                        f"{self.precision}: every connection busy", "pool_timeout"
+                    ) from exc
+                try:
+                    async with asyncio.timeout_at(_loop_time(deadline)):
+                        response = await self._client.session.post(
+                            f"{url}{path}", data=orjson.dumps(payload), headers=JSON_HEADERS
+                        )
+                except aiohttp.ConnectionTimeoutError as exc:
+                    self._own_lag(started, exc)
+                    self._failed(url)
+                    failures.append(f"{url}: ConnectTimeout")
+                    continue
+                except aiohttp.ClientConnectorError:  # refused, unreachable: the server's
+                    self._failed(url)
+                    failures.append(f"{url}: ConnectError")
+                    continue
+                except TimeoutError as exc:  # no headers within read_s, or the deadline passed
+                    self._own_lag(started, exc)
+                    self._failed(url)
+                    raise _error(f"{self.precision}: {url} timed out", "timeout", True) from exc
+                except aiohttp.ClientError as exc:
+                    self._failed(url)
+                    raise _error(f"{self.precision}: {url}: {exc!r}", "disconnect") from exc
+                held.callback(response.release)  # back to the pool if read whole, else closed
+                if response.status >= 400:
                     detail = await _read_error(response)
-                    if response.status_code in _RETRY_STATUS:
+                    if response.status in _RETRY_STATUS:
                         self._failed(url)
-                        failures.append(f"{url}: HTTP {response.status_code}")
+                        failures.append(f"{url}: HTTP {response.status}")
                         continue
-                    if response.status_code < 500:
-                        raise UpstreamClientError(response.status_code, detail)
+                    if response.status < 500:
+                        raise UpstreamClientError(response.status, detail)
                     self._failed(url)
                     raise _error(
-                        f"{self.precision}: {url} answered {response.status_code}",
-                        f"http_{response.status_code}",
+                        f"{self.precision}: {url} answered {response.status}",
+                        f"http_{response.status}",
                     )
                 try:
                     async for chunk in self._chunks(response, url, deadline):
@@ -208,38 +214,38 @@ class UpstreamPool:
                     raise
                 self.outliers.success(url)
                 return
-            finally:
-                await response.aclose()
         reason = "http_5xx" if any("HTTP" in f for f in failures) else "connect"
         raise _error(f"{self.precision}: every upstream failed ({'; '.join(failures)})", reason)
 
     async def _chunks(
-        self, response: httpx.Response, url: str, deadline: float
+        self, response: aiohttp.ClientResponse, url: str, deadline: float
     ) -> AsyncIterator[dict[str, Any]]:
         try:
             if "json" in response.headers.get("content-type", ""):
-                body = json.loads(await response.aread())
+                body = orjson.loads(await response.read())
                 if not isinstance(body, dict):
                     raise _error(f"{self.precision}: {url}: not a completion", "bad_response")
                 yield as_chunk(body)
                 return
-            # Lines split on bytes and parsed by orjson from bytes: httpx's text and line
-            # decoders cost more per chunk than the rest of the chunk's handling.
-            rest = b""
-            async for raw in response.aiter_bytes():
+            # Whatever arrived in one read, split into lines on bytes and parsed by orjson
+            # from bytes: no text or line decoder per chunk.
+            rest, done = b"", False
+            async for raw in response.content.iter_any():
                 *lines, rest = (rest + raw).split(b"\n")
                 for line in lines:
+                    if done:
+                        continue  # read on to the end: the connection goes back to the pool
                     chunk = self._event(line, url, deadline)
                     if chunk is _DONE:
-                        return
-                    if chunk is not None:
+                        done = True
+                    elif chunk is not None:
                         yield chunk
-            chunk = self._event(rest, url, deadline)
+            chunk = None if done else self._event(rest, url, deadline)
             if chunk is not None and chunk is not _DONE:
                 yield chunk
-        except httpx.TimeoutException as exc:
+        except TimeoutError as exc:  # sock_read: no byte for read_s
             raise _error(f"{self.precision}: {url} stopped answering", "timeout", True) from exc
-        except httpx.HTTPError as exc:
+        except aiohttp.ClientError as exc:
             raise _error(f"{self.precision}: {url}: {type(exc).__name__}", "disconnect") from exc
         except ValueError as exc:  # JSONDecodeError, UnicodeDecodeError
             raise _error(f"{self.precision}: {url}: unreadable chunk", "bad_response") from exc
@@ -311,20 +317,19 @@ def _loop_time(deadline: float) -> float:
     return asyncio.get_running_loop().time() + (deadline - time.monotonic())
 
 
-async def _read_error(response: httpx.Response) -> Any:
+async def _read_error(response: aiohttp.ClientResponse) -> Any:
     try:
-        raw = await response.aread()
-    except httpx.HTTPError:
+        raw = (await response.read())[:_MAX_ERROR_BODY]
+    except (aiohttp.ClientError, TimeoutError):
         return None
-    raw = raw[:_MAX_ERROR_BODY]
     try:
-        return json.loads(raw)
+        return orjson.loads(raw)
     except ValueError:
         return raw.decode("utf-8", "replace")
 
 
 class Upstreams:
-    """Every precision's pool, each over its own ``httpx.AsyncClient`` and limit.
+    """Every precision's pool, each over its own ``http_client.PoolClient`` and limit.
 
     ``shadow=True`` builds the shadow side's set: the same servers, separate
     clients, ``shadow_max_connections`` per pool, no outlier ejection shared with
@@ -335,25 +340,23 @@ class Upstreams:
         self,
         config: GatewayConfig,
         *,
-        transport: httpx.AsyncBaseTransport | None = None,
+        trace_configs: Sequence[aiohttp.TraceConfig] = (),
         shadow: bool = False,
     ) -> None:
         t = config.timeouts
         o = config.outlier
         models = config.precision_models
-        self.clients: list[httpx.AsyncClient] = []
+        self.clients: list[PoolClient] = []
         self.pools: dict[str, UpstreamPool] = {}
         for name, urls in config.precisions.items():
             cap = config.pool(name)
             limit = config.shadow_max_connections if shadow else config.pool_connections(name)
-            client = httpx.AsyncClient(
-                timeout=httpx.Timeout(
-                    t.read_s,
-                    connect=t.connect_s,
-                    pool=t.shadow_total_s if shadow else cap.acquire_timeout_s,
-                ),
-                limits=httpx.Limits(max_connections=limit, max_keepalive_connections=limit),
-                transport=transport,
+            client = PoolClient(
+                limit,
+                connect_s=t.connect_s,
+                read_s=t.read_s,
+                acquire_s=t.shadow_total_s if shadow else cap.acquire_timeout_s,
+                trace_configs=trace_configs,
             )
             self.clients.append(client)
             detector = OutlierDetector(o.consecutive_failures, o.base_ejection_s, o.max_ejection_s)
