@@ -95,7 +95,8 @@ class RoutePolicy(BaseModel):
     tf_kl_clip: float = Field(default=4.0, gt=0)
     entropy_clip: float = Field(default=2.0, gt=0)
     # A divergence's floor (blessed baseline, else noise pairs) needs this many
-    # values; its mean is taken two standard errors up, so a small one is cautious.
+    # values; its mean is bounded over prompt mixes within CALIBRATION_MIX_RATIO and
+    # by a t bound at CALIBRATION_ALPHA (detectors/tolerance.py), so a small one is cautious.
     min_floor_pairs: int = Field(default=10, ge=2)
     min_noise_pairs: int = Field(default=30, ge=1)
     # Breaker timing.

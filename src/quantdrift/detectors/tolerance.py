@@ -48,9 +48,14 @@ DIVERGENCES = ("tf_kl", "dissimilarity", "entropy")
 BLESSED = "blessed:"
 # The floor key of the blessed pairs' outcome x (calibration writes it, the rule reads it).
 BLESSED_OUTCOMES = BLESSED + "outcomes"
-# One-sided level of the blessed outcome bound: about the two standard errors the
-# divergence floors are raised by.
+# One-sided level of every calibration bound (the blessed outcome rate, a divergence
+# floor's mean): the chance, paid once per calibration, that it sits below the truth.
 CALIBRATION_ALPHA = 0.025
+# How much more (or less) often live traffic may bring any kind of prompt than the
+# calibration pairs did: a divergence floor's mean is bounded over every traffic mix
+# whose density against the calibration's stays within [1 / ratio, ratio]. 1.5 covers
+# a task family at 40 % of the calibration and 60 % of the traffic.
+CALIBRATION_MIX_RATIO = 1.5
 
 
 def _softplus(v: float) -> float:
@@ -224,12 +229,13 @@ def floor_mean(
     spread above the metric's resolution). Neither: the signal abstains rather
     than trust a floor that cannot say how much disagreement is normal.
 
-    The mean is raised by two standard errors: a baseline of 20 prompts is itself
-    a sample, and a null mean set below the true healthy mean would be rejected
-    by any sequential test given enough pairs.
+    The mean is bounded by :func:`mix_robust_upper`: a baseline of a few dozen
+    prompts is itself a sample, drawn from a prompt mix that is not the traffic's,
+    and a null mean set below the true healthy mean would be rejected by any
+    sequential test given enough pairs.
 
     >>> floor_mean({"tf_kl": [0.0] * 40, "blessed:tf_kl": [0.01, 0.03] * 20}, "tf_kl", 1.0, 30)
-    (0.023203, 'blessed')
+    (0.026257, 'blessed')
     >>> floor_mean({"tf_kl": [0.0] * 40}, "tf_kl", 1.0, 30) is None
     True
     """
@@ -244,10 +250,99 @@ def floor_mean(
 def _upper_mean(values: tuple[float, ...], metric: str, clip: float) -> float:
     # Cached: the floor changes rarely, and the judge asks for every pair.
     clipped = [clip_metric(metric, v, clip) for v in values]
-    n = len(clipped)
-    mean = sum(clipped) / n
-    var = sum((c - mean) ** 2 for c in clipped) / max(n - 1, 1)
-    return round(mean + 2.0 * math.sqrt(var / n), 6)
+    return round(mix_robust_upper(clipped), 6)
+
+
+def mix_robust_upper(
+    values: Sequence[float],
+    ratio: float = CALIBRATION_MIX_RATIO,
+    alpha: float = CALIBRATION_ALPHA,
+) -> float:
+    """Upper bound of a floor's mean on traffic whose prompt mix is not the calibration's.
+
+    Two things make the calibration mean too low, and the bound pays for both:
+
+    * **the mix**: were the traffic's prompts drawn with a density within
+      ``[1 / ratio, ratio]`` of the calibration's, its mean is at most the
+      calibration's with weight ``ratio`` on the top ``1 / (ratio + 1)`` of the
+      values and ``1 / ratio`` on the rest (the worst such reweighting, as in a
+      marginal sensitivity model). The sample's version of that weighted mean is
+      biased up, not down (a maximum over weights of a sample mean);
+    * **the sample**: a one-sided Student t bound at ``alpha`` on the weighted
+      values. A plug-in "mean + 2 SE" of skewed values (1 - cosine, KL) misses more
+      often than it says: a sample whose mean came out low usually has a low
+      spread too.
+
+    It scales with the values' spread, not with their range: a floor of small,
+    tight values (teacher-forced KL of a blessed int8) moves by a fraction of its
+    tolerance, where an exact bound for any [0, 1] variable cannot be below
+    ``1 - alpha ** (1 / n)`` above the mean (mass at 1 may hide in n pairs).
+    What it assumes: the mean of ``n`` weighted values is close to normal (for
+    ``n`` of a few dozen bounded values it is), and the mix moves within ``ratio``.
+
+    >>> round(mix_robust_upper([0.1, 0.2] * 20), 4)  # mean 0.15
+    0.1813
+    >>> round(mix_robust_upper([0.3] * 40), 6)  # no spread: neither mix nor sample moves it
+    0.3
+    """
+    if not values:
+        raise ValueError("no values to bound")
+    if ratio < 1.0:
+        raise ValueError(f"ratio must be >= 1, got {ratio}")
+    xs = sorted(values)
+    n = len(xs)
+    top = round(n / (ratio + 1.0))
+    raw = [1.0 / ratio] * (n - top) + [ratio] * top
+    scale = n / sum(raw)  # weights of mean 1: a reweighting, not a shift
+    weights = [w * scale for w in raw]
+    mean = sum(w * x for w, x in zip(weights, xs, strict=True)) / n
+    if n < 2:
+        return mean
+    # The weighted mean's spread: each value's weighted deviation from it.
+    var = sum((w * (x - mean)) ** 2 for w, x in zip(weights, xs, strict=True)) / (n - 1)
+    return mean + student_t_quantile(1.0 - alpha, n - 1) * math.sqrt(var / n)
+
+
+def _student_t_cdf(t: float, df: int) -> float:
+    """P(T <= t) for Student's t with integer ``df``: the closed forms of Abramowitz &
+    Stegun 26.7.3-4 (finite sums in cos(atan(t / sqrt(df))))."""
+    theta = math.atan(abs(t) / math.sqrt(df))
+    c2 = math.cos(theta) ** 2
+    if df % 2:
+        term, total = 1.0, 0.0
+        if df > 1:
+            total = term = math.cos(theta)
+            for k in range(3, df - 1, 2):
+                term *= c2 * (k - 1) / k
+                total += term
+        inside = 2.0 / math.pi * (theta + math.sin(theta) * total)
+    else:
+        term = total = 1.0
+        for k in range(2, df - 1, 2):
+            term *= c2 * (k - 1) / k
+            total += term
+        inside = math.sin(theta) * total
+    return 0.5 + math.copysign(inside, t) / 2.0
+
+
+@lru_cache(maxsize=1024)
+def student_t_quantile(p: float, df: int) -> float:
+    """The ``p`` quantile of Student's t with ``df`` degrees of freedom, ``p`` >= 1/2.
+
+    By bisection on the exact CDF (no scipy below the breaker: detectors stay pure).
+
+    >>> round(student_t_quantile(0.975, 20), 3), round(student_t_quantile(0.975, 1), 2)
+    (2.086, 12.71)
+    """
+    if not 0.5 <= p < 1.0 or df < 1:
+        raise ValueError(f"need 1/2 <= p < 1 and df >= 1, got p={p}, df={df}")
+    lo, hi = 0.0, 1.0
+    while _student_t_cdf(hi, df) < p:
+        hi *= 2.0
+    for _ in range(80):
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if _student_t_cdf(mid, df) < p else (lo, mid)
+    return (lo + hi) / 2
 
 
 # --- the blessed outcome baseline ---------------------------------------------------------
