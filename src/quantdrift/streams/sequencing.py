@@ -15,7 +15,8 @@ therefore move near-threshold pairs behind their neighbours, a value-chosen
 order. Holding a route's later pairs behind its escalated one keeps the order
 the arrival order, whatever the values. Routes are folded independently
 (state, floors and dedupe are per route), so their relative order decides
-nothing and is free to change.
+nothing and is free to change. (With several scorers on one route, what time
+still does to the interleaving of their outputs is in ``schemas/record_keys.py``.)
 
 Pure and synchronous: tickets in, outcomes out; the agent does the sending.
 
