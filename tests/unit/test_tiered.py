@@ -280,3 +280,21 @@ def test_deterministic() -> None:
 def test_escalation_refuses_bad_settings(kw) -> None:  # type: ignore[no-untyped-def]
     with pytest.raises(ValueError):
         Escalation(**kw)
+
+
+def test_staging_then_finishing_gives_what_score_with_gives() -> None:
+    """The worker's two lanes are the two halves of ``score_with``: the same metrics,
+    whether the waiting pairs are finished together or a few at a time."""
+    cosines = [0.99, 0.90, 0.50, 0.86, 0.97, 0.88]
+    pairs = [pair(i, c, route=f"r/{i % 2}") for i, c in enumerate(cosines)]
+    whole = score_with(scorer(full_scale=2.0)[0], pairs)
+    tiered, _, full = scorer(full_scale=2.0)
+    staged = tiered.stage(pairs)
+    assert sorted(staged.ready) == [0, 2, 4] and staged.waiting == [1, 3, 5]
+    assert full.calls == []  # staging never touches the full model
+    for i, m in staged.ready.items():
+        assert m == whole[i]
+    chunked = [tiered.finish_pairs([(staged, i)])[0] for i in staged.waiting]
+    assert chunked == [whole[i] for i in staged.waiting]
+    assert len(full.calls) == 3  # one call per chunk of one
+    assert tiered.finish(staged) == {i: whole[i] for i in staged.waiting}

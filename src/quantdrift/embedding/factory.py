@@ -19,7 +19,7 @@ from quantdrift.detectors.semantic import Embedder
 from quantdrift.detectors.suite import score_pairs
 from quantdrift.embedding.minilm import SentenceTransformerEmbedder
 from quantdrift.embedding.static import StaticEmbedder, load_calibration
-from quantdrift.embedding.tiered import Escalation, TieredScorer
+from quantdrift.embedding.tiered import Escalation, Staged, TieredScorer
 from quantdrift.schemas.pair import PairEvent
 from quantdrift.schemas.score import Metrics
 
@@ -75,6 +75,38 @@ def score_with(scorer: Embedder | None, pairs: Sequence[PairEvent]) -> list[Metr
     Either way each pair's metrics are a function of the pair and the settings,
     not of the batch it came in, so any worker (or a replay) gives the same.
     """
+    staged = stage_scores(scorer, pairs)
+    done = {**staged.ready, **finish_scores(scorer, staged)}
+    return [done[i] for i in range(len(pairs))]
+
+
+def stage_scores(scorer: Embedder | None, pairs: Sequence[PairEvent]) -> Staged:
+    """The cheap half of :func:`score_with`: final metrics for every pair that needs no
+    escalation, and what the rest needs (the tiered scorer's plan).
+
+    The worker sends the ready pairs' scores at once and finishes the rest on its own
+    lane; :func:`score_with` is these two calls in a row, so both give the same metrics.
+    A scorer without tiers has every pair ready.
+    """
     if isinstance(scorer, TieredScorer):
-        return scorer.score_pairs(pairs)
-    return score_pairs(pairs, scorer)
+        return scorer.stage(pairs)
+    metrics = score_pairs(pairs, scorer)
+    return Staged(tuple(pairs), dict(enumerate(metrics)))
+
+
+def finish_scores(scorer: Embedder | None, staged: Staged) -> dict[int, Metrics]:
+    """Metrics of the pairs :func:`stage_scores` left waiting, by index (the expensive half)."""
+    waiting = staged.waiting
+    found = finish_pair_scores(scorer, [(staged, i) for i in waiting])
+    return dict(zip(waiting, found, strict=True))
+
+
+def finish_pair_scores(
+    scorer: Embedder | None, units: Sequence[tuple[Staged, int]]
+) -> list[Metrics]:
+    """Metrics of some waiting pairs, ``(staged batch, index)``, the full model called once."""
+    if not units:
+        return []
+    if not isinstance(scorer, TieredScorer):
+        raise ValueError("only a tiered scorer leaves pairs waiting for the full model")
+    return scorer.finish_pairs(units)

@@ -165,6 +165,39 @@ class PairCosine:
     reason: Reason | None = None
 
 
+@dataclass(frozen=True, slots=True)
+class StaticPass:
+    """A batch after the static tier: each pair's mapped cosine and why it escalates."""
+
+    pairs: tuple[PairEvent, ...]
+    mapped: tuple[float, ...]
+    reasons: tuple[Reason | None, ...]
+
+    @property
+    def escalated(self) -> list[int]:
+        """Indices of the pairs the full model must settle, in batch order."""
+        return [i for i, r in enumerate(self.reasons) if r is not None]
+
+
+@dataclass(frozen=True, slots=True)
+class Staged:
+    """A batch scored as far as the cheap tier goes.
+
+    ``ready``: the final metrics of every pair that does not escalate, by index in
+    ``pairs``; the others (``waiting``) get theirs from :meth:`TieredScorer.finish`.
+    A scorer without tiers stages a batch with every pair ready.
+    """
+
+    pairs: tuple[PairEvent, ...]
+    ready: dict[int, Metrics]
+    plan: StaticPass | None = None
+
+    @property
+    def waiting(self) -> list[int]:
+        """Indices of the pairs whose metrics wait for the full model, in batch order."""
+        return [i for i in range(len(self.pairs)) if i not in self.ready]
+
+
 @dataclass
 class Agreement:
     """Running agreement between tiers, fed by every escalated pair (both cosines known).
@@ -228,8 +261,18 @@ class TieredScorer:
 
     def cosines(self, pairs: Sequence[PairEvent]) -> list[PairCosine]:
         """Each pair's cosine (static or full), in order; at most one full ``embed`` call."""
+        plan = self.static_pass(pairs)
+        return [*self._merge(plan, self.full_pass(plan))]
+
+    def static_pass(self, pairs: Sequence[PairEvent]) -> StaticPass:
+        """The static tier on every pair and the rule's answer for each: the cheap half.
+
+        Every pair whose ``reason`` is None is final here; :meth:`full_pass` settles
+        the rest. Splitting a batch this way changes no cosine (each is a function of
+        its pair), so the worker may send the final ones before the rest is embedded.
+        """
         if not pairs:
-            return []
+            return StaticPass((), (), ())
         cands = [p.candidate.text for p in pairs]
         refs = [p.reference.text for p in pairs]
         raw = cosine_pairs(self.static, cands, refs)
@@ -237,35 +280,40 @@ class TieredScorer:
         # Identical texts are identical under every model: no estimate, no escalation.
         same = np.fromiter((c == r for c, r in zip(cands, refs, strict=True)), bool, len(pairs))
         mapped[same] = 1.0
+        values = tuple(float(s) for s in mapped)
         if self.full is None:
-            return [PairCosine(float(s), "static", float(s)) for s in mapped]
-        reasons = [
-            escalation_reason(float(mapped[i]), cands[i], refs[i], self.escalation, self.band)
+            return StaticPass(tuple(pairs), values, (None,) * len(pairs))
+        reasons = tuple(
+            escalation_reason(values[i], cands[i], refs[i], self.escalation, self.band)
             for i in range(len(pairs))
-        ]
-        up = [i for i, r in enumerate(reasons) if r is not None]
-        exact: dict[int, float] = {}
-        if up:
-            values = cosine_pairs(self.full, [cands[i] for i in up], [refs[i] for i in up])
-            exact = {i: float(v) for i, v in zip(up, values, strict=True)}
+        )
         thresholds = self.escalation.thresholds
         passed_over = sum(
             reasons[i] is None
             and not same[i]
-            and band_distance(float(mapped[i]), thresholds, self.band) <= 1.0
+            and band_distance(values[i], thresholds, self.band) <= 1.0
             for i in range(len(pairs))
         )
-        out: list[PairCosine] = []
         with self._lock:
             self.agreement.pairs += len(pairs)
             self.agreement.passed_over += passed_over
-            self.full_calls += bool(up)
-            for i, reason in enumerate(reasons):
-                s = float(mapped[i])
-                if reason is None:
-                    out.append(PairCosine(s, "static", s))
-                    continue
-                m = exact[i]
+        return StaticPass(tuple(pairs), values, reasons)
+
+    def full_pass(self, plan: StaticPass) -> dict[int, PairCosine]:
+        """The full model's cosine of every escalated pair of ``plan``, in ONE ``embed`` call."""
+        up = plan.escalated
+        if not up or self.full is None:
+            return {}
+        cands = [plan.pairs[i].candidate.text for i in up]
+        refs = [plan.pairs[i].reference.text for i in up]
+        values = cosine_pairs(self.full, cands, refs)
+        thresholds = self.escalation.thresholds
+        out: dict[int, PairCosine] = {}
+        with self._lock:
+            self.full_calls += 1
+            for i, v in zip(up, values, strict=True):
+                s, m, reason = plan.mapped[i], float(v), plan.reasons[i]
+                assert reason is not None  # escalated: a reason by construction
                 self.agreement.escalated[reason] += 1
                 if reason == "sample":
                     self.agreement.recent.append((s, m))
@@ -273,10 +321,58 @@ class TieredScorer:
                     self.agreement.sample_decision_flips += any(
                         (s < x) != (m < x) for x in thresholds
                     )
-                out.append(PairCosine(m, "minilm", s, m, reason))
+                out[i] = PairCosine(m, "minilm", s, m, reason)
         return out
+
+    @staticmethod
+    def _merge(plan: StaticPass, exact: dict[int, PairCosine]) -> list[PairCosine]:
+        return [
+            exact[i] if i in exact else PairCosine(s, "static", s)
+            for i, s in enumerate(plan.mapped)
+        ]
+
+    def stage(self, pairs: Sequence[PairEvent]) -> Staged:
+        """Metrics of the pairs that do not escalate; the plan for those that do."""
+        plan = self.static_pass(pairs)
+        ready = [i for i, r in enumerate(plan.reasons) if r is None]
+        metrics = score_pairs(
+            [plan.pairs[i] for i in ready],
+            None,
+            cosines=[(plan.mapped[i], "static") for i in ready],
+        )
+        return Staged(plan.pairs, dict(zip(ready, metrics, strict=True)), plan)
+
+    def finish(self, staged: Staged) -> dict[int, Metrics]:
+        """Metrics of the pairs :meth:`stage` left waiting (the full model's cosine)."""
+        waiting = staged.waiting
+        return dict(zip(waiting, self.finish_pairs([(staged, i) for i in waiting]), strict=True))
+
+    def finish_pairs(self, units: Sequence[tuple[Staged, int]]) -> list[Metrics]:
+        """Metrics of the waiting pairs ``(batch, index)``, in order, in ONE ``embed`` call.
+
+        The worker's escalation lane finishes a few pairs at a time, so a batch staged
+        meanwhile is not kept waiting for a whole backlog. Each pair's cosine is its
+        own texts' (how pairs are grouped into calls changes no pair's inputs).
+        """
+        if not units:
+            return []
+        plans = [b.plan for b, _ in units]
+        if any(p is None for p in plans):
+            raise ValueError("only pairs a tiered stage left waiting can be finished")
+        joined = StaticPass(
+            tuple(b.pairs[i] for b, i in units),
+            tuple(p.mapped[i] for p, (_, i) in zip(plans, units, strict=True) if p is not None),
+            tuple(p.reasons[i] for p, (_, i) in zip(plans, units, strict=True) if p is not None),
+        )
+        exact = self.full_pass(joined)
+        return score_pairs(
+            joined.pairs,
+            None,
+            cosines=[(exact[j].cosine, exact[j].tier) for j in range(len(units))],
+        )
 
     def score_pairs(self, pairs: Sequence[PairEvent]) -> list[Metrics]:
         """The full metric suite with tiered cosines: each pair's metrics depend on it alone."""
-        found = self.cosines(pairs)
-        return score_pairs(pairs, None, cosines=[(c.cosine, c.tier) for c in found])
+        staged = self.stage(pairs)
+        done = {**staged.ready, **self.finish(staged)}
+        return [done[i] for i in range(len(pairs))]

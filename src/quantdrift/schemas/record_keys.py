@@ -22,16 +22,21 @@ Why the judge's decisions do not depend on this split:
   which observation is folded next is not chosen by looking at the values).
   The order the judge folds is the order a route's scores land on its score
   partition, an interleaving of each scorer's output. What a scorer gets is
-  fixed by ``hash(pair_id)``, blind to content; a scorer sends a batch's
-  scores in its input (offset) order, and only after the whole batch is
-  scored, so no pair is held back or sent early for what it scored. The
-  interleaving between scorers is set by when their batches finish. The one
-  content-dependent part is time: a batch that escalates a pair to the
-  embedding model finishes later; that moves the whole batch, never one pair
-  out of it, and the batch was formed by arrival time, so which scores are
-  folded next is never chosen by value. This is the same property a single
-  scorer already had (it too interleaves batches by arrival and
-  completion), so the split adds no selection of its own.
+  fixed by ``hash(pair_id)``, blind to content; a scorer sends each route's
+  scores in its input (arrival) order (``streams/sequencing.py``): a pair the
+  static tier settles is sent at once, but never ahead of an earlier pair of
+  its own route still waiting on the embedding model, so no pair is held back
+  or sent early *relative to its route* for what it scored. The interleaving
+  between scorers is set by when they send. With one scorer a route's
+  folding order is its arrival order exactly, whatever the values. With
+  several, time is the one content-dependent part: a pair that escalates
+  finishes later on its scorer, and it moves together with its route's later
+  pairs there (before the lanes, with its whole batch) relative to the other
+X
+  (~0.1-0.3 s) and was there before; removing it entirely would take a
+  content-blind fold order at the judge (e.g. by pair time, with a reorder
+  window), which this layout does not do. Routes are folded apart, so other
+  routes' pairs need not wait for an escalation at all.
 """
 
 from __future__ import annotations

@@ -1,6 +1,9 @@
 """The agents: read, call a pure step, write, send. Nothing more.
 
 * score agent: pairs -> (batched embeddings) -> signed scores; bad records -> DLQ.
+  Two lanes (``lanes.py``): a pair the static tier settles is sent at once; the
+  pairs it escalates finish on their own thread, each route's order kept, and
+  every pair's record is acknowledged only after its score is sent.
 * judge agent: scores -> one atomic store step per route and batch -> commands +
   alerts (the step is ``judging.judge_records``, over the ``BreakerStore`` protocol).
   It folds only scores a worker's key signed (see ``schemas/signing.py`` for why
@@ -32,15 +35,24 @@ from quantdrift.breaker.protocol import BreakerStore
 from quantdrift.breaker.relay import OutboxRelay
 from quantdrift.breaker.store import RedisBreakerStore
 from quantdrift.detectors import Embedder, FailureThresholds
-from quantdrift.embedding.factory import score_with
+from quantdrift.embedding.factory import finish_pair_scores, score_with, stage_scores
+from quantdrift.embedding.tiered import Staged
 from quantdrift.errors import BreakerStoreError
 from quantdrift.failpoints import Failpoint, no_failpoint
 from quantdrift.integrations import otel
-from quantdrift.schemas import CommandSigner, CommandVerifier, DeadLetter, PairEvent, ScoreEvent
+from quantdrift.schemas import (
+    CommandSigner,
+    CommandVerifier,
+    DeadLetter,
+    Metrics,
+    PairEvent,
+    ScoreEvent,
+)
 from quantdrift.status import attach_status
 from quantdrift.streams.app import Topics
 from quantdrift.streams.handlers import RawRecord, parse_batch, to_scores
 from quantdrift.streams.judging import judge_records
+from quantdrift.streams.lanes import Held, ScoreLanes, StagedScores, Waiting
 
 log = logging.getLogger("quantdrift.worker")
 EX_SOFTWARE = 70  # sysexits.h: an internal error; the orchestrator restarts the worker
@@ -92,6 +104,11 @@ def attach_agents(
     # One thread for the embedder: torch releases the GIL, the event loop keeps
     # heartbeating while a batch is embedded.
     executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="quantdrift-embed")
+    # The escalation lane's own thread: MiniLM on the pairs the static tier cannot
+    # settle, off the path of those it can (streams/lanes.py says why and what it keeps).
+    escalation_executor = ThreadPoolExecutor(
+        max_workers=1, thread_name_prefix="quantdrift-escalate"
+    )
     holder: dict[str, object] = {}
 
     def embedder() -> Embedder | None:
@@ -120,65 +137,94 @@ def attach_agents(
         # take_events (faust-streaming >= 0.10) keeps partition/offset for the DLQ.
         batches = stream.take_events(batch_max, within=batch_within_s)  # type: ignore[attr-defined]
         async for events in batches:
-            records = [_record(e) for e in events]
             try:
-                await score_batch(records)
+                await score_batch(events)
             except Exception:
-                crash_unacked("score agent", len(records))
+                crash_unacked("score agent", len(events) + lanes.in_flight)
 
-    def score_pairs(pairs: list[PairEvent]) -> list[ScoreEvent]:
-        """Metrics and verdicts of ``pairs`` (in the embedder thread): all or an exception."""
-        for p in pairs:
-            failpoint(f"score:{p.pair_id}")
-        metrics = score_with(embedder(), pairs)
+    def thresholds(pairs: list[PairEvent]) -> dict[str, FailureThresholds]:
         by_route: dict[str, FailureThresholds] = {}
         for p in pairs:
             by_route.setdefault(p.route, thresholds_for(policy, p.route))
-        return _scores(pairs, metrics, by_route)
+        return by_route
 
-    async def score_batch(records: list[RawRecord]) -> None:
-        """Score a batch; a pair whose scoring raises is dead-lettered alone, with the reason.
-
-        One failing pair must not cost its 63 neighbours: when the batch fails, every
-        pair is scored on its own, and only those that still fail go to the DLQ.
-        """
-        pairs, dead = parse_batch(records, clock(), prompt_salt)
-        await dead_letter(dead)
-        if not pairs:
-            return
-        loop = asyncio.get_running_loop()
+    def stage(pairs: list[PairEvent]) -> StagedScores:
+        """The static lane's step: final scores of the pairs that need no escalation."""
+        for p in pairs:
+            failpoint(f"score:{p.pair_id}")
         started = time.perf_counter()
-        scored: list[tuple[PairEvent, ScoreEvent]] = []
-        try:
-            scores = await loop.run_in_executor(executor, score_pairs, pairs)
-            scored = list(zip(pairs, scores, strict=True))
-        except Exception:
-            log.exception("scoring failed for a batch of %d pairs; scoring each alone", len(pairs))
-            for pair in pairs:
-                try:
-                    alone = await loop.run_in_executor(executor, score_pairs, [pair])
-                    scored.append((pair, alone[0]))
-                except Exception as exc:
-                    stats.scoring_failures += 1
-                    log.exception("scoring failed for pair %s; dead-lettered", pair.pair_id)
-                    letter = DeadLetter.of(
-                        pair.dumps(),
-                        topic=topics.pairs.get_topic_name(),
-                        key=pair.route,
-                        error=f"scoring failed: {type(exc).__name__}: {exc}",
-                        now=clock(),
-                    )
-                    await dead_letter([letter])
-        if not scored:
-            return
+        scorer = embedder()
+        staged = stage_scores(scorer, pairs)
+        by_route = thresholds(pairs)
+        ready = {i: _score(pairs[i], m, by_route) for i, m in staged.ready.items()}
         stats.scoring_seconds.append((time.perf_counter() - started) / len(pairs))
         del stats.scoring_seconds[:-2048]
         stats.batches += 1
+        return StagedScores(ready, tuple(staged.waiting), staged)
+
+    def finish(waiting: list[Waiting]) -> list[ScoreEvent]:
+        """The escalation lane's step: the full model on a few waiting pairs, one call."""
+        failpoint("escalate")
+        units: list[tuple[Staged, int]] = []
+        for w in waiting:
+            if not isinstance(w.staged.token, Staged):
+                raise TypeError("a pair waiting on the escalation lane was not staged by stage()")
+            units.append((w.staged.token, w.index))
+        metrics = finish_pair_scores(embedder(), units)
+        pairs = [token.pairs[i] for token, i in units]
+        by_route = thresholds(pairs)
+        return [_score(p, m, by_route) for p, m in zip(pairs, metrics, strict=True)]
+
+    def alone(pair: PairEvent) -> ScoreEvent:
+        """One pair scored whole, both tiers (a batch's step raised: find who did)."""
+        failpoint(f"score:{pair.pair_id}")
+        (metrics,) = score_with(embedder(), [pair])
+        return _score(pair, metrics, thresholds([pair]))
+
+    async def emit(pair: PairEvent, outcome: ScoreEvent | Exception) -> None:
+        """Send a pair's signed score, or dead-letter it with why scoring it failed."""
+        if isinstance(outcome, Exception):
+            stats.scoring_failures += 1
+            letter = DeadLetter.of(
+                pair.dumps(),
+                topic=topics.pairs.get_topic_name(),
+                key=pair.route,
+                error=f"scoring failed: {type(outcome).__name__}: {outcome}",
+                now=clock(),
+            )
+            await dead_letter([letter])
+            return
         failpoint("send_score")
-        for pair, score in scored:
-            value = signer.seal_score(score, clock())
-            await topics.scores.send(key=pair.route.encode(), value=value)
-            stats.pairs_scored += 1
+        value = signer.seal_score(outcome, clock())
+        await topics.scores.send(key=pair.route.encode(), value=value)
+        stats.pairs_scored += 1
+
+    lanes = ScoreLanes(
+        stage=stage,
+        finish=finish,
+        alone=alone,
+        emit=emit,
+        crash=lambda lane, n: crash_unacked(lane, n),
+        static_lane=executor,
+        escalation_lane=escalation_executor,
+    )
+
+    async def score_batch(events: list[Any]) -> None:
+        """Score a batch: bad records to the DLQ, the pairs through the two lanes.
+
+        Each pair's record gets one more reference before the batch is handed on,
+        dropped only once its score (or dead letter) is sent: ``take_events``
+        acknowledges the batch when this returns, and the offset of a pair still
+        waiting on the escalation lane must not be committed then.
+        """
+        held: list[Held] = []
+        for event in events:
+            pairs, dead = parse_batch([_record(event)], clock(), prompt_salt)
+            await dead_letter(dead)
+            for pair in pairs:
+                event.message.incref()
+                held.append(Held(pair, event.ack))
+        await lanes.submit(held)
 
     def crash_unacked(agent: str, n: int) -> NoReturn:
         """An unexpected failure inside a batch: exit *before* Faust acknowledges it.
@@ -298,11 +344,9 @@ def _record(event: Any) -> RawRecord:
     return RawRecord(event.value, event.key, m.topic, m.partition, m.offset)
 
 
-def _scores(pairs, metrics, by_route) -> list[ScoreEvent]:  # type: ignore[no-untyped-def]
-    out: list[ScoreEvent] = []
-    for pair, m in zip(pairs, metrics, strict=True):
-        out.extend(to_scores([pair], [m], by_route[pair.route]))
-    return out
+def _score(pair: PairEvent, metrics: Metrics, by_route: dict[str, FailureThresholds]) -> ScoreEvent:
+    (score,) = to_scores([pair], [metrics], by_route[pair.route])
+    return score
 
 
 def redis_store_factory(

@@ -1,0 +1,206 @@
+"""The score agent's two lanes, in process: fake scorers, real threads, gates for timing.
+
+What the agent relies on: a pair the static lane settles is sent while an
+escalation of another route waits; a route's own later pairs wait for it; every
+pair is released (acknowledged) only after its outcome is sent; a failing step
+costs only the pairs that fail alone; a failure while sending is never silent.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from typing import NoReturn
+
+import pytest
+
+from quantdrift.schemas import Metrics, ModelOutput, PairEvent, ScoreEvent
+from quantdrift.streams.lanes import Held, Outcome, ScoreLanes, StagedScores, Waiting
+
+
+class Crashed(BaseException):
+    """What the test's ``crash`` raises: not an Exception, so no lane catches it."""
+
+
+def pair(pid: str, route: str) -> PairEvent:
+    return PairEvent(
+        pair_id=pid,
+        ts=1.0,
+        route=route,
+        candidate=ModelOutput(text=f"{pid} c"),
+        reference=ModelOutput(text=f"{pid} r"),
+    )
+
+
+def score(p: PairEvent) -> ScoreEvent:
+    return ScoreEvent(
+        pair_id=p.pair_id, route=p.route, kind="shadow", ts=1.0, metrics=Metrics(), verdict="ok"
+    )
+
+
+class Harness:
+    """Pairs whose id starts with ``slow`` escalate; the escalation lane waits on ``gate``."""
+
+    def __init__(
+        self, max_waiting: int = 8, poison: str = "", fail: str = "", chunk: int = 1
+    ) -> None:
+        self.gate = threading.Event()
+        self.sent: list[str] = []
+        self.acked: list[str] = []
+        self.crashed: list[str] = []
+        self.finish_calls: list[int] = []
+        self.poison, self.fail = poison, fail
+        self.static = ThreadPoolExecutor(1)
+        self.escalation = ThreadPoolExecutor(1)
+        self.lanes = ScoreLanes(
+            stage=self.stage,
+            finish=self.finish,
+            alone=self.alone,
+            emit=self.emit,
+            crash=self.crash,
+            static_lane=self.static,
+            escalation_lane=self.escalation,
+            max_waiting=max_waiting,
+            chunk=chunk,
+        )
+
+    def stage(self, pairs: list[PairEvent]) -> StagedScores:
+        if any(p.pair_id == self.poison for p in pairs):
+            raise RuntimeError("poison in the batch")
+        ready = {i: score(p) for i, p in enumerate(pairs) if not p.pair_id.startswith("slow")}
+        waiting = tuple(i for i in range(len(pairs)) if i not in ready)
+        return StagedScores(ready, waiting, pairs)
+
+    def finish(self, waiting: list[Waiting]) -> list[ScoreEvent]:
+        assert self.gate.wait(10), "the test never opened the escalation gate"
+        self.finish_calls.append(len(waiting))
+        if self.fail == "finish":
+            raise RuntimeError("full model failed")
+        return [score(w.staged.token[w.index]) for w in waiting]  # type: ignore[index]
+
+    def alone(self, p: PairEvent) -> ScoreEvent:
+        if p.pair_id == self.poison:
+            raise ValueError("cannot score this pair")
+        return score(p)
+
+    async def emit(self, p: PairEvent, outcome: Outcome) -> None:
+        if self.fail == "emit" and p.pair_id.startswith("slow"):
+            raise ConnectionError("broker refused the send")
+        self.sent.append(p.pair_id if isinstance(outcome, ScoreEvent) else f"dlq:{p.pair_id}")
+
+    def crash(self, what: str, n: int) -> NoReturn:
+        self.crashed.append(what)
+        raise Crashed(what)  # the worker exits the process; here the lane's task ends loudly
+
+    def held(self, *ids_routes: tuple[str, str]) -> list[Held]:
+        return [
+            Held(pair(pid, route), lambda pid=pid: self.acked.append(pid))  # type: ignore[misc]
+            for pid, route in ids_routes
+        ]
+
+    async def until(self, predicate, what: str) -> None:  # type: ignore[no-untyped-def]
+        for _ in range(1000):
+            if predicate():
+                return
+            await asyncio.sleep(0.01)
+        raise AssertionError(f"timed out waiting for {what}: sent {self.sent}")
+
+
+@pytest.fixture
+def harness() -> Iterator[Harness]:
+    h = Harness()
+    yield h
+    h.gate.set()
+    h.static.shutdown(wait=True)
+    h.escalation.shutdown(wait=True)
+
+
+async def test_a_settled_pair_is_sent_while_another_routes_escalation_waits(harness) -> None:  # type: ignore[no-untyped-def]
+    h = harness
+    await h.lanes.submit(h.held(("slow-a0", "a"), ("a1", "a"), ("b0", "b"), ("b1", "b")))
+    # submit returned with the escalation still blocked: b's pairs are out, a1 waits
+    # behind a0 (its route's order), and nothing unsent is acknowledged.
+    assert h.sent == ["b0", "b1"]
+    assert h.acked == ["b0", "b1"]
+    assert h.lanes.in_flight == 2
+    h.gate.set()
+    await h.until(lambda: len(h.sent) == 4, "the escalated pair")
+    assert h.sent == ["b0", "b1", "slow-a0", "a1"]
+    assert h.acked == h.sent
+
+
+async def test_escalations_run_a_chunk_at_a_time_oldest_first() -> None:
+    """A batch staged meanwhile waits for one chunk at most, not the lane's backlog."""
+    h = Harness(chunk=2)
+    try:
+        await h.lanes.submit(h.held(("slow-a0", "a")))
+        await h.until(lambda: h.lanes.waiting == 1 and not h.lanes._queue, "the lane to take a0")
+        await h.lanes.submit(h.held(("slow-a1", "a"), ("b0", "b"), ("slow-a2", "a")))
+        await h.lanes.submit(h.held(("slow-c0", "c")))
+        assert h.sent == ["b0"]
+        h.gate.set()
+        await h.until(lambda: len(h.sent) == 5, "every escalation")
+        assert h.sent == ["b0", "slow-a0", "slow-a1", "slow-a2", "slow-c0"]
+        assert h.finish_calls == [1, 2, 1]  # a0 (it was running), then a1 a2, then c0
+    finally:
+        h.gate.set()
+        h.static.shutdown()
+        h.escalation.shutdown()
+
+
+async def test_the_agent_takes_no_new_batch_while_the_lane_is_full() -> None:
+    h = Harness(max_waiting=1)
+    try:
+        await h.lanes.submit(h.held(("slow-a0", "a")))
+        second = asyncio.create_task(h.lanes.submit(h.held(("slow-b0", "b"))))
+        await asyncio.sleep(0.2)
+        assert not second.done(), "a second batch was queued past max_waiting"
+        h.gate.set()
+        await asyncio.wait_for(second, 10)
+        await h.until(lambda: len(h.sent) == 2, "both escalations")
+    finally:
+        h.gate.set()
+        h.static.shutdown()
+        h.escalation.shutdown()
+
+
+async def test_a_poison_pair_costs_only_itself_and_keeps_its_place() -> None:
+    h = Harness(poison="a1")
+    h.gate.set()
+    try:
+        await h.lanes.submit(h.held(("a0", "a"), ("a1", "a"), ("a2", "a")))
+        assert h.sent == ["a0", "dlq:a1", "a2"]
+        assert h.acked == ["a0", "a1", "a2"]
+    finally:
+        h.static.shutdown()
+        h.escalation.shutdown()
+
+
+async def test_a_failing_escalation_scores_its_pairs_alone() -> None:
+    h = Harness(fail="finish")
+    h.gate.set()
+    try:
+        await h.lanes.submit(h.held(("slow-a0", "a"), ("a1", "a")))
+        await h.until(lambda: len(h.sent) == 2, "the pairs scored alone")
+        assert h.sent == ["slow-a0", "a1"]
+    finally:
+        h.static.shutdown()
+        h.escalation.shutdown()
+
+
+async def test_a_send_failing_on_the_escalation_lane_crashes_and_acks_nothing() -> None:
+    h = Harness(fail="emit")
+    h.gate.set()
+    try:
+        await h.lanes.submit(h.held(("slow-a0", "a"), ("a1", "a")))
+        await h.until(lambda: h.crashed, "the crash")
+        assert h.crashed == ["score agent (escalation lane)"]
+        assert h.lanes._escalator is not None
+        with pytest.raises(Crashed):
+            await h.lanes._escalator  # the lane's task ended with the crash, not quietly
+        assert h.acked == []  # neither the failed send nor the pair behind it
+    finally:
+        h.static.shutdown()
+        h.escalation.shutdown()
