@@ -227,7 +227,9 @@ def write_section(path: Path, section: str, marker: str) -> None:
     if marker in text:
         head, _, tail = text.partition(marker)
         nxt = tail.find("\n## ")
-        text = head + section + (tail[nxt + 1 :] if nxt >= 0 else "")
+        rest = tail[nxt + 1 :] if nxt >= 0 else ""
+        # A section ends with one blank line before the next heading, however it was built.
+        text = head + (section.rstrip("\n") + "\n\n" if rest else section) + rest
     else:
         text = text.rstrip("\n") + "\n\n" + section
     path.write_text(text)
