@@ -34,7 +34,7 @@ one per ``budget`` pairs.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 
@@ -336,12 +336,21 @@ def student_t_quantile(p: float, df: int) -> float:
     """
     if not 0.5 <= p < 1.0 or df < 1:
         raise ValueError(f"need 1/2 <= p < 1 and df >= 1, got p={p}, df={df}")
-    lo, hi = 0.0, 1.0
+    hi = 1.0
     while _student_t_cdf(hi, df) < p:
         hi *= 2.0
-    for _ in range(80):
+    return _bisect(lambda t: _student_t_cdf(t, df) < p, 0.0, hi, 80)
+
+
+def _bisect(root_above: Callable[[float], bool], lo: float, hi: float, steps: int) -> float:
+    """The point in ``[lo, hi]`` where ``root_above`` turns False, halving ``steps`` times.
+
+    The one root finder of this module's exact bounds (the t quantile, Clopper–Pearson):
+    each passes a monotone test of whether its root lies above ``mid``.
+    """
+    for _ in range(steps):
         mid = (lo + hi) / 2
-        lo, hi = (mid, hi) if _student_t_cdf(mid, df) < p else (lo, mid)
+        lo, hi = (mid, hi) if root_above(mid) else (lo, mid)
     return (lo + hi) / 2
 
 
@@ -381,11 +390,8 @@ def clopper_pearson(k: int, n: int, alpha: float) -> tuple[float, float]:
     def upper(j: int) -> float:
         if j == n:
             return 1.0
-        lo, hi = 0.0, 1.0  # P(X <= j | p) falls from 1 at p = 0 to 0 at p = 1
-        for _ in range(60):
-            mid = (lo + hi) / 2
-            lo, hi = (mid, hi) if _binom_cdf(j, n, mid) >= alpha else (lo, mid)
-        return (lo + hi) / 2
+        # P(X <= j | p) falls from 1 at p = 0 to 0 at p = 1.
+        return _bisect(lambda q: _binom_cdf(j, n, q) >= alpha, 0.0, 1.0, 60)
 
     # The lower bound of k successes is one minus the upper bound of n - k failures.
     return 1.0 - upper(n - k), upper(k)
