@@ -25,6 +25,7 @@ openai = pytest.importorskip("openai")
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "integration"))
 from test_gateway import (  # noqa: E402
     GOOD,
+    ROOMY,
     ROUTE,
     Scripted,
     make_config,
@@ -36,6 +37,18 @@ from quantdrift.gateway.service import Gateway  # noqa: E402
 from quantdrift.stack import free_port  # noqa: E402
 
 pytestmark = [pytest.mark.timeout(120)]
+
+
+def config_for(scripted: Scripted, modes: dict[str, Any], **extra: Any) -> Any:  # noqa: F811
+    """The shared test config with roomy timeouts: these tests are about the wire, not time.
+
+    A read gap of 0.5 s (the shared timeout) in this process, which also runs the
+    scripted upstream on a thread, would fail a test about tool-call deltas. Timeouts
+    and shedding have their own tests (``test_gateway.py``, ``test_gateway_overload.py``);
+    ``make_config`` already leaves shedding out of the others.
+    """
+    return make_config(scripted, modes, **{"timeouts": ROOMY, **extra})
+
 
 TEAM_KEY, OPS_KEY, ADMIN_TOKEN = "sk-team-a", "sk-ops", "metrics-token"
 OTHER_ROUTE = "other/int4"
@@ -104,7 +117,7 @@ async def collect(stream: Any) -> tuple[dict[int, str], list[Any]]:
 
 
 async def test_models_list_and_retrieve(scripted: Scripted) -> None:  # noqa: F811
-    async with sdk(Gateway(make_config(scripted, GOOD))) as client:
+    async with sdk(Gateway(config_for(scripted, GOOD))) as client:
         models = await client.models.list()
         assert [m.id for m in models.data] == [ROUTE]
         assert (await client.models.retrieve(ROUTE)).owned_by == "quantdrift"
@@ -113,7 +126,7 @@ async def test_models_list_and_retrieve(scripted: Scripted) -> None:  # noqa: F8
 
 
 async def test_usage_without_and_with_streaming(scripted: Scripted) -> None:  # noqa: F811
-    async with sdk(Gateway(make_config(scripted, GOOD))) as client:
+    async with sdk(Gateway(config_for(scripted, GOOD))) as client:
         reply = await client.chat.completions.create(model=ROUTE, messages=user())
         assert reply.choices[0].message.content == "Hello from int4, the answer is forty two."
         assert reply.usage is not None and reply.usage.prompt_tokens == 7
@@ -135,7 +148,7 @@ async def test_usage_without_and_with_streaming(scripted: Scripted) -> None:  # 
 
 @pytest.mark.parametrize("stream", [False, True], ids=["plain", "stream"])
 async def test_n_choices_are_kept_by_index(scripted: Scripted, stream: bool) -> None:  # noqa: F811
-    async with sdk(Gateway(make_config(scripted, GOOD))) as client:
+    async with sdk(Gateway(config_for(scripted, GOOD))) as client:
         if stream:
             texts, _ = await collect(
                 await client.chat.completions.create(model=ROUTE, messages=user(), n=2, stream=True)
@@ -149,7 +162,7 @@ async def test_n_choices_are_kept_by_index(scripted: Scripted, stream: bool) -> 
 
 
 async def test_n_choices_of_a_json_answer(scripted: Scripted) -> None:  # noqa: F811
-    async with sdk(Gateway(make_config(scripted, GOOD))) as client:
+    async with sdk(Gateway(config_for(scripted, GOOD))) as client:
         reply = await client.chat.completions.create(
             model=ROUTE, messages=user("json"), n=2, response_format={"type": "json_object"}
         )
@@ -161,7 +174,7 @@ async def test_n_choices_of_a_json_answer(scripted: Scripted) -> None:  # noqa: 
 
 
 async def test_tool_call_deltas_and_refusal(scripted: Scripted) -> None:  # noqa: F811
-    config = make_config(scripted, {**GOOD, "int4": "tools", "bf16": "refusal"})
+    config = config_for(scripted, {**GOOD, "int4": "tools", "bf16": "refusal"})
     tools = [
         {
             "type": "function",
@@ -191,7 +204,7 @@ async def test_tool_call_deltas_and_refusal(scripted: Scripted) -> None:  # noqa
 
 @pytest.mark.parametrize("stream", [False, True], ids=["plain", "stream"])
 async def test_top_logprobs_as_asked(scripted: Scripted, stream: bool) -> None:  # noqa: F811
-    async with sdk(Gateway(make_config(scripted, GOOD))) as client:
+    async with sdk(Gateway(config_for(scripted, GOOD))) as client:
         kw: dict[str, Any] = {"model": ROUTE, "messages": user(), "stream": stream}
         if stream:
             _, chunks = await collect(
@@ -211,7 +224,7 @@ async def test_top_logprobs_as_asked(scripted: Scripted, stream: bool) -> None: 
 
 @pytest.mark.parametrize("stream", [False, True], ids=["plain", "stream"])
 async def test_json_mode_falls_back_silently(scripted: Scripted, stream: bool) -> None:  # noqa: F811
-    async with sdk(Gateway(make_config(scripted, {**GOOD, "int4": "badjson"}))) as client:
+    async with sdk(Gateway(config_for(scripted, {**GOOD, "int4": "badjson"}))) as client:
         raw = await client.chat.completions.with_raw_response.create(
             model=ROUTE,
             messages=user("json please"),
@@ -230,7 +243,7 @@ async def test_json_mode_falls_back_silently(scripted: Scripted, stream: bool) -
 async def test_a_json_answer_cut_by_max_tokens_is_reported_not_retried(
     scripted: Scripted,  # noqa: F811
 ) -> None:
-    gw = Gateway(make_config(scripted, {**GOOD, "int4": "length"}))
+    gw = Gateway(config_for(scripted, {**GOOD, "int4": "length"}))
     async with sdk(gw) as client:
         raw = await client.chat.completions.with_raw_response.create(
             model=ROUTE,
@@ -251,7 +264,7 @@ async def test_a_json_answer_cut_by_max_tokens_is_reported_not_retried(
 
 
 async def test_errors_have_openai_shape_and_no_internal_hosts(scripted: Scripted) -> None:  # noqa: F811
-    async with sdk(Gateway(make_config(scripted, {**GOOD, "int4": "e400url"}))) as client:
+    async with sdk(Gateway(config_for(scripted, {**GOOD, "int4": "e400url"}))) as client:
         with pytest.raises(openai.BadRequestError) as bad:
             await client.chat.completions.create(model=ROUTE, messages=user())
         message = bad.value.body["message"]
@@ -271,7 +284,7 @@ async def test_errors_have_openai_shape_and_no_internal_hosts(scripted: Scripted
         assert unknown.value.code == "unknown_parameter" and unknown.value.param == "frobnicate"
 
     dead = f"http://127.0.0.1:{free_port()}"
-    async with sdk(Gateway(make_config(scripted, dict.fromkeys(GOOD, dead)))) as client:
+    async with sdk(Gateway(config_for(scripted, dict.fromkeys(GOOD, dead)))) as client:
         for stream in (False, True):
             with pytest.raises(openai.InternalServerError) as failed:
                 await client.chat.completions.create(model=ROUTE, messages=user(), stream=stream)
@@ -281,7 +294,7 @@ async def test_errors_have_openai_shape_and_no_internal_hosts(scripted: Scripted
 
 
 async def test_allowlisted_extra_fields_pass(scripted: Scripted) -> None:  # noqa: F811
-    config = make_config(scripted, GOOD, extra_body_fields=["top_k"])
+    config = config_for(scripted, GOOD, extra_body_fields=["top_k"])
     async with sdk(Gateway(config)) as client:
         marker = "allow-top-k"
         await client.chat.completions.create(
@@ -295,7 +308,7 @@ async def test_allowlisted_extra_fields_pass(scripted: Scripted) -> None:  # noq
 
 
 def auth_config(scripted: Scripted, **extra: Any) -> Any:  # noqa: F811
-    return make_config(
+    return config_for(
         scripted,
         GOOD,
         auth={
@@ -361,7 +374,7 @@ async def test_a_pool_without_logprobs_serves_and_shadows_text_only(
     scripted: Scripted,  # noqa: F811
 ) -> None:
     publisher = FakePublisher()
-    config = make_config(
+    config = config_for(
         scripted,
         {**GOOD, "bf16": "nolp"},
         pools={"bf16": {"logprobs": False}},
@@ -392,7 +405,7 @@ async def test_a_pool_without_logprobs_serves_and_shadows_text_only(
 
 async def test_the_caller_cannot_steer_sampling(scripted: Scripted) -> None:  # noqa: F811
     publisher = FakePublisher()
-    gw = Gateway(make_config(scripted, GOOD, shadow_sample_rate=0.5), publisher=publisher)  # type: ignore[arg-type]
+    gw = Gateway(config_for(scripted, GOOD, shadow_sample_rate=0.5), publisher=publisher)  # type: ignore[arg-type]
     async with sdk(gw) as client:
         ids = set()
         for _ in range(40):
@@ -412,7 +425,7 @@ async def test_prompts_leave_as_a_salted_hash_unless_the_route_opts_in(
 ) -> None:
     hashed, clear = FakePublisher(), FakePublisher()
     for publisher, opt_in in ((hashed, False), (clear, True)):
-        config = make_config(scripted, GOOD, shadow_sample_rate=1.0, clear_prompts=opt_in)
+        config = config_for(scripted, GOOD, shadow_sample_rate=1.0, clear_prompts=opt_in)
         gw = Gateway(config, publisher=publisher)  # type: ignore[arg-type]
         async with sdk(gw) as client:
             for _ in range(2):
@@ -432,7 +445,7 @@ async def test_prompts_leave_as_a_salted_hash_unless_the_route_opts_in(
 
 
 async def test_a_buffered_json_stream_keeps_choices_and_usage(scripted: Scripted) -> None:  # noqa: F811
-    async with sdk(Gateway(make_config(scripted, GOOD))) as client:
+    async with sdk(Gateway(config_for(scripted, GOOD))) as client:
         stream = await client.chat.completions.create(
             model=ROUTE,
             messages=user("json"),
@@ -448,7 +461,7 @@ async def test_a_buffered_json_stream_keeps_choices_and_usage(scripted: Scripted
 
 
 async def test_text_completions_with_fallback_and_usage(scripted: Scripted) -> None:  # noqa: F811
-    async with sdk(Gateway(make_config(scripted, {**GOOD, "int4": "e500"}))) as client:
+    async with sdk(Gateway(config_for(scripted, {**GOOD, "int4": "e500"}))) as client:
         raw = await client.completions.with_raw_response.create(
             model=ROUTE, prompt="Say hi", max_tokens=5
         )

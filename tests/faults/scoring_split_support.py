@@ -93,14 +93,26 @@ async def warm_all(
 
 @dataclass
 class PacedProducer:
-    """Produce pairs keyed by pair id at a fixed rate; ``sent`` is what the broker acked."""
+    """Produce pairs keyed by pair id at a fixed rate; ``sent`` is what the broker acked.
+
+    ``hold_at``: the pairs from this index on wait until ``release`` is set. A fault test
+    that kills workers mid-stream holds the tail, so a backlog the survivors clear in a
+    burst cannot finish the stream between the test's "pairs in flight" check and its kill.
+    """
 
     bootstrap: str
     topic: str
     pairs: list[PairEvent]
     rate_per_s: float
+    hold_at: int | None = None
     sent: int = 0
     done: asyncio.Event = field(default_factory=asyncio.Event)
+    release: asyncio.Event = field(default_factory=asyncio.Event)
+
+    @property
+    def holding(self) -> bool:
+        """Whether the producer waits at ``hold_at`` with every pair before it acked."""
+        return self.sent == self.hold_at and not self.release.is_set()
 
     async def run(self) -> None:
         producer = AIOKafkaProducer(bootstrap_servers=self.bootstrap, acks="all", linger_ms=5)
@@ -108,6 +120,9 @@ class PacedProducer:
         try:
             start = time.monotonic()
             for i, pair in enumerate(self.pairs):
+                if i == self.hold_at:
+                    await self.release.wait()
+                    start = time.monotonic() - i / self.rate_per_s  # the pace resumes here
                 delay = start + i / self.rate_per_s - time.monotonic()
                 if delay > 0:
                     await asyncio.sleep(delay)

@@ -147,22 +147,31 @@ async def test_two_scoring_workers_killed_in_turn_every_pair_judged_once(fault_s
     kills: list[dict[str, int]] = []
     try:
         await warm_all(settings, workers)
+        # The last quarter waits until both kills are done: each kill then cuts a stream
+        # with pairs still to come, whatever backlog the survivors clear in a burst.
         producer = PacedProducer(
-            settings.kafka.bootstrap_servers, settings.kafka.topics.pairs, interleaved, 20.0
+            settings.kafka.bootstrap_servers,
+            settings.kafka.topics.pairs,
+            interleaved,
+            20.0,
+            hold_at=total * 3 // 4,
         )
         producing = asyncio.create_task(producer.run())
         deadline = time.monotonic() + 120
         for victim, threshold in ((0, total // 4), (1, total // 2)):
             worker, port = workers[victim]
-            # Kill only while pairs are in flight: sent, not yet judged.
+            # Kill only while pairs are in flight (sent, not yet judged), or, once the
+            # survivors have cleared the backlog up to the held tail, with the tail to come.
+            # The victim's counters are read first: the check and the kill are one Redis
+            # read apart, not an HTTP call to a busy worker.
             while True:
+                counts = await worker_counts(port)
                 seen, sent = await judged(settings, routes), producer.sent
-                if threshold <= seen < sent:
+                if threshold <= seen and (seen < sent or producer.holding):
                     break
                 assert time.monotonic() < deadline, f"{seen}/{sent}\n{worker.log_tail()}"
                 assert not producing.done() or producing.exception() is None
                 await asyncio.sleep(0.02)
-            counts = await worker_counts(port)
             worker.kill()
             seen_after = await judged(settings, routes)
             kills.append(
@@ -173,6 +182,7 @@ async def test_two_scoring_workers_killed_in_turn_every_pair_judged_once(fault_s
             assert counts["pairs_scored"] > 0, f"worker {victim} never scored"
             assert seen_after < total, f"kill {victim} landed after the stream was judged"
             assert worker.proc is not None and worker.proc.returncode == -9
+        producer.release.set()
         await producing
         survivor, survivor_port = workers[2]
         deadline = time.monotonic() + 120
