@@ -134,6 +134,9 @@ class WorkerSettings(BaseModel):
     # Docker's 10 s grace, so the stop is never a SIGKILL; compose's stop_grace_period
     # must stay above it.
     stop_timeout_s: float = Field(default=8.0, gt=0)
+    # A held partition with records waiting whose committed offset has not moved this long is
+    # stalled (status/watchdog.py): logged with the consumer's state, /healthz fails.
+    stall_after_s: float = Field(default=60.0, ge=4)
     # Test-only crash points (tests/faults): the worker SIGKILLs itself there.
     failpoints: tuple[str, ...] = ()
 

@@ -173,3 +173,16 @@ def test_metrics_and_healthz(worker) -> None:  # type: ignore[no-untyped-def]
     assert "quantdrift_dead_letters_total 0" in text
     health = httpx.get(url + "/healthz", timeout=2)
     assert health.status_code == 200 and health.json()["ok"] is True
+    assert health.json()["stalled"] == {}
+    # The stall watch's first look fills the lag of every partition the worker holds
+    # (it read an attribute this Faust does not have, and the lag was always empty).
+    topics = settings.kafka.topics
+    wait_until(
+        lambda: "quantdrift_consumer_lag{" in httpx.get(url + "/metrics", timeout=2).text,
+        30,
+        "the consumer lag on /metrics",
+        proc,
+    )
+    lag = httpx.get(url + "/status.json", timeout=2).json()["consumer_lag"]
+    assert {tp.rsplit("/", 1)[0] for tp in lag} == {topics.pairs, topics.scores}, lag
+    assert all(v == 0 for v in lag.values()), f"caught up, yet behind: {lag}"

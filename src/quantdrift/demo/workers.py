@@ -29,6 +29,7 @@ def settings_env(settings: Settings, redis_url: str) -> dict[str, str]:
         "QUANTDRIFT_WORKER__BROKER_SESSION_TIMEOUT_S": str(w.broker_session_timeout_s),
         "QUANTDRIFT_WORKER__BROKER_HEARTBEAT_INTERVAL_S": str(w.broker_heartbeat_interval_s),
         "QUANTDRIFT_WORKER__BROKER_REBALANCE_TIMEOUT_S": str(w.broker_rebalance_timeout_s),
+        "QUANTDRIFT_WORKER__STALL_AFTER_S": str(w.stall_after_s),
         "QUANTDRIFT_EMBEDDING__MODEL": settings.embedding.model,
         "QUANTDRIFT_EMBEDDING__TIER": settings.embedding.tier,
     }
@@ -49,6 +50,8 @@ class WorkerProcess:
         default_factory=lambda: Path(tempfile.mkstemp(prefix="qd-worker-", suffix=".log")[1])
     )
     proc: subprocess.Popen[bytes] | None = None
+    log_level: str = "warning"
+    """The worker's ``--log-level``: a soak that must explain a stall asks for ``info``."""
 
     def start(self) -> WorkerProcess:
         env = {
@@ -60,7 +63,7 @@ class WorkerProcess:
         }
         log = self.log_path.open("ab")
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "quantdrift", "worker", "--log-level", "warning"],
+            [sys.executable, "-m", "quantdrift", "worker", "--log-level", self.log_level],
             stdout=log,
             stderr=subprocess.STDOUT,
             env=env,

@@ -1,7 +1,9 @@
 """Mount ``/status``, ``/status.json``, ``/healthz`` and ``/metrics`` on the Faust web server.
 
 Route states are read from Redis by a 1 s timer into a snapshot the views
-serve, so a dashboard refreshing in ten tabs costs Redis nothing extra.
+serve, so a dashboard refreshing in ten tabs costs Redis nothing extra. The
+consumer's lag and stalls come from the stall watch (``status/watchdog.py``),
+on its own timer: ``/healthz`` fails while a partition the worker holds is stalled.
 """
 
 from __future__ import annotations
@@ -23,24 +25,10 @@ from quantdrift.status.page import (
     metrics_text,
     status_json,
 )
+from quantdrift.status.watchdog import StallWatch, consumer_state, look
 
 log = logging.getLogger("quantdrift.status")
 PROMETHEUS_TEXT = "text/plain; version=0.0.4"  # aiohttp adds the charset itself
-
-
-def consumer_lag(app: faust.App) -> dict[str, int]:
-    """Highwater minus position per assigned partition, from the consumer's own view."""
-    out: dict[str, int] = {}
-    try:
-        consumer = app.consumer
-        for tp in consumer.assignment():
-            high = consumer.highwater(tp)
-            pos = consumer._last_offset.get(tp)  # type: ignore[attr-defined]
-            if high is not None and pos is not None:
-                out[f"{tp.topic}/{tp.partition}"] = max(0, int(high) - int(pos) - 1)
-    except Exception:  # lag is best effort: never break a scrape
-        return {}
-    return out
 
 
 def attach_status(
@@ -49,8 +37,10 @@ def attach_status(
     store: Callable[[], Any],
     clock: Callable[[], float] = time.time,
     refresh_s: float = 1.0,
+    stall_after_s: float = 60.0,
 ) -> dict[str, Any]:
-    """Register the views and the refresh timer; returns the live snapshot (for tests)."""
+    """Register the views and the timers; returns the live snapshot (for tests)."""
+    watch = StallWatch(stall_after_s=stall_after_s)
     snap: dict[str, Any] = {
         "states": {},
         "history": History(),
@@ -79,25 +69,55 @@ def attach_status(
     async def status_refresh() -> None:
         await refresh()
 
+    @app.timer(interval=min(5.0, stall_after_s / 4))
+    async def stall_watch() -> None:
+        try:
+            unfinished, ends = await look(app)
+        except Exception as exc:  # a rebalance, the broker away: the next look retries
+            log.warning("stall watch: could not read offsets (%r)", exc)
+            return
+        was_stalled = bool(watch.stalled)
+        newly = watch.observe(time.monotonic(), unfinished, ends)
+        if newly:
+            try:
+                evidence: Any = consumer_state(app, set(newly))
+            except Exception as exc:  # evidence, best effort: the stall is logged anyway
+                evidence = {"error": repr(exc)}
+            log.error(
+                "stalled: %s behind with nothing finished for %.0f s or more; /healthz now "
+                "fails. Consumer state: %s",
+                ", ".join(f"{tp} {watch.behind[tp]} records" for tp in newly),
+                stall_after_s,
+                evidence,
+            )
+        elif was_stalled and not watch.stalled:
+            log.warning("stall over: every held partition is moving again")
+
     @app.page("/status")
     async def status_page(self: Any, request: Any) -> Any:
         return self.html(STATUS_HTML)
 
     @app.page("/status.json")
     async def status_data(self: Any, request: Any) -> Any:
-        body = status_json(snap["states"], stats, snap["history"], clock(), consumer_lag(app))
+        body = status_json(snap["states"], stats, snap["history"], clock(), watch.behind)
+        body["stalled"] = watch.report()
         return self.json(body, headers={"Cache-Control": "no-store"})
 
     @app.page("/healthz")
     async def healthz(self: Any, request: Any) -> Any:
-        ok = snap["store_ok"] is not False
-        body = {"ok": ok, "store_ok": snap["store_ok"], "refreshed_at": snap["refreshed_at"]}
+        ok = snap["store_ok"] is not False and not watch.stalled
+        body = {
+            "ok": ok,
+            "store_ok": snap["store_ok"],
+            "refreshed_at": snap["refreshed_at"],
+            "stalled": watch.report(),
+        }
         return self.json(body, status=200 if ok else 503)
 
     @app.page("/metrics")
     async def metrics(self: Any, request: Any) -> Any:
         snap["latency"].absorb(stats)
-        text = metrics_text(stats, snap["states"], snap["latency"], consumer_lag(app))
+        text = metrics_text(stats, snap["states"], snap["latency"], watch.behind)
         return self.text(text, content_type=PROMETHEUS_TEXT)
 
     return snap

@@ -99,6 +99,7 @@ def attach_agents(
     failpoint: Failpoint = no_failpoint,
     claim_ttl_ms: int = 10_000,
     prompt_salt: str = "",
+    stall_after_s: float = 60.0,
 ) -> WorkerStats:
     stats = WorkerStats()
     # One thread for the embedder: torch releases the GIL, the event loop keeps
@@ -334,7 +335,7 @@ def attach_agents(
             stats.store_errors += 1
             log.warning("breaker clock: store unavailable (%s)", exc)
 
-    attach_status(app, stats, store, clock=clock)
+    attach_status(app, stats, store, clock=clock, stall_after_s=stall_after_s)
     return stats
 
 

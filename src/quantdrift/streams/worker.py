@@ -55,6 +55,7 @@ def build_worker_app(
         batch_within_s=settings.worker.batch_within_s,
         claim_ttl_ms=settings.worker.outbox_claim_ttl_ms,
         prompt_salt=settings.prompt_salt.get_secret_value(),
+        stall_after_s=settings.worker.stall_after_s,
     )
     return app, topics, stats
 
