@@ -41,6 +41,8 @@ CALIBRATION_MIX = 0.4  # share of "json" prompts
 # Outcomes: P(only the blessed candidate fails), P(only the reference fails), per family.
 BLESSED_FAILS = {"json": 0.12, "prose": 0.02}
 REFERENCE_FAILS = {"json": 0.02, "prose": 0.01}
+# Hard failures (a loop the reference does not show) of the blessed candidate, per family.
+BLESSED_LOOPS = {"json": 0.06, "prose": 0.01}
 # Dissimilarity (1 - cosine) of the blessed candidate, per family: Beta(a, b).
 BLESSED_DIVERGENCE = {"json": (2.0, 10.0), "prose": (2.0, 18.0)}
 
@@ -82,15 +84,32 @@ def outcomes_boundary_extra(policy: RoutePolicy) -> float:
     return policy.tolerance_outcomes
 
 
-def divergence_pairs(extra: float) -> Draw:
-    """Pairs whose 1 - cosine is the blessed candidate's, plus ``extra`` on average."""
+def hard_pairs(extra: float) -> Draw:
+    """Pairs whose candidate loops ``extra`` more often than the blessed one (the
+    reference never does), so the traffic's rate is the blessed one's plus ``extra``."""
+
+    def draw(rng: np.random.Generator, n: int, mix: float) -> list[Metrics]:
+        out = []
+        for is_json in families(rng, n, mix):
+            loops = rng.random() < BLESSED_LOOPS["json" if is_json else "prose"] + extra
+            out.append(
+                Metrics(repetition_run=12 if loops else 1, looping=bool(loops), candidate_tokens=20)
+            )
+        return out
+
+    return draw
+
+
+def divergence_pairs(extra: float, similarity: str = "cosine") -> Draw:
+    """Pairs whose 1 - ``similarity`` (cosine, or rougeL for the lexical test) is the
+    blessed candidate's, plus ``extra`` on average."""
 
     def draw(rng: np.random.Generator, n: int, mix: float) -> list[Metrics]:
         out = []
         for is_json in families(rng, n, mix):
             a, b = BLESSED_DIVERGENCE["json" if is_json else "prose"]
             d = min(1.0, float(rng.beta(a, b)) + extra)
-            out.append(Metrics(cosine=1.0 - d, candidate_tokens=20))
+            out.append(Metrics(**{similarity: 1.0 - d}, candidate_tokens=20))
         return out
 
     return draw
@@ -147,6 +166,17 @@ def only(signal: str) -> RoutePolicy:
             2 * CALIBRATION_ALPHA,
             STREAMS,
         ),
+        # Hard failures: the blessed rate's exact upper bound at CALIBRATION_ALPHA, + δ.
+        # A loop is also a failed outcome; the budget here is the hard test's alone.
+        # Without the blessing (the paired null, 2 %) every stream, at 5.5 %, rolls back.
+        # 100 streams for the reason given under dissimilarity: a 4.5 % budget.
+        (
+            "hard",
+            hard_pairs(0.0),
+            hard_pairs(only("hard").tolerance_hard),
+            CALIBRATION_ALPHA,
+            100,
+        ),
         # Dissimilarity: the blessed floor's mean bounded over traffic mixes within
         # CALIBRATION_MIX_RATIO (1.5; this case's is 1.25) and a t bound at CALIBRATION_ALPHA.
         # Its budget (4.5 %) needs more streams than outcomes' (7 %) to be reachable at
@@ -156,6 +186,14 @@ def only(signal: str) -> RoutePolicy:
             "dissimilarity",
             divergence_pairs(0.0),
             divergence_pairs(only("dissimilarity").tolerance_dissimilarity),
+            CALIBRATION_ALPHA,
+            100,
+        ),
+        # Lexical: the same floor bound on 1 - ROUGE-L, the same budget.
+        (
+            "lexical",
+            divergence_pairs(0.0, "rougeL"),
+            divergence_pairs(only("lexical").tolerance_lexical, "rougeL"),
             CALIBRATION_ALPHA,
             100,
         ),

@@ -212,9 +212,14 @@ def test_greedy_floor_is_never_built_from_sampled_pairs() -> None:
         for i in range(12)
     ]
     seed, source = floor_seed(scores, min_pairs=30, blessed=blessed)
-    # ... and each blessed pair's paired outcome (concordant here: 1/2) under its key.
+    # ... and each blessed pair's paired outcome (concordant here: 1/2) and its hard
+    # failure (none here) under their keys.
     assert len(seed["greedy"]) == 12
-    assert seed["greedy"][0] == {"blessed:rougeL": 0.5, "blessed:outcomes": 0.5}
+    assert seed["greedy"][0] == {
+        "blessed:rougeL": 0.5,
+        "blessed:outcomes": 0.5,
+        "blessed:hard": 0.0,
+    }
     assert source["greedy"] == "no informative greedy noise pairs; 12 blessed pairs"
 
 

@@ -27,12 +27,15 @@ Rule = Literal["tolerance", "consecutive", "window", "sequential"]
 # the false-alarm rates add up to at most one per budget. The fixed rules
 # (consecutive, window) have no error control and no share: they exist for the
 # named comparison policies, not for the default.
-BudgetShare = Literal["hard", "outcomes", "tf_kl", "dissimilarity", "entropy", "sequential"]
+BudgetShare = Literal[
+    "hard", "outcomes", "tf_kl", "dissimilarity", "lexical", "entropy", "sequential"
+]
 DEFAULT_SPLIT: dict[BudgetShare, float] = {
     "hard": 0.3,
     "outcomes": 0.2,
     "tf_kl": 0.2,
     "dissimilarity": 0.2,
+    "lexical": 0.2,
     "entropy": 0.1,
     "sequential": 0.2,
 }
@@ -86,9 +89,11 @@ class RoutePolicy(BaseModel):
     # Small, so that each one is strong evidence: int2 / int3 loop on most answers.
     tolerance_hard: float = Field(default=0.02, gt=0, lt=1)
     # Divergences above the floor's mean: nats of teacher-forced KL (clipped at
-    # tf_kl_clip), points of 1 - similarity, nats of |entropy shift| (clipped).
+    # tf_kl_clip), points of 1 - cosine, nats of |entropy shift| (clipped).
     tolerance_tf_kl: float = Field(default=0.05, ge=0)
     tolerance_dissimilarity: float = Field(default=0.1, ge=0, le=1)
+    # Points of 1 - ROUGE-L F1 above the floor (the lexical test, beside the cosine one).
+    tolerance_lexical: float = Field(default=0.1, ge=0, le=1)
     tolerance_entropy: float = Field(default=0.3, ge=0)
     # The clips bound what one pair can say (one wild pair is not a drift); a test
     # of "mean <= m0" on x >= 0 needs no clip to be valid.

@@ -22,7 +22,8 @@ from quantdrift.config import Settings
 from quantdrift.demo.workers import WorkerProcess
 from quantdrift.embedding import build_scorer
 from quantdrift.errors import QuantdriftError
-from quantdrift.evaluation import ScoreCache, floor_seed, to_score
+from quantdrift.evaluation import ScoreCache
+from quantdrift.evaluation.calibration import seed_from_pairs
 from quantdrift.gateway.control.controller import RouteController
 from quantdrift.kafka_clients import consumer_kwargs, producer_kwargs
 from quantdrift.schemas import PairEvent, RouteCommand, ScoreEvent, unverified_score
@@ -135,11 +136,7 @@ async def _calibrate(settings: Settings, redis_url: str, pairs: list[PairEvent])
     blessed = [p for p in pairs if p.kind == "shadow"]
     cache = ScoreCache(await asyncio.to_thread(build_scorer, settings.embedding))
     await asyncio.to_thread(cache.fill, [*noise, *blessed])
-    seed, _ = floor_seed(
-        [to_score(p, cache[p], policy, ROUTE) for p in noise],
-        policy.min_noise_pairs,
-        [to_score(p, cache[p], policy, ROUTE) for p in blessed],
-    )
+    seed, _ = seed_from_pairs(noise, blessed, cache, policy, ROUTE)
     signer = signer_from_settings(settings.signing.active_key_id, settings.signing.keys)
     client = aioredis.Redis.from_url(redis_url, socket_timeout=5)
     try:

@@ -16,9 +16,16 @@ a tolerance δ they accept. Each signal here is one bounded number per pair,
   than δ": the blessed mean's exact upper bound plus δ / 2
   (:func:`blessed_outcome_mean`), never below the reference's null;
 * **hard**: a hard failure the reference does not show (entropy collapse, a
-  repetition loop, runaway whitespace), null mean δ = the tolerated rate;
+  repetition loop, runaway whitespace), null mean δ = the tolerated rate; where an
+  operator blessed a candidate (``blessed:hard``, the same x on the blessed pairs),
+  the blessed rate's exact upper bound plus δ (:func:`blessed_hard_rate`): a build
+  that loops on a prompt now and then was blessed with that habit;
 * **tf_kl**: teacher-forced divergence clipped to ``tf_kl_clip`` nats, scaled;
-* **dissimilarity**: 1 - cosine (1 - ROUGE-L without an embedder);
+* **dissimilarity**: 1 - cosine of the two answers' embeddings (needs an embedder);
+* **lexical**: 1 - ROUGE-L F1 of the two answers' tokens. A test of its own beside
+  the cosine, not a fallback: greedy answers of a broken candidate keep the meaning
+  and lose the wording (greedy int4 on the lab's held-out prompts, text only: p90
+  99 pairs with the cosine alone, 43 with this test beside it; bench/eval_modes.py);
 * **entropy**: |entropy shift| clipped to ``entropy_clip`` nats, scaled.
 
 Each is tested by :class:`BettingSR`, an e-detector (Shin, Ramdas & Rinaldo,
@@ -40,14 +47,17 @@ from functools import lru_cache
 
 from quantdrift.detectors.noise_floor import resolution
 from quantdrift.detectors.sequential import Signal
+from quantdrift.detectors.suite import FailureThresholds, hard_failures
 from quantdrift.schemas.score import Metrics
 
-SIGNALS = ("hard", "outcomes", "tf_kl", "dissimilarity", "entropy")
-DIVERGENCES = ("tf_kl", "dissimilarity", "entropy")
+SIGNALS = ("hard", "outcomes", "tf_kl", "dissimilarity", "lexical", "entropy")
+DIVERGENCES = ("tf_kl", "dissimilarity", "lexical", "entropy")
 
 BLESSED = "blessed:"
 # The floor key of the blessed pairs' outcome x (calibration writes it, the rule reads it).
 BLESSED_OUTCOMES = BLESSED + "outcomes"
+# The floor key of the blessed pairs' hard-failure x (1 or 0), written and read alike.
+BLESSED_HARD = BLESSED + "hard"
 # One-sided level of every calibration bound (the blessed outcome rate, a divergence
 # floor's mean): the chance, paid once per calibration, that it sits below the truth.
 CALIBRATION_ALPHA = 0.025
@@ -165,6 +175,12 @@ def task_failed(json_ok: bool | None, looping: bool | None, finished: bool | Non
     return json_ok is False or looping is True or finished is False
 
 
+def hard_x(m: Metrics, thresholds: FailureThresholds) -> float:
+    """1 when the candidate shows a hard failure the reference does not, else 0: the
+    hard test's x, on live pairs and on blessed ones alike."""
+    return 1.0 if hard_failures(m, thresholds) else 0.0
+
+
 def outcome_x(m: Metrics) -> float:
     """(1 + candidate failed - reference failed) / 2: 1/2 for concordant pairs.
 
@@ -183,8 +199,8 @@ def divergence_x(m: Metrics, signal: str, tf_kl_clip: float, entropy_clip: float
     if signal == "tf_kl":
         return None if m.tf_kl is None else clip_metric("tf_kl", m.tf_kl, tf_kl_clip)
     if signal == "dissimilarity":
-        if m.cosine is not None:
-            return clip_metric("cosine", m.cosine)
+        return None if m.cosine is None else clip_metric("cosine", m.cosine)
+    if signal == "lexical":
         return None if m.rougeL is None else clip_metric("rougeL", m.rougeL)
     if signal == "entropy":
         if m.entropy_shift is None:
@@ -198,7 +214,9 @@ def floor_metric(m: Metrics, signal: str) -> str:
     if signal == "tf_kl":
         return "tf_kl"
     if signal == "dissimilarity":
-        return "cosine" if m.cosine is not None else "rougeL"
+        return "cosine"
+    if signal == "lexical":
+        return "rougeL"
     if signal == "entropy":
         return "abs_entropy_shift"
     raise ValueError(f"not a divergence signal: {signal!r}")
@@ -428,3 +446,25 @@ def _outcome_upper(values: tuple[float, ...], alpha: float) -> float:
     upper_b = clopper_pearson(only_blessed, n, alpha)[1]
     lower_r = clopper_pearson(only_reference, n, alpha)[0]
     return round(0.5 + (upper_b - lower_r) / 2.0, 6)
+
+
+def blessed_hard_rate(
+    floor: Mapping[str, Sequence[float]], min_count: int, alpha: float = CALIBRATION_ALPHA
+) -> float | None:
+    """Exact upper bound of the blessed candidate's hard-failure rate, or None (no blessing).
+
+    The one-sided Clopper-Pearson bound at ``alpha`` of the blessed pairs with a hard
+    failure the reference does not show. A blessed build that never failed in 40 pairs
+    may still fail on 8.8 % of the traffic's prompts (a loop on one prompt of twenty
+    that the calibration did not hold, as int8 did on vLLM), and the bound says so.
+
+    >>> blessed_hard_rate({"blessed:hard": [0.0] * 40}, 10)
+    0.088097
+    >>> blessed_hard_rate({"blessed:hard": [0.0] * 5}, 10) is None
+    True
+    """
+    values = tuple(floor.get(BLESSED_HARD, ()))
+    if len(values) < min_count:
+        return None
+    failed = sum(1 for v in values if v > 0.5)
+    return round(clopper_pearson(failed, len(values), alpha)[1], 6)

@@ -14,17 +14,25 @@ the same floor.
   baseline run). Their values go to the floor under ``blessed:<metric>``; the
   tolerance rule uses them for a metric whose noise floor is degenerate (greedy
   runs; teacher-forced KL of the reference against itself, ~1e-5 nats). Each
-  blessed pair also gives its paired outcome under ``blessed:outcomes``: the
-  outcomes test's null is then the blessed candidate's failure rate plus δ.
+  blessed pair also gives its paired outcome under ``blessed:outcomes`` and its hard
+  failure (0 or 1, by the route's thresholds) under ``blessed:hard``: those tests'
+  nulls are then the blessed candidate's rates plus δ.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 
-from quantdrift.breaker.policy import RoutePolicy
+from quantdrift.breaker.policy import RoutePolicy, failure_thresholds
 from quantdrift.detectors.noise_floor import metric_values
-from quantdrift.detectors.tolerance import BLESSED, BLESSED_OUTCOMES, outcome_x
+from quantdrift.detectors.suite import DEFAULT_THRESHOLDS, FailureThresholds
+from quantdrift.detectors.tolerance import (
+    BLESSED,
+    BLESSED_HARD,
+    BLESSED_OUTCOMES,
+    hard_x,
+    outcome_x,
+)
 from quantdrift.evaluation.cache import ScoreCache, to_score
 from quantdrift.schemas import PairEvent
 from quantdrift.schemas.score import ScoreEvent
@@ -46,13 +54,15 @@ def floor_seed(
     scores: Iterable[ScoreEvent],
     min_pairs: int = 30,
     blessed: Iterable[ScoreEvent] = (),
+    thresholds: FailureThresholds = DEFAULT_THRESHOLDS,
 ) -> tuple[dict[str, list[dict[str, float]]], dict[str, str]]:
     """``({mode: [metric values per pair]}, {mode: where its values came from})``.
 
     Only ``kind == "noise"`` scores of ``scores`` count, each in its own mode;
     every score of ``blessed`` adds its values under ``blessed:`` keys to its
     mode. ``min_pairs`` is only reported against (the judge decides per metric
-    whether a floor is informative enough to use).
+    whether a floor is informative enough to use). ``thresholds`` say what a hard
+    failure is (the route policy's, as its judge counts them).
 
     Examples
     --------
@@ -62,7 +72,7 @@ def floor_seed(
     >>> seed, source = floor_seed([s(i, "sampled", 0.9) for i in range(3)], min_pairs=2,
     ...     blessed=[s(9, "greedy", 0.97, "shadow")])
     >>> seed["greedy"], source["greedy"]  # doctest: +NORMALIZE_WHITESPACE
-    ([{'blessed:cosine': 0.97, 'blessed:outcomes': 0.5}],
+    ([{'blessed:cosine': 0.97, 'blessed:outcomes': 0.5, 'blessed:hard': 0.0}],
      'no informative greedy noise pairs; 1 blessed pairs')
     """
     own: dict[str, list[dict[str, float]]] = {mode: [] for mode in MODES}
@@ -75,9 +85,11 @@ def floor_seed(
     blessed_rows: dict[str, list[dict[str, float]]] = {mode: [] for mode in MODES}
     for score in blessed:
         values = metric_values(score.metrics)
-        # Every blessed pair has an outcome (the tolerance rule's outcomes baseline).
+        # Every blessed pair has an outcome and a hard-failure x (those tests' baselines).
         row = {BLESSED + k: v for k, v in values.items()}
-        blessed_rows[score.decoding].append({**row, BLESSED_OUTCOMES: outcome_x(score.metrics)})
+        row[BLESSED_OUTCOMES] = outcome_x(score.metrics)
+        row[BLESSED_HARD] = hard_x(score.metrics, thresholds)
+        blessed_rows[score.decoding].append(row)
     seed: dict[str, list[dict[str, float]]] = {}
     source: dict[str, str] = {}
     for mode in MODES:
@@ -105,4 +117,5 @@ def seed_from_pairs(
         [to_score(p, cache[p], policy, route) for p in noise],
         policy.min_noise_pairs,
         [to_score(p, cache[p], policy, route) for p in blessed],
+        failure_thresholds(policy),
     )

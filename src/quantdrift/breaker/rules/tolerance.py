@@ -22,16 +22,17 @@ from typing import Any
 from quantdrift.breaker.policy import RoutePolicy, failure_thresholds
 from quantdrift.breaker.rules.reading import Fired, Pair
 from quantdrift.detectors.noise_floor import NoiseFloorState
-from quantdrift.detectors.suite import hard_failures
 from quantdrift.detectors.tolerance import (
     DIVERGENCES,
     SIGNALS,
     BettingSR,
     BettingState,
+    blessed_hard_rate,
     blessed_outcome_mean,
     divergence_x,
     floor_mean,
     floor_metric,
+    hard_x,
     outcome_x,
 )
 from quantdrift.schemas.score import ScoreEvent
@@ -62,7 +63,7 @@ def signal_arl(policy: RoutePolicy, signal: str) -> float | None:
 
     >>> p = RoutePolicy()
     >>> signal_arl(p, "hard"), signal_arl(p, "sequential")
-    (3333333.333333333, None)
+    (4000000.0, None)
     >>> signal_arl(RoutePolicy(rules=("consecutive", "sequential")), "sequential")
     1000000.0
     """
@@ -82,8 +83,10 @@ def null_mean(
     floor holds a blessed baseline, no worse than the blessed candidate by more than
     δ (``blessed``): the blessed mean's exact upper bound plus δ / 2, never below the
     paired null (a blessing widens what is accepted, it never rolls back a candidate
-    the reference-based rule would keep). A floor without ``blessed:outcomes`` (one
-    written before it existed) gives the paired null.
+    the reference-based rule would keep). Hard failures: at most ``tolerance_hard``,
+    or the blessed rate's exact upper bound plus it. A floor without
+    ``blessed:outcomes`` or ``blessed:hard`` (one written before they existed) gives
+    the paired null.
     """
     if signal == "outcomes":
         paired = (1.0 + policy.tolerance_outcomes) / 2.0
@@ -94,7 +97,10 @@ def null_mean(
             return paired, "paired"
         return min(1.0, blessed + policy.tolerance_outcomes / 2.0), "blessed"
     if signal == "hard":
-        return policy.tolerance_hard, "paired"
+        rate = None if floor is None else blessed_hard_rate(floor.values, policy.min_floor_pairs)
+        if rate is None:
+            return policy.tolerance_hard, "paired"
+        return min(1.0, rate + policy.tolerance_hard), "blessed"
     if floor is None:
         return None
     metric = floor_metric(score.metrics, signal)
@@ -112,6 +118,8 @@ def _scale(policy: RoutePolicy, signal: str) -> tuple[float, float]:
         return policy.tf_kl_clip, policy.tolerance_tf_kl
     if signal == "entropy":
         return policy.entropy_clip, policy.tolerance_entropy
+    if signal == "lexical":
+        return 1.0, policy.tolerance_lexical
     return 1.0, policy.tolerance_dissimilarity
 
 
@@ -121,7 +129,7 @@ def observe(policy: RoutePolicy, signal: str, score: ScoreEvent) -> float | None
     if signal == "outcomes":
         return outcome_x(m)
     if signal == "hard":
-        return 1.0 if hard_failures(m, failure_thresholds(policy)) else 0.0
+        return hard_x(m, failure_thresholds(policy))
     if signal == "tf_kl" and not policy.teacher_forced:
         return None
     return divergence_x(m, signal, policy.tf_kl_clip, policy.entropy_clip)
