@@ -87,6 +87,7 @@ def summarise(rows: list[dict[str, Any]]) -> dict[str, Any]:
                 "missed": r["missed"],
                 "streams": r["streams"],
                 "detected_by": r["detected_by"],
+                "limit": r.get("information_limit_pairs"),
             }
             for r in rows
         },
@@ -107,6 +108,8 @@ def fmt_delay(d: dict[str, Any] | None) -> str:
         notes.append(f"{d['missed']} missed")
     if opened := d.get("detected_by", {}).get("open at onset"):
         notes.append(f"{opened} open at onset")
+    if d.get("limit") is not None:
+        notes.append(f"limit {d['limit']:g}")
     return text + (f" ({', '.join(notes)})" if notes else "")
 
 
@@ -124,7 +127,9 @@ def markdown(result: dict[str, Any]) -> str:
         f"{result['streams']} healthy streams of {result['length']:,} int8 pairs; delays are "
         "median / p90 pairs from the onset of the broken variant (a missed stream counts "
         "as one more than its broken pairs; a route already rolled back by its healthy "
-        "part is open at the onset, with delay 0).",
+        "part is open at the onset, with delay 0). *limit*: the information limit, the "
+        "pairs an oracle fitted on these very pairs would need on average at alpha 1e-4 "
+        "(`evaluation/limit.py`; optimistic on purpose).",
         "",
         "| set | mode | false rollbacks / 100k (upper 95 %) | "
         + " | ".join(f"{lab} median / p90" for lab in labels)

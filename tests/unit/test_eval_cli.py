@@ -111,6 +111,7 @@ LONG_KEYS = {
     "detection_delay_pairs",
     "detection_delay_p90",
     "missed",
+    "information_limit_pairs",
 }
 
 
@@ -131,6 +132,10 @@ def test_eval_streams_one_json_array_per_run_and_seeded(tmp_path: Path, capsys) 
     )
     assert default["false_rollbacks_per_100k_upper95"] == pytest.approx(249.6, abs=0.1)
     assert default["missed"] == 0 and default["detection_delay_p90"] <= 20
+    # The oracle's bound: a delay can approach it, never beat it by much (it is fitted
+    # on these very pairs, so optimistic), and a pool this separable needs few pairs.
+    limit = default["information_limit_pairs"]
+    assert limit is not None and 0 < limit <= default["detection_delay_pairs"] + 1, default
     assert main(argv) == 0
     assert capsys.readouterr().out == first  # same seed, same streams, same numbers
 

@@ -19,6 +19,8 @@ Counted per policy:
 * ``detection_delay_pairs`` (median over the streams that caught the drift) and
   ``detection_delay_p90``: drifted pairs judged up to and including the one that
   opened the route (0: already open at the onset, after a false rollback).
+* ``information_limit_pairs``: what an oracle fitted on these very pairs would need
+  on average (``evaluation/limit.py``): the bound a delay is read against.
 * ``missed``: streams whose drift was never caught within ``drift_length``.
   Delays of missed streams count as ``drift_length + 1`` in the quantiles, so a
   miss never makes a policy look faster.
@@ -49,6 +51,7 @@ from quantdrift.breaker.policy import Policy
 from quantdrift.breaker.state import Transition
 from quantdrift.detectors.noise_floor import NoiseFloor
 from quantdrift.evaluation.cache import ScoreCache, to_score
+from quantdrift.evaluation.limit import information_limit
 from quantdrift.evaluation.table import text_table
 from quantdrift.schemas import PairEvent, ScoreEvent
 
@@ -77,6 +80,8 @@ class LongResult:
     detected_by: dict[str, int] = field(default_factory=dict)
     false_rollback_rules: dict[str, int] = field(default_factory=dict)
     floor: dict[str, str] = field(default_factory=dict)
+    # An oracle's expected pairs to flag this pool (evaluation/limit.py): the delay's bound.
+    information_limit_pairs: float | None = None
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -147,12 +152,19 @@ def run_long(
         }
         draws.append((h, d))
     results = []
+    limits: dict[str, float | None] = {}
     for name, policy in policies.items():
         rp = policy.for_route(ROUTE)
         h_scores = [to_score(p, cache[p], rp, ROUTE) for p in healthy]
         d_scores = {
             pool: [to_score(p, cache[p], rp, ROUTE) for p in pairs] for pool, pairs in pools.items()
         }
+        if not limits:  # once: metrics do not depend on the policy
+            h_rows = [s.metrics.model_dump() for s in h_scores]
+            limits = {
+                pool: information_limit(h_rows, [s.metrics.model_dump() for s in scores])
+                for pool, scores in d_scores.items()
+            }
         seeds = []
         for rows_by_mode in floors:
             seeded = offline_store(nf)
@@ -210,9 +222,14 @@ def run_long(
                     detected_by=dict(by[pool]),
                     false_rollback_rules=dict(false_rules),
                     floor=dict(floor_source or {}),
+                    information_limit_pairs=_rounded(limits.get(pool)),
                 )
             )
     return results
+
+
+def _rounded(x: float | None) -> float | None:
+    return None if x is None or not np.isfinite(x) else round(x, 1)
 
 
 def _drawn(scores: Sequence[ScoreEvent], idx: Iterable[int], prefix: str) -> list[ScoreEvent]:
@@ -268,6 +285,7 @@ LONG_COLUMNS = (
     ("delay", "detection_delay_pairs"),
     ("p90", "detection_delay_p90"),
     ("missed", "missed"),
+    ("limit", "information_limit_pairs"),
 )
 
 
