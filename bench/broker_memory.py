@@ -7,8 +7,9 @@ Three probes on a fresh Tansu (memory storage), each a few seconds:
   drop if retention applied);
 * **DeleteRecords**: asked to delete most of a partition; the answer (or the error);
 * **tail latency vs partition size**: after every ``--step`` records of 2 KB,
-  20 produce-then-fetch round trips at the tail, p50 and max, and the CPU the
-  broker spent per step (a store that scans would slow down as it fills).
+  100 produce-then-fetch round trips at the tail, p50 and max, and the CPU the
+  broker spent per step (a store that scans would slow down as it fills), and its CPU
+  per idle fetch at the tail (what each polling consumer costs it).
 
     python bench/broker_memory.py [--mb 40 --step 10000 --steps 6] [--json]
 """
@@ -31,6 +32,8 @@ from aiokafka.structs import TopicPartition
 from quantdrift.stack.broker import TansuBroker
 
 VALUE = b"x" * 2000
+# Round trips per step: enough that the broker's CPU, counted in 10 ms ticks, resolves.
+ROUND_TRIPS = 100
 
 
 async def produce(bootstrap: str, topic: str, n: int) -> None:
@@ -80,6 +83,19 @@ async def delete_records(broker: TansuBroker) -> str:
         await admin.close()
 
 
+async def idle_fetch_cpu(
+    proc: psutil.Process, consumer: AIOKafkaConsumer, tp: TopicPartition, end: int, n: int = 100
+) -> float:
+    """The broker's CPU (ms) per fetch at the tail with nothing new: what every idle
+    consumer costs it, ``fetch_max_wait_ms`` apart. A store that scans its whole log per
+    fetch would spend more per fetch as the log grows."""
+    consumer.seek(tp, end)
+    cpu0 = sum(proc.cpu_times()[:2])
+    for _ in range(n):
+        await consumer.getmany(tp, timeout_ms=20, max_records=1)
+    return round((sum(proc.cpu_times()[:2]) - cpu0) / n * 1000, 3)
+
+
 async def tail_latency(broker: TansuBroker, step: int, steps: int) -> list[dict[str, Any]]:
     proc = psutil.Process(broker.pid)
     bootstrap, tp = broker.bootstrap, TopicPartition("tail", 0)
@@ -100,19 +116,24 @@ async def tail_latency(broker: TansuBroker, step: int, steps: int) -> list[dict[
             total += step
             cpu = sum(proc.cpu_times()[:2]) - cpu0
             lat = []
-            for j in range(20):
+            round_trip_cpu0 = sum(proc.cpu_times()[:2])
+            for j in range(ROUND_TRIPS):
                 consumer.seek(tp, total + j)
                 t0 = time.perf_counter()
                 await (await producer.send(tp.topic, VALUE))
                 await consumer.getmany(tp, timeout_ms=5000, max_records=1)
                 lat.append((time.perf_counter() - t0) * 1000)
-            total += 20
+            round_trip_cpu = (sum(proc.cpu_times()[:2]) - round_trip_cpu0) / ROUND_TRIPS * 1000
+            total += ROUND_TRIPS
+            idle_cpu = await idle_fetch_cpu(proc, consumer, tp, total)
             rows.append(
                 {
                     "records": total,
                     "tail_p50_ms": round(statistics.median(lat), 1),
                     "tail_max_ms": round(max(lat), 1),
                     "broker_cpu_s_per_step": round(cpu, 2),
+                    "broker_cpu_ms_per_idle_fetch": idle_cpu,
+                    "broker_cpu_ms_per_round_trip": round(round_trip_cpu, 2),
                     "rss_mb": round(proc.memory_info().rss / 1e6, 1),
                 }
             )

@@ -73,6 +73,8 @@ def bench_settings(stack: EmbeddedStack, partitions: int = 2) -> Settings:
             web_port=0,
             broker_session_timeout_s=3.0,
             broker_heartbeat_interval_s=0.5,
+            # The soak's probe waits 30 s for a stall; the worker's own watch logs at 20 s.
+            stall_after_s=20.0,
         ),
     )
 
@@ -375,14 +377,16 @@ def summarize(loop: Loop, phase: Phase) -> dict[str, Any]:
 
 
 @contextlib.asynccontextmanager
-async def warm_loop(seed: int) -> AsyncIterator[tuple[EmbeddedStack, Loop]]:
+async def warm_loop(
+    seed: int, log_level: str = "warning"
+) -> AsyncIterator[tuple[EmbeddedStack, Loop]]:
     """Our own stack and one worker, warmed up (model loaded, group joined); stopped after."""
     with EmbeddedStack(redis_probe_url=None) as stack:
         settings = bench_settings(stack)
         await create_topics(
             stack.bootstrap, settings.kafka.topics.model_dump().values(), settings.kafka.partitions
         )
-        worker = WorkerProcess(settings, stack.redis_url).start()
+        worker = WorkerProcess(settings, stack.redis_url, log_level=log_level).start()
         loop = Loop(settings, worker)
         try:
             await loop.start()

@@ -22,6 +22,7 @@ import argparse
 import asyncio
 import itertools
 import json
+import shutil
 import sys
 import time
 from pathlib import Path
@@ -29,6 +30,8 @@ from typing import Any
 
 import psutil
 import redis.asyncio as aioredis
+from aiokafka import AIOKafkaConsumer, TopicPartition
+from aiokafka.admin import AIOKafkaAdminClient
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
@@ -37,6 +40,8 @@ from e2e import RAMP_RATES, SCORE_P99_TARGET_MS, percentile, ramp, rated_load, r
 
 SECTION = "## Memory soak"
 SETTLE_S = 60.0
+PROBE_AFTER_S = 30.0
+"""Nothing scored this long while pairs wait: probe the worker once (stack, offsets)."""
 
 
 def slope_per_min(samples: list[tuple[float, float]]) -> float | None:
@@ -63,7 +68,7 @@ async def redis_used_mb(url: str) -> float:
 
 
 async def run(args: argparse.Namespace) -> dict[str, Any]:
-    async with warm_loop(seed=98) as (stack, loop):
+    async with warm_loop(seed=98, log_level=args.worker_log_level) as (stack, loop):
         worker = loop.worker
         cap = None
         rate = args.rate
@@ -74,6 +79,10 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         assert worker.pid is not None
         servers = _server_processes(stack)
         server_rss: dict[str, list[float]] = {name: [] for name in servers}
+        # The broker's CPU share per sample: the stall's cause (see _broker_note).
+        broker_cpu: list[tuple[float, float]] = []
+        broker = servers.get("tansu")
+        broker_cpu_at = (time.monotonic(), sum(broker.cpu_times()[:2])) if broker else None
         proc = psutil.Process(worker.pid)
         duration = args.minutes * 60
         pool = relabel(long_pairs(2000, seed=args.seed), "soak")
@@ -81,6 +90,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         # (seconds, pairs sent, pairs scored): tells a worker that slows from one that stops.
         progress: list[tuple[float, int, int]] = []
         redis_start = await redis_used_mb(stack.redis_url)
+        probe: dict[str, Any] | None = None
         t0 = time.monotonic()
         next_sample = t0
         sent = 0
@@ -93,9 +103,16 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                 progress.append((now - t0, sent, _scored(loop)))
                 for name, server in servers.items():
                     server_rss[name].append(server.memory_info().rss / 1e6)
+                if broker is not None and broker_cpu_at is not None:
+                    cpu_now = sum(broker.cpu_times()[:2])
+                    share = (cpu_now - broker_cpu_at[1]) / max(1e-9, now - broker_cpu_at[0])
+                    broker_cpu.append((now - t0, share))
+                    broker_cpu_at = (now, cpu_now)
                 next_sample += args.sample_s
                 if not worker.alive():
                     raise RuntimeError("worker died:\n" + worker.log_tail())
+                if probe is None and stalled_for(progress) >= PROBE_AFTER_S:
+                    probe = await stall_probe(loop, worker.pid, now - t0)
             base = pool[sent % len(pool)]
             # Fresh ids: a repeated id would be a dedupe hit, not work.
             pair = base.model_copy(update={"pair_id": f"soak-{sent}"})
@@ -119,6 +136,8 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             if k.startswith("soak-") and k in loop.sent_at
         ]
         redis_end = await redis_used_mb(stack.redis_url)
+        if args.worker_log is not None:
+            args.worker_log.write_bytes(worker.log_path.read_bytes())
     settled = [s for s in samples if s[0] >= min(SETTLE_S, duration / 3)]
     slope = slope_per_min(settled)
     rss = [v for _, v in samples]
@@ -151,16 +170,36 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         "samples": [(round(t, 1), round(v, 1)) for t, v in samples],
         "progress": [(round(t, 1), n_sent, n_scored) for t, n_sent, n_scored in progress],
         "longest_stall_s": longest_stall(progress),
+        "stall_probe": probe,
         "score_reader_failure": reader_failure,
         "worker_warnings": [line for line in worker_log if "WARNING" in line or "ERROR" in line][
             -10:
         ],
         "broker_mb_per_10k_pairs": _broker_per_10k(server_rss, sent),
+        # (seconds, cores the broker used since the sample before)
+        "broker_cpu": [(round(t, 1), round(c, 2)) for t, c in broker_cpu[1:]],
     }
 
 
 def _scored(loop: Any) -> int:
     return sum(1 for k in loop.scored_at if k.startswith("soak-"))
+
+
+def _stalls(progress: list[tuple[float, int, int]]) -> tuple[float, float]:
+    """(longest, ongoing) time in s that nothing new was scored while pairs were waiting.
+
+    One walk over the samples: ``longest`` for the report, ``ongoing`` (the stall
+    still open at the last sample, 0 if none) to probe a stall while it happens.
+    """
+    longest, since = 0.0, None
+    for (t0, _, done0), (t1, sent1, done1) in itertools.pairwise(progress):
+        if done1 == done0 and sent1 > done1:
+            since = t0 if since is None else since
+            longest = max(longest, t1 - since)
+        else:
+            since = None
+    ongoing = 0.0 if since is None else progress[-1][0] - since
+    return round(float(longest), 1), float(ongoing)
 
 
 def longest_stall(progress: list[tuple[float, int, int]]) -> float:
@@ -172,14 +211,68 @@ def longest_stall(progress: list[tuple[float, int, int]]) -> float:
     >>> longest_stall([(0, 10, 10), (5, 20, 15), (10, 30, 15), (15, 40, 15), (20, 40, 40)])
     10.0
     """
-    longest, since = 0.0, None
-    for (t0, _, done0), (t1, sent1, done1) in itertools.pairwise(progress):
-        if done1 == done0 and sent1 > done1:
-            since = t0 if since is None else since
-            longest = max(longest, t1 - since)
-        else:
-            since = None
-    return round(float(longest), 1)
+    return _stalls(progress)[0]
+
+
+def stalled_for(progress: list[tuple[float, int, int]]) -> float:
+    """How long (s) nothing new has been scored, at the last sample, while pairs wait.
+
+    >>> stalled_for([(0, 10, 10), (5, 20, 15), (10, 30, 15), (15, 40, 15)])
+    10.0
+    >>> stalled_for([(0, 10, 10), (5, 20, 20)])
+    0.0
+    """
+    return _stalls(progress)[1]
+
+
+async def stall_probe(loop: Any, pid: int | None, at_s: float) -> dict[str, Any]:
+    """What a stall looks like from outside: where each thread is, and where the offsets are.
+
+    Three questions tell the suspects apart: did the worker stop *committing*
+    pairs (its group's offsets on the pairs topic), did it stop *sending* scores
+    (the scores topic's end offsets against what this bench's reader saw), and
+    what is each of its threads doing (a ``py-spy dump`` of the live process).
+    """
+    topics = loop.settings.kafka.topics
+    group = loop.settings.worker.app_id
+    out: dict[str, Any] = {"at_s": round(at_s, 1), "reader_saw": len(loop.scored_at)}
+    consumer = AIOKafkaConsumer(bootstrap_servers=loop.settings.kafka.bootstrap_servers)
+    admin = AIOKafkaAdminClient(bootstrap_servers=loop.settings.kafka.bootstrap_servers)
+    try:
+        await consumer.start()
+        await admin.start()
+        await consumer.topics()  # metadata: an unsubscribed consumer knows no partitions yet
+        for name in (topics.pairs, topics.scores):
+            parts = [TopicPartition(name, p) for p in consumer.partitions_for_topic(name) or ()]
+            ends = await consumer.end_offsets(parts)
+            out[f"{name} end"] = {tp.partition: off for tp, off in ends.items()}
+        committed = await admin.list_consumer_group_offsets(group)
+        out["group committed"] = {
+            f"{tp.topic}[{tp.partition}]": meta.offset for tp, meta in committed.items()
+        }
+    except Exception as exc:  # a probe must not end the soak it is explaining
+        out["offsets_error"] = repr(exc)
+    finally:
+        await consumer.stop()
+        await admin.close()
+    spy = shutil.which("py-spy") or str(Path(sys.executable).with_name("py-spy"))
+    if pid is not None and Path(spy).exists():
+        proc = await asyncio.create_subprocess_exec(
+            spy,
+            "dump",
+            "--pid",
+            str(pid),
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.STDOUT,
+        )
+        try:
+            dump, _ = await asyncio.wait_for(proc.communicate(), 30)
+            out["py_spy_dump"] = dump.decode(errors="replace")
+        except TimeoutError:
+            proc.kill()
+            out["py_spy_dump"] = "py-spy dump timed out"
+    print(json.dumps(out, indent=1), file=sys.stderr, flush=True)
+    return out
 
 
 def _broker_per_10k(server_rss: dict[str, list[float]], sent: int) -> float | None:
@@ -253,13 +346,25 @@ def _broker_note(result: dict[str, Any]) -> str:
     if per_10k is None:
         return ""
     per_hour = per_10k * result["rate_pairs_per_s"] * 3600 / 10_000
-    return (
+    note = (
         f"The embedded broker (Tansu 0.6, memory storage) keeps every record: it ignores "
         f"`retention.ms` and does not implement DeleteRecords, so no retention setting "
         f"bounds it; it grew {per_10k} MB per 10k pairs here, about {per_hour:.0f} MB per "
         f"hour at this rate. Long soaks need a broker with disk storage and retention "
         f"(Apache Kafka, `docker-compose.yml`)."
     )
+    cpu = result.get("broker_cpu") or []
+    if cpu:
+        tenth = max(1, len(cpu) // 10)
+        first = sum(c for _, c in cpu[:tenth]) / tenth
+        peak_t, peak = max(cpu, key=lambda tc: tc[1])
+        note += (
+            f" Its CPU: {first:.2f} cores over the first tenth of the run, "
+            f"{peak:.2f} at most (at {peak_t:g} s). It spends more per fetch the more records "
+            f"it holds (`bench/broker_memory.py`), so at a fixed rate it saturates a core "
+            f"after a while, and then nothing reaches the worker."
+        )
+    return note
 
 
 def _behind(result: dict[str, Any]) -> str:
@@ -290,6 +395,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--factor", type=float, default=1.0, help="multiply the rated load")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--json", action="store_true", help="end with one JSON object")
+    ap.add_argument("--worker-log", type=Path, default=None, help="keep the worker's log here")
+    ap.add_argument("--worker-log-level", default="warning", help="the worker's --log-level")
     ap.add_argument("--write", type=Path, default=None, help="write/update a section in this file")
     args = ap.parse_args(argv)
     result = asyncio.run(run(args))
