@@ -1,6 +1,7 @@
 """The decision table per mode, for the lab's pairs and for pairs recorded on real vLLM.
 
-    python bench/eval_modes.py [--streams 20] [--length 5000] [--json] [--write docs/vllm.md]
+    python bench/eval_modes.py [--streams 20] [--length 5000] [--calibration-draws 5]
+                               [--json] [--write docs/vllm.md]
 
 For each pair set, every mode (greedy / sampled x teacher-forced log-probs /
 log-probs without teacher forcing / text only), the protocol of docs/deciding.md:
@@ -10,6 +11,13 @@ broken variant's pairs (``quantdrift eval --holdout --streams S --length N``, th
 default policy). Rows give false rollbacks per 100k (with the 95 % upper bound),
 and per broken variant the detection delay median / p90 in pairs and the streams
 missed.
+
+The calibration is not one fixed draw: ``--calibration-draws D`` (default 5)
+resamples the calibration prompts D times (a bootstrap over prompts, none of them a
+prompt the streams use; ``quantdrift eval --calibration-draws``), and each draw's
+floors and blessed baseline judge ``streams / D`` streams of their own. A false
+rollback that only an unlucky calibration causes is counted, as an operator who
+calibrates once would meet it.
 
 The sets:
 
@@ -60,9 +68,10 @@ def run_mode(
         decoding=decoding,  # type: ignore[arg-type]
         logprobs=logprobs,  # type: ignore[arg-type]
         holdout=True,
-        streams=args.streams,
+        streams=args.streams // args.calibration_draws,
         length=args.length,
         seed=args.seed,
+        calibration_draws=args.calibration_draws,
     )
     return run_eval(EmbeddingSettings(), request).rows
 
@@ -119,9 +128,12 @@ def markdown(result: dict[str, Any]) -> str:
         SECTION,
         "",
         f"`python bench/eval_modes.py --streams {result['streams']} --length "
-        f"{result['length']} --seed {result['seed']}`: the protocol of docs/deciding.md "
+        f"{result['length']} --seed {result['seed']} --calibration-draws "
+        f"{result['calibration_draws']}`: the protocol of docs/deciding.md "
         "(floors and the blessed int8 baseline from the calibration prompts, streams from "
-        "the evaluation prompts, the default policy) on two pair sets recorded with the "
+        f"the evaluation prompts, the default policy), the calibration resampled "
+        f"{result['calibration_draws']} times (a bootstrap over the calibration prompts; "
+        "each draw judges its own share of the streams), on two pair sets recorded with the "
         "same prompts: `lab` by the transformers lab, `vllm` by real vLLM engines through "
         "the gateway (`bench/lab_pairs_vllm.py`). Each mode replays "
         f"{result['streams']} healthy streams of {result['length']:,} int8 pairs; delays are "
@@ -149,13 +161,22 @@ def main() -> int:
     ap.add_argument("--streams", type=int, default=20)
     ap.add_argument("--length", type=int, default=5000)
     ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument(
+        "--calibration-draws",
+        type=int,
+        default=5,
+        help="resampled calibrations; --streams is split evenly over them",
+    )
     ap.add_argument("--embedder", default=None, help="the worker's default when not given")
     ap.add_argument("--sets", default=",".join(SETS))
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--write", type=Path, default=None)
     args = ap.parse_args()
+    if args.calibration_draws < 1 or args.streams % args.calibration_draws:
+        ap.error("--streams must be a positive multiple of --calibration-draws")
     result: dict[str, Any] = {
         "streams": args.streams,
+        "calibration_draws": args.calibration_draws,
         "length": args.length,
         "seed": args.seed,
         "sets": {},
