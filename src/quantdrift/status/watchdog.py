@@ -12,8 +12,10 @@ move" says stuck, so that is what this watches, per assigned partition:
   before its first commit the next offset it reads.
 
 ``behind`` (end minus that) is the consumer lag that ``/metrics`` and ``/status.json``
-show. A partition is **stalled** when it is behind and that offset has not moved for
-``stall_after_s``. Committed, not read, offsets: Faust reads ahead into its buffers, so
+show. A partition is **stalled** when it has been behind for ``stall_after_s`` with that
+offset unmoved. The clock starts at the first look that finds it behind, not at the
+offset's last move: a worker idle for an hour whose offset then meets a new record has
+been stuck for no time at all, and must not fail its liveness probe for it. Committed, not read, offsets: Faust reads ahead into its buffers, so
 an agent stuck on a batch would leave the read offset moving until thousands of records
 were buffered; the committed one stops with the work. The worker then logs, once per
 stall, what Faust and aiokafka hold for the partition (active, paused, buffered, the
@@ -55,6 +57,10 @@ class StallWatch:
     ([], {})
     >>> w.observe(500, {"p/0": 60}, {"p/0": 60}), w.stalled  # idle with nothing waiting
     ([], {})
+    >>> w.observe(505, {"p/0": 60}, {"p/0": 64}), w.stalled  # a record after a long idle
+    ([], {})
+    >>> w.observe(570.0, {"p/0": 60}, {"p/0": 64}), w.stalled  # behind 65 s since: stalled
+    (['p/0'], {'p/0': 65.0})
     """
 
     stall_after_s: float = 60.0
@@ -75,9 +81,11 @@ class StallWatch:
             nxt = unfinished.get(tp)
             if nxt is None:
                 continue
-            if self._next.get(tp) != nxt:
+            gap = max(0, end - nxt)
+            # The clock restarts when the offset moves, and while nothing waits.
+            if self._next.get(tp) != nxt or self.behind.get(tp, 0) == 0:
                 self._next[tp], self._moved_at[tp] = nxt, now
-            behind[tp] = gap = max(0, end - nxt)
+            behind[tp] = gap
             idle = now - self._moved_at[tp]
             if gap > 0 and idle >= self.stall_after_s:
                 stalled[tp] = idle
