@@ -9,9 +9,13 @@ Three probes on a fresh Tansu (memory storage), each a few seconds:
 * **tail latency vs partition size**: after every ``--step`` records of 2 KB,
   100 produce-then-fetch round trips at the tail, p50 and max, and the CPU the
   broker spent per step (a store that scans would slow down as it fills), and its CPU
-  per idle fetch at the tail (what each polling consumer costs it).
+  per idle fetch at the tail (what each polling consumer costs it). ``--per-batch K``
+  fills the partition with batches of K records (one produce request each): Tansu keeps
+  one object per batch and lists every object of the partition on each fetch of new
+  data, so the round trip's cost should follow the batches held, not the records.
 
-    python bench/broker_memory.py [--mb 40 --step 10000 --steps 6] [--json]
+    python bench/broker_memory.py [--mb 40 --step 10000 --steps 6] [--per-batch K]
+                                  [--skip-retention] [--json]
 """
 
 from __future__ import annotations
@@ -36,12 +40,23 @@ VALUE = b"x" * 2000
 ROUND_TRIPS = 100
 
 
-async def produce(bootstrap: str, topic: str, n: int) -> None:
-    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, linger_ms=5)
+async def produce(bootstrap: str, topic: str, n: int, per_batch: int | None = None) -> None:
+    """``n`` records of 2 KB; ``per_batch``: exactly that many per batch (None: as
+    aiokafka packs them, up to its 16 KB batches)."""
+    room = max(16384, (per_batch or 1) * (len(VALUE) + 200))
+    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, linger_ms=5, max_batch_size=room)
     await producer.start()
     try:
-        for _ in range(n):
-            await producer.send(topic, VALUE)
+        if per_batch is None:
+            for _ in range(n):
+                await producer.send(topic, VALUE)
+        else:
+            for start in range(0, n, per_batch):
+                batch = producer.create_batch()
+                for _ in range(min(per_batch, n - start)):
+                    if batch.append(key=None, value=VALUE, timestamp=None) is None:
+                        raise RuntimeError(f"a batch of {per_batch} records does not fit")
+                await (await producer.send_batch(batch, topic, partition=0))
         await producer.flush()
     finally:
         await producer.stop()
@@ -96,7 +111,9 @@ async def idle_fetch_cpu(
     return round((sum(proc.cpu_times()[:2]) - cpu0) / n * 1000, 3)
 
 
-async def tail_latency(broker: TansuBroker, step: int, steps: int) -> list[dict[str, Any]]:
+async def tail_latency(
+    broker: TansuBroker, step: int, steps: int, per_batch: int | None = None
+) -> list[dict[str, Any]]:
     proc = psutil.Process(broker.pid)
     bootstrap, tp = broker.bootstrap, TopicPartition("tail", 0)
     admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
@@ -112,7 +129,7 @@ async def tail_latency(broker: TansuBroker, step: int, steps: int) -> list[dict[
     try:
         for _ in range(steps):
             cpu0 = sum(proc.cpu_times()[:2])
-            await produce(bootstrap, "tail", step)
+            await produce(bootstrap, "tail", step, per_batch)
             total += step
             cpu = sum(proc.cpu_times()[:2]) - cpu0
             lat = []
@@ -146,12 +163,12 @@ async def tail_latency(broker: TansuBroker, step: int, steps: int) -> list[dict[
 async def main(args: argparse.Namespace) -> dict[str, Any]:
     broker = TansuBroker().start()
     try:
-        return {
-            "bench": "broker_memory",
-            "retention": await retention(broker, args.mb, args.idle_s),
-            "delete_records": await delete_records(broker),
-            "tail": await tail_latency(broker, args.step, args.steps),
-        }
+        out: dict[str, Any] = {"bench": "broker_memory", "per_batch": args.per_batch}
+        if not args.skip_retention:
+            out["retention"] = await retention(broker, args.mb, args.idle_s)
+            out["delete_records"] = await delete_records(broker)
+        out["tail"] = await tail_latency(broker, args.step, args.steps, args.per_batch)
+        return out
     finally:
         broker.stop()
 
@@ -162,6 +179,8 @@ if __name__ == "__main__":
     parser.add_argument("--idle-s", type=float, default=10.0)
     parser.add_argument("--step", type=int, default=10_000)
     parser.add_argument("--steps", type=int, default=6)
+    parser.add_argument("--per-batch", type=int, default=None, help="records per batch")
+    parser.add_argument("--skip-retention", action="store_true", help="the tail probe only")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     result = asyncio.run(main(args))

@@ -63,10 +63,17 @@ SWITCH_P99_TARGET_MS = {"1x": 250.0, "1.5x": 500.0}
 RAMP_RATES = [20.0, 40.0, 60.0, 80.0, 100.0, 120.0, 160.0, 200.0]
 
 
-def bench_settings(stack: EmbeddedStack, partitions: int = 2) -> Settings:
+def bench_settings(
+    stack: EmbeddedStack, partitions: int = 2, linger_ms: int | None = None
+) -> Settings:
+    """The bench's settings on ``stack``; ``linger_ms`` (None: the project's default) is
+    every producer's, the worker's and the load generator's alike."""
     tag = uuid.uuid4().hex[:8]
+    kafka = KafkaSettings(bootstrap_servers=stack.bootstrap, partitions=partitions)
+    if linger_ms is not None:
+        kafka = kafka.model_copy(update={"linger_ms": linger_ms})
     return Settings(
-        kafka=KafkaSettings(bootstrap_servers=stack.bootstrap, partitions=partitions),
+        kafka=kafka,
         redis=RedisSettings(url=stack.redis_url, key_prefix=f"qdbench:{tag}:"),
         worker=WorkerSettings(
             app_id=f"qdbench-{tag}",
@@ -378,11 +385,11 @@ def summarize(loop: Loop, phase: Phase) -> dict[str, Any]:
 
 @contextlib.asynccontextmanager
 async def warm_loop(
-    seed: int, log_level: str = "warning"
+    seed: int, log_level: str = "warning", linger_ms: int | None = None
 ) -> AsyncIterator[tuple[EmbeddedStack, Loop]]:
     """Our own stack and one worker, warmed up (model loaded, group joined); stopped after."""
     with EmbeddedStack(redis_probe_url=None) as stack:
-        settings = bench_settings(stack)
+        settings = bench_settings(stack, linger_ms=linger_ms)
         await create_topics(
             stack.bootstrap, settings.kafka.topics.model_dump().values(), settings.kafka.partitions
         )

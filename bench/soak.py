@@ -11,6 +11,18 @@ the RSS of the broker (Tansu) and Redis processes when it started them.
 
     python bench/soak.py [--minutes 10] [--rate R] [--factor 1.5] [--json] [--write FILE]
 
+Every producer, the load generator's and the worker's, lingers ``--linger-ms`` (100 by
+default, the project's default is 5) so that the embedded broker holds batches of a few
+pairs, not one batch per pair. Tansu 0.6's memory storage keeps one object per batch
+and answers every fetch of new data by listing all of the partition's objects
+(``DynoStore::fetch``, ``tansu-storage/src/dynostore.rs``); it implements no retention
+and no DeleteRecords. Its CPU per fetch therefore grows with the batches it holds, and
+at one batch per pair a soak of 90 pairs/s saturates a core within minutes and stops
+feeding the worker (BENCHMARKS.md, "The stall"). Batches of a few pairs divide that
+growth by their size and by the fetches they save; the broker's CPU is sampled
+(``broker_cpu``) so a run shows whether it stayed bounded. Apache Kafka indexes its
+segments and needs none of this.
+
 Without ``--rate`` the rated load comes from the paced ramp of ``bench/e2e.py``;
 ``--factor`` multiplies the load (``make bench-long`` runs 1.5x for ``MINUTES``,
 30 by default; the launch standard asks for 4 hours: ``make bench-long MINUTES=240``).
@@ -68,7 +80,8 @@ async def redis_used_mb(url: str) -> float:
 
 
 async def run(args: argparse.Namespace) -> dict[str, Any]:
-    async with warm_loop(seed=98, log_level=args.worker_log_level) as (stack, loop):
+    loop_cm = warm_loop(seed=98, log_level=args.worker_log_level, linger_ms=args.linger_ms)
+    async with loop_cm as (stack, loop):
         worker = loop.worker
         cap = None
         rate = args.rate
@@ -146,6 +159,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         "bench": "soak",
         "minutes": args.minutes,
         "rate_pairs_per_s": rate,
+        "linger_ms": args.linger_ms,
         "capacity": cap,
         "pairs_sent": sent,
         "pairs_scored": scored,
@@ -312,7 +326,8 @@ def markdown(result: dict[str, Any]) -> str:
             SECTION,
             "",
             f"One worker, {result['minutes']:g} min at {result['rate_pairs_per_s']:g} pairs/s "
-            f"(the rated load), {result['pairs_sent']} pairs sent, {result['pairs_scored']} "
+            f"(the rated load; producers linger {result.get('linger_ms', 5)} ms, see the "
+            f"module docstring), {result['pairs_sent']} pairs sent, {result['pairs_scored']} "
             f"scored; pair→ScoreEvent from the scheduled send time p50 "
             f"{result['score_p50_ms']} ms, **p99 {result['score_p99_ms']} ms** (target < "
             f"{SCORE_P99_TARGET_MS:g} ms)." + _behind(result),
@@ -394,6 +409,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--sample-s", type=float, default=5.0)
     ap.add_argument("--factor", type=float, default=1.0, help="multiply the rated load")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument(
+        "--linger-ms",
+        type=int,
+        default=100,
+        help="every producer's linger: batches bound the embedded broker's fetch cost",
+    )
     ap.add_argument("--json", action="store_true", help="end with one JSON object")
     ap.add_argument("--worker-log", type=Path, default=None, help="keep the worker's log here")
     ap.add_argument("--worker-log-level", default="warning", help="the worker's --log-level")
