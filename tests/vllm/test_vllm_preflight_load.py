@@ -52,7 +52,7 @@ def engine_pid(engine: Any) -> int:
 async def test_load_at_one_and_a_half_peak_through_the_gateway_on_vllm(
     vllm_engines: dict[str, Any], stack: EmbeddedStack, redis_prefix: str, tmp_path: Path
 ) -> None:
-    cand, ref = vllm_engines["int4-g64-gptq"], vllm_engines["ref-f32"]
+    cand, ref = vllm_engines["candidate"], vllm_engines["reference"]
     settings = isolated_settings(stack, redis_prefix)
     await make_topics(settings)
     env = settings_env(settings, stack.redis_url)

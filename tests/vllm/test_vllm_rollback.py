@@ -1,7 +1,8 @@
 """The guard loop on real vLLM: OpenAI SDK -> ``quantdrift gateway`` -> two vLLM engines.
 
 The candidate is SmolLM2-135M as a GPTQ W4A16 checkpoint (int4, groups of 64),
-which vLLM runs through its own int4 kernel; the reference is the bf16 model;
+which vLLM runs through its own int4 kernel (on a CPU without that kernel, the same
+int4 weights dequantized: ``tests/vllm/conftest.py``); the reference is the bf16 model;
 each is served by vLLM (``quantdrift lab vllm``). The gateway's config is
 shaped like ``examples/gateway.yaml`` with ``teacher_forcing: vllm`` on the
 reference pool: every shadow pair carries the reference's log-probs of the
@@ -55,7 +56,7 @@ PROMPTS = [
 ]
 # The breaker judges by teacher-forced KL (nats). Measured on these engines (greedy,
 # 24-96 tokens): the reference against itself 0.000 on every pair, int4-g64-gptq
-# against it 0.14-0.76.
+# against it 0.14-0.76 (int4-g64 dequantized: see the test's printed evidence).
 POLICY = {
     "rules": ["consecutive"],
     "consecutive_failures": 2,
@@ -136,7 +137,7 @@ async def test_rollback_on_teacher_forced_evidence_from_vllm(
     vllm_engines: dict[str, Any], stack: EmbeddedStack, redis_prefix: str, tmp_path: Path
 ) -> None:
     started = time.monotonic()
-    cand, ref = vllm_engines["int4-g64-gptq"], vllm_engines["ref-f32"]
+    cand, ref = vllm_engines["candidate"], vllm_engines["reference"]
     policy = tmp_path / "policy.yaml"
     policy.write_text(yaml.safe_dump({"default": POLICY}))
     settings = isolated_settings(stack, redis_prefix).model_copy(update={"policy_file": policy})
@@ -145,7 +146,7 @@ async def test_rollback_on_teacher_forced_evidence_from_vllm(
     env = settings_env(settings, stack.redis_url)
     gw_port = free_port()
     config = tmp_path / "gateway.yaml"
-    write_config(config, cand.url, "int4-g64-gptq", ref.url)
+    write_config(config, cand.url, cand.variant, ref.url)
     worker = WorkerProcess(settings, stack.redis_url).start()
     gateway = Child(
         "gateway", ["gateway", "--config", str(config), "--port", str(gw_port)], tmp_path, env
@@ -202,7 +203,7 @@ async def test_rollback_on_teacher_forced_evidence_from_vllm(
         assert (
             tf and pair.candidate.token_logprobs and len(tf) == len(pair.candidate.token_logprobs)
         )
-        for side, model in ((pair.candidate, "int4-g64-gptq"), (pair.reference, "ref-f32")):
+        for side, model in ((pair.candidate, cand.variant), (pair.reference, ref.variant)):
             assert side.engine is not None
             assert (side.engine.engine, side.engine.model) == ("vllm", model), side.engine
             assert side.engine.version
@@ -222,7 +223,7 @@ async def test_rollback_on_teacher_forced_evidence_from_vllm(
         # The team redeploys the candidate on a healthy build; the gateway restarts on
         # the new pool and, from the control topic, still serves the reference.
         gateway.stop()
-        write_config(config, ref.url, "ref-f32", ref.url)
+        write_config(config, ref.url, ref.variant, ref.url)
         gateway = Child(
             "gateway-redeployed",
             ["gateway", "--config", str(config), "--port", str(gw_port)],
@@ -260,8 +261,8 @@ async def test_rollback_on_teacher_forced_evidence_from_vllm(
             if a.kind == "breaker.candidate_changed"
         ]
         assert len(changes) == 1, changes
-        assert "int4-g64-gptq" in str(changes[0].evidence), changes[0]
-        assert "ref-f32" in str(changes[0].evidence), changes[0]
+        assert cand.variant in str(changes[0].evidence), changes[0]
+        assert ref.variant in str(changes[0].evidence), changes[0]
         print(
             f"\nvLLM engines ready (startup {cand.ready['startup_s']}s / "
             f"{ref.ready['startup_s']}s, vLLM {ref.ready.get('version')}); rollback after "

@@ -185,13 +185,26 @@ def export(args: argparse.Namespace) -> int:
 
 
 def vllm(args: argparse.Namespace) -> int:
-    from quantdrift.lab.vllm_server import VllmServer, default_model_dir, find_python
+    from quantdrift.lab.vllm_server import (
+        VllmServer,
+        default_model_dir,
+        find_python,
+        has_int4_kernel,
+        needs_int4_kernel,
+    )
 
     python = find_python(args.python)
     if python is None:
         sys.stderr.write(
             "quantdrift: error: no vLLM python: run `make vllm` (builds .venv-vllm) "
             "or pass --python / set QUANTDRIFT_VLLM_PYTHON\n"
+        )
+        return 2
+    if needs_int4_kernel(args.variant) and not has_int4_kernel(python):
+        sys.stderr.write(
+            f"quantdrift: error: {args.variant} needs vLLM's int4 (W4A16) CPU kernel, which "
+            "this vLLM build has only for CPUs with AVX-512, and this CPU has none: serve "
+            "int4-g64 (the same int4 weights, dequantized) instead\n"
         )
         return 2
     model_dir = args.model_dir or default_model_dir(args.variant)

