@@ -16,25 +16,40 @@ from pathlib import Path
 
 import pytest
 
-from quantdrift.lab.vllm_server import has_int4_kernel, needs_int4_kernel
+from quantdrift.lab.vllm_server import EngineCaps, engine_caps, has_int4_kernel, needs_int4_kernel
 
 
 def fake_python(tmp_path: Path, answer: str, code: int = 0) -> Path:
-    """An executable that prints ``answer`` and exits ``code``, whatever it is asked."""
+    """An executable that prints ``answer`` (its lines: the int4 kernel, AVX-512) and
+    exits ``code``, whatever it is asked."""
     path = tmp_path / "python"
-    path.write_text(f"#!/bin/sh\necho '{answer}'\nexit {code}\n")
+    path.write_text(f"#!/bin/sh\nprintf '{answer}'\nexit {code}\n")
     path.chmod(path.stat().st_mode | stat.S_IEXEC)
     return path
 
 
 @pytest.mark.parametrize(
-    ("answer", "code", "expected"),
-    [("True", 0, True), ("False", 0, False), ("True", 1, False), ("", 0, False)],
+    ("answer", "code", "caps"),
+    [
+        ("True\\nTrue\\n", 0, EngineCaps(int4_kernel=True, avx512=True)),
+        ("a warning\\nFalse\\nFalse\\n", 0, EngineCaps(int4_kernel=False, avx512=False)),
+        ("False\\nTrue\\n", 0, EngineCaps(int4_kernel=False, avx512=True)),
+        ("True\\nTrue\\n", 1, EngineCaps()),
+        ("True\\n", 0, EngineCaps()),
+        ("", 0, EngineCaps()),
+    ],
 )
-def test_the_probe_reads_the_last_line_and_the_status(
-    tmp_path: Path, answer: str, code: int, expected: bool
+def test_the_probe_reads_its_two_last_lines_and_the_status(
+    tmp_path: Path, answer: str, code: int, caps: EngineCaps
 ) -> None:
-    assert has_int4_kernel(fake_python(tmp_path, answer, code)) is expected
+    python = fake_python(tmp_path, answer, code)
+    assert engine_caps(python) == caps
+    assert has_int4_kernel(python) is caps.int4_kernel
+
+
+def test_the_dtype_follows_the_cpu() -> None:
+    assert EngineCaps(avx512=True).dtype == "bfloat16"
+    assert EngineCaps(avx512=False).dtype == "float32"
 
 
 def test_only_gptq_needs_the_kernel() -> None:
@@ -43,7 +58,7 @@ def test_only_gptq_needs_the_kernel() -> None:
 
 
 def test_a_gptq_variant_without_the_kernel_is_one_line_and_status_2(tmp_path: Path) -> None:
-    python = fake_python(tmp_path, "False")
+    python = fake_python(tmp_path, "False\\nFalse\\n")
     out = subprocess.run(
         [
             *(sys.executable, "-m", "quantdrift", "lab", "vllm", "--variant", "int4-g64-gptq"),

@@ -37,10 +37,16 @@ from quantdrift.stack import EmbeddedStack, free_port
 
 try:
     from guard import isolated_settings, make_topics, records_for
-    from test_rollback_e2e import Child, ControlWatch, Reply, until_gateway
+    from test_rollback_e2e import Child, ControlWatch, Reply, gateway_route, until_gateway
 except ImportError:  # pragma: no cover - when tests/ is imported as a package
     from tests.integration.guard import isolated_settings, make_topics, records_for
-    from tests.integration.test_rollback_e2e import Child, ControlWatch, Reply, until_gateway
+    from tests.integration.test_rollback_e2e import (
+        Child,
+        ControlWatch,
+        Reply,
+        gateway_route,
+        until_gateway,
+    )
 
 openai = pytest.importorskip("openai")
 
@@ -249,7 +255,12 @@ async def test_rollback_on_teacher_forced_evidence_from_vllm(
         assert restore.command.target == "candidate"
         await until_gateway(http, lambda r: r["serving"] == "int4", 30, "int4")
         back = await ask(client, PROMPTS[0])
-        assert (back.status, back.precision) == (200, "int4")
+        assert (back.status, back.precision) == (200, "int4"), (
+            back,
+            [(s.command.action, s.command.epoch, s.command.reason) for s in watch.seen],
+            await gateway_route(http),
+            gateway.tail(),
+        )
 
         # The redeploy was a new candidate to the breaker: one alert, naming both builds.
         changes = [

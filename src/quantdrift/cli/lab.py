@@ -95,6 +95,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     v.add_argument("--max-model-len", type=positive_int, default=2048)
     v.add_argument("--max-num-seqs", type=positive_int, default=16)
     v.add_argument("--threads", type=positive_int, default=1, help="OMP_NUM_THREADS of the engine")
+    v.add_argument(
+        "--dtype",
+        choices=("bfloat16", "float32"),
+        default=None,
+        help="the engine's dtype (default: bfloat16 with AVX-512, float32 on an AVX2-only CPU)",
+    )
     v.add_argument("--ready-timeout", type=float, default=900.0, help="seconds to wait for ready")
     v.set_defaults(func=vllm)
 
@@ -218,5 +224,6 @@ def vllm(args: argparse.Namespace) -> int:
         max_model_len=args.max_model_len,
         max_num_seqs=args.max_num_seqs,
         threads=args.threads,
+        dtype=args.dtype,
     )
     return server.run(ready_timeout_s=args.ready_timeout)
