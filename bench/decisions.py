@@ -57,7 +57,11 @@ def run_mode(mode: str, embedder: str, streams: int, length: int, seed: int) -> 
     decision: eval_modes.py's run (the service the CLI calls) and its summary."""
     decoding, logprobs = mode.split("/")
     path, variants = eval_modes.SETS["lab"]
-    args = argparse.Namespace(embedder=embedder, streams=streams, length=length, seed=seed)
+    # One calibration, the whole calibration set: the scorers are compared on the same
+    # floors, so the rows differ by the scores alone.
+    args = argparse.Namespace(
+        embedder=embedder, streams=streams, length=length, seed=seed, calibration_draws=1
+    )
     t0 = time.perf_counter()
     summary = eval_modes.summarise(eval_modes.run_mode(path, variants, decoding, logprobs, args))
     return {
