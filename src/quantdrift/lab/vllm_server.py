@@ -73,8 +73,9 @@ class EngineCaps:
     @property
     def dtype(self) -> str:
         """The weights' dtype to serve: bf16 where the CPU has AVX-512; float32 on an
-        AVX2-only CPU, where bf16 is emulated (SmolLM2-135M, 16 requests of 16 tokens at
-        once: 23.9 s in bf16 against 4.9 s in float32 on an AMD EPYC, vLLM 0.32.0)."""
+        AVX2-only CPU, where bf16 is emulated (SmolLM2-135M int4-g64, 16 requests of 16
+        tokens at once: 19.5 s in bf16 against 3.3 s in float32 on an AMD EPYC, vLLM
+        0.32.0; bench/vllm_dtype.py)."""
         return "bfloat16" if self.avx512 else "float32"
 
 
