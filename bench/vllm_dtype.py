@@ -15,7 +15,6 @@ import argparse
 import asyncio
 import json
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -24,7 +23,7 @@ from typing import Any
 
 import httpx
 
-from quantdrift.lab.vllm_server import engine_command, find_python
+from quantdrift.lab.vllm_server import engine_command, find_python, stop_group
 
 ROUNDS, AT_ONCE, SEQUENTIAL, TOKENS = 3, 16, 4, 16
 
@@ -86,8 +85,8 @@ def serve(python: Path, model: Path, dtype: str, port: int) -> dict[str, Any]:
             **asyncio.run(measure(port)),
         }
     finally:
-        os.killpg(proc.pid, signal.SIGTERM)
-        proc.wait(60)
+        # The whole group, EngineCore included, before the next dtype's engine starts.
+        stop_group(proc)
 
 
 def main() -> int:
