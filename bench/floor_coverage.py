@@ -1,0 +1,224 @@
+"""How often a calibration sets a divergence null below what healthy traffic then shows.
+
+    python bench/floor_coverage.py [--draws 200] [--seed 1] [--json] [--write docs/vllm.md]
+
+A divergence test (lexical, dissimilarity, teacher-forced KL, entropy) rolls a route
+back, given pairs enough, whenever the healthy candidate's mean x on the traffic sits
+above its null: the blessed floor's upper bound plus δ. That happens exactly when the
+calibration came out low against the traffic, so the rate of such calibrations is the
+false-rollback rate a long healthy stream meets, before the e-detector's own share.
+
+On each recorded pair set (``lab`` and ``vllm``, as ``bench/eval_modes.py``) and
+decoding mode, the healthy int8 pairs of the evaluation prompts stand for the traffic
+(their mean x is what a long stream of them learns), and the null is drawn ``--draws``
+times from the calibration prompts' blessed int8 pairs, through the same
+``seed_from_pairs`` and null as ``quantdrift calibrate`` and the judge:
+
+* ``bootstrap``: the eval's ``--calibration-draws`` (a bootstrap over the calibration
+  prompts, as many as there are);
+* ``half``: half of the calibration prompts, drawn without replacement (a smaller
+  calibration of distinct prompts).
+
+A row gives the traffic's mean x, the whole calibration's null, and per draw kind the
+share of draws whose null sits below the traffic's mean (``miss``). Beside it, the
+other side of the same null: per broken variant, its mean x on the evaluation prompts
+and the pairs the test would need at the whole calibration's null,
+``log(arl) / g`` with ``g`` the best growth per pair of the test's own bets
+(``max_f E[log(1 + f / m (x - m))]`` over its bet fractions), Wald's approximation; a
+variant whose mean sits at or under the null is never called (``-``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from common import write_section
+
+from quantdrift.breaker.policy import load_policy
+from quantdrift.breaker.rules import signal_arl
+from quantdrift.breaker.rules.tolerance import null_mean, observe
+from quantdrift.config import EmbeddingSettings
+from quantdrift.detectors.noise_floor import NoiseFloor, NoiseFloorState
+from quantdrift.detectors.tolerance import DIVERGENCES, BettingSR
+from quantdrift.evaluation import ScoreCache
+from quantdrift.evaluation.cache import to_score
+from quantdrift.evaluation.calibration import seed_from_pairs
+from quantdrift.evaluation.modes import select, strip
+from quantdrift.schemas import PairEvent
+from quantdrift.services.evaluation import calibration_draws
+from quantdrift.services.pairs import read_pairs
+from quantdrift.services.scoring import build_embedder
+
+DATA = Path(__file__).resolve().parent.parent / "src" / "quantdrift" / "data"
+SETS = {"lab": DATA / "lab_pairs.jsonl.gz", "vllm": DATA / "lab_pairs_vllm.jsonl.gz"}
+ROUTE = "eval/route"
+BROKEN = ("int4", "int4-gptq", "int3", "int2")
+SECTION = "## How often a calibration comes out low"
+
+
+def floor_state(
+    calibration: list[PairEvent], cache: ScoreCache, decoding: str, policy: Any
+) -> NoiseFloorState:
+    """The floor ``quantdrift calibrate --blessed-label int8`` writes from these pairs."""
+    blessed = select(calibration, labels=("int8",), kinds=("shadow",))
+    seed, _ = seed_from_pairs([], blessed, cache, policy, ROUTE)
+    nf, state = NoiseFloor(), NoiseFloor().init()
+    for row in seed.get(decoding, []):
+        state = nf.update(state, row)
+    return state
+
+
+def half_draws(calibration: list[PairEvent], draws: int, seed: int) -> list[list[PairEvent]]:
+    """``draws`` seeded halves of the calibration's prompts, without replacement."""
+    by_prompt: dict[tuple[str | None, str | None], list[PairEvent]] = {}
+    for p in calibration:
+        by_prompt.setdefault((p.request.prompt_hash, p.request.prompt), []).append(p)
+    prompts = list(by_prompt)
+    out = []
+    for d in range(draws):
+        rng = np.random.default_rng([seed, d, 1])
+        picked = rng.choice(len(prompts), size=len(prompts) // 2, replace=False)
+        out.append([p for i in picked for p in by_prompt[prompts[int(i)]]])
+    return out
+
+
+def coverage(path: Path, draws: int, seed: int, cache: ScoreCache) -> list[dict[str, Any]]:
+    """One row per (decoding, signal) with a blessed floor: traffic mean, nulls, misses."""
+    policy = load_policy(None)
+    rp = policy.for_route(ROUTE)
+    pairs = [strip(p, "full") for p in read_pairs(path)]
+    rows = []
+    for decoding in ("greedy", "sampled"):
+        mine = select(pairs, decoding=decoding)  # type: ignore[arg-type]
+        calibration = select(mine, part="calibration")
+        traffic = select(mine, labels=("int8",), kinds=("shadow",), part="evaluation")
+        broken = {
+            label: select(mine, labels=(label,), kinds=("shadow",), part="evaluation")
+            for label in BROKEN
+        }
+        broken = {label: v for label, v in broken.items() if v}
+        cache.fill([*calibration, *traffic, *(p for v in broken.values() for p in v)])
+        scores = [to_score(p, cache[p], rp, ROUTE) for p in traffic]
+        broken_scores = {
+            label: [to_score(p, cache[p], rp, ROUTE) for p in v] for label, v in broken.items()
+        }
+        kinds = {
+            "bootstrap": calibration_draws(calibration, traffic, draws, seed),
+            "half": half_draws(calibration, draws, seed),
+        }
+        floors = {k: [floor_state(c, cache, decoding, rp) for c in v] for k, v in kinds.items()}
+        whole = floor_state(calibration, cache, decoding, rp)
+        for signal in DIVERGENCES:
+            xs = [x for s in scores if (x := observe(rp, signal, s)) is not None]
+            if not xs:
+                continue
+            mean = float(np.mean(xs))
+            null = null_mean(rp, signal, scores[0], whole)
+            if null is None:
+                continue
+            row: dict[str, Any] = {
+                "decoding": decoding,
+                "signal": signal,
+                "traffic_pairs": len(xs),
+                "traffic_mean": round(mean, 4),
+                "null_whole": round(null[0], 4),
+            }
+            arl = signal_arl(rp, signal) or float("inf")
+            for label, bs in broken_scores.items():
+                bx = [x for b in bs if (x := observe(rp, signal, b)) is not None]
+                row[f"{label}_mean"] = round(float(np.mean(bx)), 4) if bx else None
+                row[f"{label}_pairs"] = wald_pairs(bx, null[0], arl)
+            for kind, states in floors.items():
+                nulls = [null_mean(rp, signal, scores[0], f) for f in states]
+                used = [n[0] for n in nulls if n is not None]
+                missed = sum(n < mean for n in used)
+                row[f"{kind}_miss"] = round(missed / len(used), 3) if used else None
+                row[f"{kind}_abstain"] = len(nulls) - len(used)
+            rows.append(row)
+    return rows
+
+
+def wald_pairs(xs: list[float], null: float, arl: float) -> float | None:
+    """Pairs a test at ``null`` needs on x drawn from ``xs``: ``log(arl) / g``, None if
+    its best bet does not grow (the variant sits at or under the null)."""
+    if not xs or null >= 1.0:
+        return None
+    x = np.clip(np.asarray(xs, dtype=np.float64), 0.0, 1.0)
+    m = max(null, 1e-6)
+    g = max(float(np.mean(np.log1p(f / m * (x - m)))) for f in BettingSR().fractions)
+    return round(float(np.log(arl)) / g, 1) if g > 0 else None
+
+
+def markdown(result: dict[str, Any]) -> str:
+    lines = [
+        SECTION,
+        "",
+        f"`python bench/floor_coverage.py --draws {result['draws']} --seed {result['seed']}`: "
+        "per pair set, decoding mode and divergence test, the healthy int8 pairs of the "
+        "evaluation prompts stand for traffic (*traffic mean* x, what a long healthy stream "
+        "learns), and the test's null (blessed floor bound + δ) is drawn from the "
+        "calibration prompts' int8 pairs: the whole calibration once, then "
+        f"{result['draws']} bootstrap draws (as `--calibration-draws`) and "
+        f"{result['draws']} halves without replacement. *miss*: the share of draws whose "
+        "null sits below the traffic mean, each of which rolls a long healthy stream back. "
+        "*int4*: the broken variant's mean x on the evaluation prompts and, after the arrow, "
+        "the pairs the test alone needs at the whole calibration's null (Wald's "
+        "approximation; `-`: never, its mean is under the null).",
+        "",
+        "| set | mode | test | traffic mean | null (whole) | miss, bootstrap | miss, half "
+        "| int4 | int3 |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for name, rows in result["sets"].items():
+        for r in rows:
+            lines.append(
+                f"| {name} | {r['decoding']} | {r['signal']} | {r['traffic_mean']:.3f} | "
+                f"{r['null_whole']:.3f} | {_pct(r['bootstrap_miss'])} | {_pct(r['half_miss'])} "
+                f"| {_power(r, 'int4')} | {_power(r, 'int3')} |"
+            )
+    return "\n".join(lines) + "\n"
+
+
+def _pct(v: float | None) -> str:
+    return "-" if v is None else f"{v:.1%}"
+
+
+def _power(row: dict[str, Any], label: str) -> str:
+    mean, pairs = row.get(f"{label}_mean"), row.get(f"{label}_pairs")
+    if mean is None:
+        return "-"
+    return f"{mean:.3f} → {'-' if pairs is None else f'{pairs:g}'}"
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--draws", type=int, default=200)
+    ap.add_argument("--embedder", default=None, help="the worker's default when not given")
+    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--sets", default=",".join(SETS))
+    ap.add_argument("--json", action="store_true")
+    ap.add_argument("--write", type=Path, default=None)
+    args = ap.parse_args(argv)
+    embedder, _tier = build_embedder(EmbeddingSettings(), args.embedder)
+    result: dict[str, Any] = {"draws": args.draws, "seed": args.seed, "sets": {}}
+    for name in args.sets.split(","):
+        if not SETS[name].exists():
+            sys.exit(f"{SETS[name]} is missing (bench/lab_pairs_vllm.py records it)")
+        result["sets"][name] = coverage(SETS[name], args.draws, args.seed, ScoreCache(embedder))
+    text = markdown(result)
+    if args.write:
+        write_section(args.write, text, SECTION)
+    if args.json:
+        print(json.dumps({"bench": "floor_coverage", **result}))
+    else:
+        print(text)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

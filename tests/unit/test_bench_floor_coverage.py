@@ -1,0 +1,48 @@
+"""bench/floor_coverage.py on the lab pairs, small: the JSON, the section, and what it says
+(a few seconds of CPU with the static embedder)."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
+import floor_coverage  # bench/ is not a package
+
+
+@pytest.mark.slow  # scores the lab set (~5 s): CI's `make test` runs it, `make test-fast` does not
+def test_a_small_run_gives_the_json_and_the_section(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "doc.md"
+    out.write_text("# Doc\n\n## How often a calibration comes out low\n\nold\n\n## Next\n\nkept\n")
+    argv = ["--draws", "4", "--sets", "lab", "--embedder", "static", "--json"]
+    assert floor_coverage.main([*argv, "--write", str(out)]) == 0
+    result = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    rows = {(r["decoding"], r["signal"]): r for r in result["sets"]["lab"]}
+    assert {("greedy", "tf_kl"), ("sampled", "tf_kl"), ("greedy", "lexical")} <= set(rows)
+    for r in rows.values():
+        assert 0.0 <= r["bootstrap_miss"] <= 1.0 and 0.0 <= r["half_miss"] <= 1.0
+        assert r["bootstrap_abstain"] + r["half_abstain"] <= 8
+    # Teacher-forced KL: healthy int8 sits under its null, int2 far above it and is
+    # called within a handful of pairs; a variant under the null is never called.
+    kl = rows[("greedy", "tf_kl")]
+    assert kl["traffic_mean"] < kl["null_whole"] and kl["bootstrap_miss"] == 0.0
+    assert kl["int2_mean"] > kl["null_whole"] and kl["int2_pairs"] < 20
+    for r in rows.values():
+        for label in ("int4", "int3", "int2"):
+            if r.get(f"{label}_mean") is not None and r[f"{label}_mean"] <= r["null_whole"]:
+                assert r[f"{label}_pairs"] is None
+    text = out.read_text()
+    assert "old" not in text and "## Next\n\nkept" in text
+    assert "| lab | greedy | tf_kl |" in text
+
+
+def test_wald_pairs_is_none_at_or_under_the_null() -> None:
+    assert floor_coverage.wald_pairs([0.1, 0.2], null=0.3, arl=1e6) is None
+    fast = floor_coverage.wald_pairs([0.9] * 10, null=0.2, arl=1e6)
+    slow = floor_coverage.wald_pairs([0.4] * 10, null=0.2, arl=1e6)
+    assert fast is not None and slow is not None and fast < slow
