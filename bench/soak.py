@@ -326,7 +326,8 @@ def markdown(result: dict[str, Any]) -> str:
             SECTION,
             "",
             f"One worker, {result['minutes']:g} min at {result['rate_pairs_per_s']:g} pairs/s "
-            f"(the rated load; producers linger {result.get('linger_ms', 5)} ms, see the "
+            f"({_load(result.get('factor', 1.0))}; producers linger "
+            f"{result.get('linger_ms', 5)} ms, see the "
             f"module docstring), {result['pairs_sent']} pairs sent, {result['pairs_scored']} "
             f"scored; pair→ScoreEvent from the scheduled send time p50 "
             f"{result['score_p50_ms']} ms, **p99 {result['score_p99_ms']} ms** (target < "
@@ -355,6 +356,11 @@ def markdown(result: dict[str, Any]) -> str:
     )
 
 
+def _load(factor: float) -> str:
+    """How the rate relates to the rating: the soak runs 1.5x it for ``make bench-long``."""
+    return "the rated load" if factor == 1.0 else f"{factor:g}x the rated load"
+
+
 def _broker_note(result: dict[str, Any]) -> str:
     """The embedded broker's memory is not bounded by retention: say so, with the rate."""
     per_10k = result.get("broker_mb_per_10k_pairs")
@@ -377,7 +383,8 @@ def _broker_note(result: dict[str, Any]) -> str:
             f" Its CPU: {first:.2f} cores over the first tenth of the run, "
             f"{peak:.2f} at most (at {peak_t:g} s). It spends more per fetch the more records "
             f"it holds (`bench/broker_memory.py`), so at a fixed rate it saturates a core "
-            f"after a while, and then nothing reaches the worker."
+            f"after a while, and then nothing reaches the worker (docs/scaling.md, "
+            f'"The embedded broker\'s limit", has the evidence).'
         )
     return note
 
