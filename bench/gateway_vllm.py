@@ -3,7 +3,9 @@
     python bench/gateway_vllm.py [--requests 40] [--tokens 64] [--json] [--write BENCHMARKS.md]
 
 Starts one real engine with ``quantdrift lab vllm`` (``int4-g64-gptq``, the GPTQ
-W4A16 checkpoint on vLLM's int4 kernel; ``.venv-vllm`` from ``make vllm``), then
+W4A16 checkpoint on vLLM's int4 kernel, where this CPU has it; else ``int4-g64``, the
+same weights dequantized: ``vllm_server.int4_candidate``; ``.venv-vllm`` from ``make
+vllm``), then
 sends the same sequential streamed greedy chat requests, in one run:
 
 * ``direct``: to the engine itself (the baseline);
@@ -49,10 +51,13 @@ from quantdrift.gateway import teacher_forcing
 from quantdrift.gateway.gateway_config import parse_config
 from quantdrift.gateway.service import Gateway
 from quantdrift.lab.vllm_process import start_engine, wait_ready
+from quantdrift.lab.vllm_server import int4_candidate
 from quantdrift.stack import free_port
 
 SECTION = "## Gateway overhead in front of vLLM"
-VARIANT = "int4-g64-gptq"
+# The GPTQ checkpoint on vLLM's int4 kernel where this CPU has it, else the same int4
+# weights dequantized (an AVX2-only CPU: ``lab vllm`` refuses GPTQ there).
+VARIANT = int4_candidate()
 PROMPT = "Explain in a few sentences why the sky is blue."
 
 

@@ -4,9 +4,10 @@
 
 Starts three engines with ``quantdrift lab vllm`` (from ``.venv-vllm``, built by
 ``make vllm``): the bf16 reference ``ref-f32``, the int8-class ``int8`` (RTN, bf16
-weights) and ``int4-g64-gptq`` (the GPTQ W4A16 checkpoint on vLLM's int4 kernel),
-all at once, then runs ``quantdrift preflight`` for each candidate against the
-reference with the checks that talk to a serving engine:
+weights) and ``int4-g64-gptq`` (the GPTQ W4A16 checkpoint on vLLM's int4 kernel, where
+this CPU has it; else ``int4-g64``, the same weights dequantized), all at once, then
+runs ``quantdrift preflight`` for each candidate against the reference with the checks
+that talk to a serving engine:
 
 - ``perplexity`` through vLLM's ``prompt_logprobs``;
 - ``niah`` at a quarter and a half of the servers' ``max_model_len`` and the
@@ -41,10 +42,11 @@ from typing import Any
 import yaml
 
 from quantdrift.lab.vllm_process import start_engine, wait_ready
+from quantdrift.lab.vllm_server import int4_candidate
 from quantdrift.stack import free_port
 
 REFERENCE = "ref-f32"
-CANDIDATES = ("int8", "int4-g64-gptq")
+CANDIDATES = ("int8", int4_candidate())  # GPTQ where vLLM's int4 kernel runs here
 CHECKS = "perplexity,niah,warmup,memory-utilization,salient-weights"
 READY_TIMEOUT_S = 1500
 

