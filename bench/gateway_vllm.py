@@ -49,6 +49,7 @@ from gateway_serving import dead_broker_publisher, quiet_logs, serving
 
 from quantdrift.gateway import teacher_forcing
 from quantdrift.gateway.gateway_config import parse_config
+from quantdrift.gateway.http_client import PoolClient
 from quantdrift.gateway.service import Gateway
 from quantdrift.lab.vllm_process import start_engine, wait_ready
 from quantdrift.lab.vllm_server import int4_candidate
@@ -132,6 +133,8 @@ async def forcing_cost(url: str, n: int, tokens: int) -> dict[str, Any]:
     gen_s: list[float] = []
     tf_s: list[float] = []
     aligned = 0
+    # The forced scoring goes through the gateway's own connection pool, as it does live.
+    pool = PoolClient(4, connect_s=5.0, read_s=300.0, acquire_s=5.0)
     async with httpx.AsyncClient(base_url=url, timeout=300) as client:
         for i in range(n):
             prompt = TF_PROMPTS[i % len(TF_PROMPTS)]
@@ -157,12 +160,13 @@ async def forcing_cost(url: str, n: int, tokens: int) -> dict[str, Any]:
             toks = [e["token"] for e in (choice.get("logprobs") or {}).get("content") or []]
             t1 = time.perf_counter()
             got = await teacher_forcing.score_vllm(
-                client, url, VARIANT, messages, answer, toks,
+                pool, url, VARIANT, messages, answer, toks,
                 choice.get("finish_reason") == "stop", 300.0,
             )  # fmt: skip
             tf_s.append(time.perf_counter() - t1)
             gen_s.append(gen)
             aligned += isinstance(got, teacher_forcing.Scored)
+    await pool.aclose()
     return {
         "answers": n,
         "aligned": aligned,
