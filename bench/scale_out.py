@@ -1,13 +1,14 @@
 """Scale out: one worker, then two in the same group, on a topic with 4 partitions.
 
 Each measurement is a burst of long pairs (``common.long_pairs``, ~200 tokens a
-side, spread over 4 routes so every partition has work) timed from the first
-send to the last ScoreEvent, as ``bench/e2e.py``'s capacity. The second worker
+side, on ``--routes`` routes: 4 by default, or 1, the hot route whose pairs the
+pairs topic spreads over its partitions by pair id) timed from the first send to
+the last ScoreEvent, as ``bench/e2e.py``'s capacity. The second worker
 joins the group, warms up its model, and the group settles before the second
 burst. On this 2-core machine the producer, the score reader, Tansu and Redis
 share the cores with the workers, which is the first limit beyond two workers.
 
-    python bench/scale_out.py [--pairs 600] [--json] [--write BENCHMARKS.md]
+    python bench/scale_out.py [--pairs 600] [--routes 4] [--json] [--write BENCHMARKS.md]
 """
 
 from __future__ import annotations
@@ -33,17 +34,17 @@ SECTION = "## Scale out: two workers on two cores"
 PARTITIONS = 4
 
 
-async def warm(loop: Loop, tag: str, n: int, seed: int, timeout: float = 240) -> None:
-    pairs = relabel(long_pairs(n, seed=seed, routes=PARTITIONS), tag)
+async def warm(loop: Loop, tag: str, n: int, seed: int, routes: int, timeout: float = 240) -> None:
+    pairs = relabel(long_pairs(n, seed=seed, routes=routes), tag)
     for p in pairs:
         await loop.publish(p)
     if not await loop.wait_scored([p.pair_id for p in pairs], timeout=timeout):
         raise RuntimeError(f"{tag}: warm-up pairs were not scored")
 
 
-async def burst(loop: Loop, tag: str, n: int, seed: int) -> dict[str, Any]:
+async def burst(loop: Loop, tag: str, n: int, seed: int, routes: int) -> dict[str, Any]:
     """Pairs/s on a burst of n long pairs, first send to last ScoreEvent (fresh ids)."""
-    pairs = relabel(long_pairs(n, seed=seed, routes=PARTITIONS), tag)
+    pairs = relabel(long_pairs(n, seed=seed, routes=routes), tag)
     t0 = time.monotonic()
     for p in pairs:
         await loop.publish(p)
@@ -67,8 +68,8 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         second: WorkerProcess | None = None
         try:
             await loop.start()
-            await warm(loop, "warm1", 16, seed=900)
-            one = await burst(loop, "one", args.pairs, seed=args.seed)
+            await warm(loop, "warm1", 16, seed=900, routes=args.routes)
+            one = await burst(loop, "one", args.pairs, seed=args.seed, routes=args.routes)
             second = WorkerProcess(settings, stack.redis_url).start()
             # The group rebalances onto both workers and the new one loads its model:
             # keep a trickle flowing until it has settled, then measure.
@@ -76,10 +77,10 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             rounds = 0
             while time.monotonic() - t0 < args.settle_s:
                 rounds += 1
-                await warm(loop, f"settle{rounds}", 8, seed=900 + rounds)
+                await warm(loop, f"settle{rounds}", 8, seed=900 + rounds, routes=args.routes)
                 if not second.alive():
                     raise RuntimeError("second worker died:\n" + second.log_tail())
-            two = await burst(loop, "two", args.pairs, seed=args.seed + 1)
+            two = await burst(loop, "two", args.pairs, seed=args.seed + 1, routes=args.routes)
         finally:
             await loop.stop()
             first.stop()
@@ -88,6 +89,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     return {
         "bench": "scale_out",
         "partitions": PARTITIONS,
+        "routes": args.routes,
         "one_worker": one,
         "two_workers": two,
         "speedup": round(two["pairs_per_s"] / one["pairs_per_s"], 2),
@@ -96,12 +98,15 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
 
 def markdown(result: dict[str, Any]) -> str:
     one, two = result["one_worker"], result["two_workers"]
+    routes = result.get("routes", PARTITIONS)
     return "\n".join(
         [
             SECTION,
             "",
-            f"`python bench/scale_out.py --pairs {one['pairs']}`: a burst of {one['pairs']} long "
-            f"pairs over {result['partitions']} partitions, first send to last ScoreEvent.",
+            f"`python bench/scale_out.py --pairs {one['pairs']} --routes {routes}`: a burst of "
+            f"{one['pairs']} long pairs on {routes} route{'s' if routes > 1 else ''}, over "
+            f"{result['partitions']} partitions (pairs are keyed by pair id), first send to "
+            "last ScoreEvent.",
             "",
             "| workers | pairs/s | seconds |",
             "|---|---|---|",
@@ -119,6 +124,7 @@ def markdown(result: dict[str, Any]) -> str:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--pairs", type=int, default=600)
+    ap.add_argument("--routes", type=int, default=PARTITIONS, help="1: one hot route")
     ap.add_argument("--settle-s", type=float, default=20.0)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--json", action="store_true")
