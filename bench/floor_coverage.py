@@ -67,10 +67,7 @@ def floor_state(
     """The floor ``quantdrift calibrate --blessed-label int8`` writes from these pairs."""
     blessed = select(calibration, labels=("int8",), kinds=("shadow",))
     seed, _ = seed_from_pairs([], blessed, cache, policy, ROUTE)
-    nf, state = NoiseFloor(), NoiseFloor().init()
-    for row in seed.get(decoding, []):
-        state = nf.update(state, row)
-    return state
+    return NoiseFloor().extend(NoiseFloorState(), seed.get(decoding, []))
 
 
 def half_draws(calibration: list[PairEvent], draws: int, seed: int) -> list[list[PairEvent]]:

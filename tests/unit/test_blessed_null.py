@@ -124,10 +124,7 @@ def score(i: int, m: Metrics) -> ScoreEvent:
 def calibrated_floor(blessed: list[Metrics]) -> NoiseFloorState:
     """The floor ``quantdrift calibrate --blessed-label`` writes from these pairs."""
     seed, _ = floor_seed([], blessed=[score(i, m) for i, m in enumerate(blessed)])
-    nf, state = NoiseFloor(), NoiseFloor().init()
-    for row in seed["sampled"]:
-        state = nf.update(state, row)
-    return state
+    return NoiseFloor().extend(NoiseFloorState(), seed["sampled"])
 
 
 def streams_with_a_false_rollback(

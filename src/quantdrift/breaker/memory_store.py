@@ -94,9 +94,7 @@ class MemoryBreakerStore(BreakerStore):
         self, route: str, mode: str, values: list[dict[str, float]], merge: bool = False
     ) -> NoiseFloorState:
         floor = self.floors.get((route, mode)) if merge else None
-        state = floor or self.noise_floor.init()
-        for row in values:
-            state = self.noise_floor.update(state, row)
+        state = self.noise_floor.extend(floor or self.noise_floor.init(), values)
         self.floors[(route, mode)] = state
         return state
 

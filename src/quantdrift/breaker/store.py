@@ -239,9 +239,7 @@ class RedisBreakerStore(BreakerStore):
         await self._register(route)
         for _ in range(MAX_ATTEMPTS):
             floor, version = await self.read_floor(route, mode)
-            state = floor if merge else self._floor.init()
-            for row in values:
-                state = self._floor.update(state, row)
+            state = self._floor.extend(floor if merge else self._floor.init(), values)
             status, _ = await self._apply(
                 key, version, orjson.dumps(state.to_json()), route, None, ()
             )

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import bisect
 import math
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -107,6 +107,15 @@ class NoiseFloor:
         for name, value in values.items():
             merged[name] = (*merged.get(name, ()), float(value))[-self.capacity :]
         return NoiseFloorState(merged)
+
+    def extend(
+        self, state: NoiseFloorState, rows: Iterable[Mapping[str, float]]
+    ) -> NoiseFloorState:
+        """``state`` with every row folded in, in order: how a calibration's seed rows
+        become a floor, in each store and wherever a floor is built from them."""
+        for row in rows:
+            state = self.update(state, row)
+        return state
 
     def metric_p_value(self, state: NoiseFloorState, metric: str, x: float) -> float | None:
         """Rank p-value of x among the noise values, in the metric's worse direction."""
