@@ -50,7 +50,7 @@ from quantdrift.evaluation.cache import to_score
 from quantdrift.evaluation.calibration import seed_from_pairs
 from quantdrift.evaluation.modes import select, strip
 from quantdrift.schemas import PairEvent
-from quantdrift.services.evaluation import calibration_draws
+from quantdrift.services.evaluation import calibration_draws, calibration_prompts
 from quantdrift.services.pairs import read_pairs
 from quantdrift.services.scoring import build_embedder
 
@@ -70,11 +70,12 @@ def floor_state(
     return NoiseFloor().extend(NoiseFloorState(), seed.get(decoding, []))
 
 
-def half_draws(calibration: list[PairEvent], draws: int, seed: int) -> list[list[PairEvent]]:
-    """``draws`` seeded halves of the calibration's prompts, without replacement."""
-    by_prompt: dict[tuple[str | None, str | None], list[PairEvent]] = {}
-    for p in calibration:
-        by_prompt.setdefault((p.request.prompt_hash, p.request.prompt), []).append(p)
+def half_draws(
+    calibration: list[PairEvent], traffic: list[PairEvent], draws: int, seed: int
+) -> list[list[PairEvent]]:
+    """``draws`` seeded halves of the calibration's prompts (none a traffic prompt, as
+    the eval's draws), without replacement."""
+    by_prompt = calibration_prompts(calibration, traffic)
     prompts = list(by_prompt)
     out = []
     for d in range(draws):
@@ -106,7 +107,7 @@ def coverage(path: Path, draws: int, seed: int, cache: ScoreCache) -> list[dict[
         }
         kinds = {
             "bootstrap": calibration_draws(calibration, traffic, draws, seed),
-            "half": half_draws(calibration, draws, seed),
+            "half": half_draws(calibration, traffic, draws, seed),
         }
         floors = {k: [floor_state(c, cache, decoding, rp) for c in v] for k, v in kinds.items()}
         whole = floor_state(calibration, cache, decoding, rp)

@@ -120,7 +120,7 @@ def int4_candidate(python: Path | None = None) -> str:
     broken int4 builds of one model; ``lab vllm`` refuses the GPTQ one in a line where
     its kernel is missing, so the tier and the benches ask here instead of naming it.
     Without vLLM's python (``find_python``), the dequantized one."""
-    found = python if python is not None else find_python()
+    found = find_python(python)
     return GPTQ_INT4 if found is not None and has_int4_kernel(found) else DEQUANTIZED_INT4
 
 

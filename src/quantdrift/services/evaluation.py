@@ -124,11 +124,7 @@ def calibration_draws(
     first, so a floor is never fitted on the prompts it then judges. Seeded by
     ``(seed, draw)``: the same request draws the same calibrations.
     """
-    streamed_keys = {_prompt_key(p) for p in streamed}
-    by_prompt: dict[tuple[str | None, str | None], list[PairEvent]] = {}
-    for p in calibrate:
-        if _prompt_key(p) not in streamed_keys:
-            by_prompt.setdefault(_prompt_key(p), []).append(p)
+    by_prompt = calibration_prompts(calibrate, streamed)
     prompts = list(by_prompt)
     if not prompts:
         raise InputError("--calibration-draws: no calibration prompt that the streams do not use")
@@ -138,6 +134,19 @@ def calibration_draws(
         picked = rng.integers(0, len(prompts), size=len(prompts))
         out.append([p for i in picked for p in by_prompt[prompts[int(i)]]])
     return out
+
+
+def calibration_prompts(
+    calibrate: Sequence[PairEvent], streamed: Sequence[PairEvent]
+) -> dict[tuple[str | None, str | None], list[PairEvent]]:
+    """The calibration's pairs by prompt (its hash and text), in file order, leaving out
+    every prompt a streamed pair carries: what a draw of the calibration picks from."""
+    streamed_keys = {_prompt_key(p) for p in streamed}
+    by_prompt: dict[tuple[str | None, str | None], list[PairEvent]] = {}
+    for p in calibrate:
+        if _prompt_key(p) not in streamed_keys:
+            by_prompt.setdefault(_prompt_key(p), []).append(p)
+    return by_prompt
 
 
 def _prompt_key(p: PairEvent) -> tuple[str | None, str | None]:
