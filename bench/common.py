@@ -11,15 +11,18 @@ replaced, a truncated answer, a loop).
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import os
 import platform
 import random
 import re
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from functools import lru_cache
 from pathlib import Path
+
+import psutil
 
 from quantdrift.schemas import ModelOutput, PairEvent, RequestInfo
 
@@ -218,6 +221,28 @@ def machine() -> dict[str, str | int]:
         "python": platform.python_version(),
         **versions,
     }
+
+
+def tree_cpu_seconds(pids: Iterable[int | None], children: bool = True) -> float:
+    """User + system CPU seconds of each pid, and of its children unless ``children`` is
+    False, so far (gone ones count 0).
+
+    What a bench divides by to say "per core": the machine's cores are shared with the
+    load generator and the servers, so a rate alone does not say what one process used.
+    A bench measuring itself passes ``children=False``: the worker and the broker it
+    started are its children, and counted apart.
+    """
+    total = 0.0
+    for pid in pids:
+        if pid is None:
+            continue
+        with contextlib.suppress(psutil.Error):
+            root = psutil.Process(pid)
+            for proc in [root, *(root.children(recursive=True) if children else [])]:
+                with contextlib.suppress(psutil.Error):
+                    t = proc.cpu_times()
+                    total += t.user + t.system
+    return total
 
 
 def write_section(path: Path, section: str, marker: str) -> None:

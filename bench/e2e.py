@@ -27,6 +27,7 @@ import asyncio
 import contextlib
 import itertools
 import json
+import os
 import sys
 import time
 import uuid
@@ -40,7 +41,7 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from common import long_pairs, write_section
+from common import long_pairs, tree_cpu_seconds, write_section
 
 from quantdrift.breaker.state import RouteState
 from quantdrift.config import KafkaSettings, RedisSettings, Settings, WorkerSettings
@@ -214,7 +215,12 @@ async def capacity(loop: Loop, n: int, seed: int) -> dict[str, Any]:
 
 
 async def ramp(
-    loop: Loop, rates: list[float], step_s: float, drain_s: float, seed: int
+    loop: Loop,
+    rates: list[float],
+    step_s: float,
+    drain_s: float,
+    seed: int,
+    pids: dict[str, int | None],
 ) -> list[dict[str, Any]]:
     """Paced steps of long pairs, rising until one falls behind: a sustained rate, not a burst's.
 
@@ -225,11 +231,17 @@ async def ramp(
     the first step that does not. Each step's p99 is reported against the
     target separately: the tail has its own cause (a batch that escalates to
     MiniLM waits for it), which the step rate does not fix.
+
+    Each step also reads the cores every process in ``pids`` (``worker``, ``broker``,
+    ``load``: this one) spent over it, from the first send to the last score: the rate
+    is one worker's only if the worker had its core, and pairs per worker CPU-second
+    is its rate per core when the broker and the load share the machine.
     """
     steps: list[dict[str, Any]] = []
     for k, rate in enumerate(rates):
         n = max(1, int(rate * step_s))
         pairs = relabel(long_pairs(n, seed=seed + k, routes=LOAD_ROUTES), f"ramp{k}")
+        cpu0 = {name: step_cpu(name, pid) for name, pid in pids.items()}
         t0 = time.monotonic()
         for i, p in enumerate(pairs):
             due = t0 + i / rate
@@ -240,6 +252,10 @@ async def ramp(
         await loop.producer.flush()
         ids = [p.pair_id for p in pairs]
         await loop.wait_scored(ids, timeout=drain_s)
+        wall = time.monotonic() - t0
+        cores = {
+            name: round((step_cpu(name, pid) - cpu0[name]) / wall, 2) for name, pid in pids.items()
+        }
         lat = [(loop.scored_at[i] - loop.sent_at[i]) * 1000 for i in ids if i in loop.scored_at]
         p50, p99 = percentile(lat, 50), percentile(lat, 99)
         ok = len(lat) == n and p50 is not None and p50 < SCORE_P99_TARGET_MS
@@ -252,12 +268,27 @@ async def ramp(
                 "score_p99_ms": None if p99 is None else round(p99, 1),
                 "p99_under_target": p99 is not None and p99 < SCORE_P99_TARGET_MS,
                 "passed": ok,
+                "cores": cores,
+                "pairs_per_worker_cpu_s": (
+                    round(len(lat) / (cores["worker"] * wall), 1) if cores["worker"] else None
+                ),
             }
         )
         if not ok:
             break
         await asyncio.sleep(1.0)
     return steps
+
+
+def step_cpu(name: str, pid: int | None) -> float:
+    """CPU seconds so far of one of the ramp's processes: ``load`` (this process) without
+    its children, which are the worker and the broker, measured apart."""
+    return tree_cpu_seconds([pid], children=name != "load")
+
+
+def broker_pid(stack: EmbeddedStack) -> int | None:
+    """The embedded broker's pid, when this run started it."""
+    return stack.broker.pid if stack.broker is not None else None
 
 
 def sustained_rate(steps: list[dict[str, Any]]) -> float | None:
@@ -410,11 +441,14 @@ async def warm_loop(
 
 async def run(args: argparse.Namespace) -> dict[str, Any]:
     t_start = time.monotonic()
-    async with warm_loop(seed=99) as (_, loop):
+    async with warm_loop(seed=99) as (stack, loop):
         cap = await capacity(loop, args.capacity_pairs, seed=args.seed)
-        steps = await ramp(loop, RAMP_RATES, args.step_s, args.drain_s, seed=args.seed + 50)
+        pids = {"worker": loop.worker.pid, "broker": broker_pid(stack), "load": os.getpid()}
+        steps = await ramp(
+            loop, RAMP_RATES, args.step_s, args.drain_s, seed=args.seed + 50, pids=pids
+        )
         rated = args.rate or rated_load(steps)
-        phases = []
+        phases: list[dict[str, Any]] = []
         for name, factor in (("1x", 1.0), ("1.5x", 1.5)):
             phase = Phase(name, rated * factor, args.phase_s)
             await run_phase(loop, phase, seed=args.seed + len(phases) + 1)
@@ -454,25 +488,41 @@ def markdown(result: dict[str, Any]) -> str:
         f"{result['ramp_step_s']:g} s per step, open-loop, long pairs on {LOAD_ROUTES} routes, "
         "latency from each pair's scheduled send time. A step keeps up when every pair is "
         f"scored within the drain and the median pair waited < {SCORE_P99_TARGET_MS:g} ms (no "
-        "standing queue); the ramp stops at the first that does not.",
+        "standing queue); the ramp stops at the first that does not. *Cores*: what the "
+        "worker, the broker and the load generator (producer and score reader) each spent "
+        "over the step, first send to last score; *per worker CPU-s*: pairs scored per "
+        "CPU-second of the worker's own process.",
         "",
         "| step pairs/s | pairs | scored | pair→score p50 | p99 "
-        f"| p99 < {SCORE_P99_TARGET_MS:g} ms | kept up |",
-        "|---:|---:|---:|---:|---:|---|---|",
+        f"| p99 < {SCORE_P99_TARGET_MS:g} ms | kept up | cores: worker / broker / load "
+        "| per worker CPU-s |",
+        "|---:|---:|---:|---:|---:|---|---|---|---:|",
     ]
     for st in result["ramp"]:
+        c = st.get("cores") or {}
         out.append(
             f"| {st['rate_pairs_per_s']:g} | {st['pairs']} | {st['scored']} "
             f"| {ms(st['score_p50_ms'])} | {ms(st['score_p99_ms'])} "
             f"| {'yes' if st['p99_under_target'] else '**no**'} "
-            f"| {'yes' if st['passed'] else '**no**'} |"
+            f"| {'yes' if st['passed'] else '**no**'} "
+            f"| {c.get('worker', '–')} / {c.get('broker', '–')} / {c.get('load', '–')} "
+            f"| {st.get('pairs_per_worker_cpu_s') or '–'} |"
         )
     top = result["sustained_pairs_per_s"]
+    kept = [st for st in result["ramp"] if st["passed"]]
     out += [
         "",
         f"**Sustained (kept up): {'none' if top is None else f'{top:g} pairs/s'} per worker "
         "core** (target ≥ 200 pairs/s with p99 < 250 ms).",
     ]
+    if kept and kept[-1].get("pairs_per_worker_cpu_s"):
+        last, cores = kept[-1], kept[-1]["cores"]
+        out[-1] += (
+            f" At that step the worker spent {cores['worker']} of a core, the broker "
+            f"{cores['broker']} and the load generator {cores['load']} "
+            f"({sum(cores.values()):.2f} of the machine's cores): "
+            f"{last['pairs_per_worker_cpu_s']} pairs per worker CPU-second."
+        )
     out += [
         "",
         f"**Rated load: {rated:g} pairs/s per worker core** ({how}). Then 1x and "

@@ -10,6 +10,13 @@ read from its process tree (psutil) and is not the load generator's. Per target:
   the figure is each proxy's overhead and not its queue; latency counts from each
   request's scheduled send time (no coordinated omission); ``added_p50_ms`` /
   ``added_p99_ms`` are the target's p50 / p99 minus direct's at the same rate.
+  The fixed loads run ``--rounds`` times, every target in turn each round, and
+  each figure is the median over rounds of that round's difference, with the
+  p99's range beside it: a 20-second window's p99 is its 11th-worst request, and
+  with the gateway's code unchanged one window gave 35 ms (inside ``make bench``)
+  and another 2 ms (run alone). While a target is measured, the
+  CPU the other targets' processes spend idle (``others_cores``) is read too,
+  since everything shares the machine;
 * **streamed TTFT overhead**: open-loop streamed requests at ``--stream-rate``
   (never above the non-streamed rate);
   ``ttft_overhead_ms`` is the target's TTFT p50 minus direct's. The quantdrift
@@ -53,6 +60,7 @@ import contextlib
 import itertools
 import json
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -63,8 +71,7 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
-import psutil
-from common import machine, write_section
+from common import machine, tree_cpu_seconds, write_section
 
 from quantdrift.stack import EmbeddedStack, free_port
 
@@ -89,15 +96,7 @@ class Target:
     logs: list[Path] = field(default_factory=list)
 
     def cpu_seconds(self) -> float:
-        total = 0.0
-        for proc in self.procs:
-            with contextlib.suppress(psutil.NoSuchProcess):
-                root = psutil.Process(proc.pid)
-                for p in [root, *root.children(recursive=True)]:
-                    with contextlib.suppress(psutil.NoSuchProcess):
-                        t = p.cpu_times()
-                        total += t.user + t.system
-        return total
+        return tree_cpu_seconds(proc.pid for proc in self.procs)
 
     def log_tail(self) -> str:
         return "\n".join(p.read_text(errors="replace")[-2000:] for p in self.logs if p.exists())
@@ -334,11 +333,18 @@ async def warm_up(target: Target) -> None:
 
 
 async def fixed_loads(
-    target: Target, rate: float, stream_rate: float, seconds: float
+    target: Target, others: Sequence[Target], rate: float, stream_rate: float, seconds: float
 ) -> dict[str, Any]:
+    """One round of both fixed loads on ``target``, with the cores ``others`` (idle, but
+    running) spent meanwhile: what of the machine they took from the measured one."""
+    cpu0, t0 = sum(o.cpu_seconds() for o in others), time.perf_counter()
+    fixed = await open_loop(target, rate, seconds, stream=False)
+    stream = await open_loop(target, stream_rate, seconds, stream=True)
+    spent = sum(o.cpu_seconds() for o in others) - cpu0
     return {
-        "fixed": await open_loop(target, rate, seconds, stream=False),
-        "stream": await open_loop(target, stream_rate, seconds, stream=True),
+        "fixed": fixed,
+        "stream": stream,
+        "others_cores": round(spent / (time.perf_counter() - t0), 3),
     }
 
 
@@ -354,24 +360,44 @@ def fixed_rates(
 
 
 def entry(
-    runs: dict[str, Any], base: dict[str, Any], rate: float, stream_rate: float
+    rounds: Sequence[dict[str, Any]],
+    base: Sequence[dict[str, Any]],
+    saturation: dict[str, Any],
+    rate: float,
+    stream_rate: float,
 ) -> dict[str, Any]:
-    fixed, stream, sat = runs["fixed"], runs["stream"], runs["saturation"]
-    errors = fixed["errors"] + stream["errors"] + sat["errors"]
+    """One target's figures over the rounds: each added figure is the median over rounds
+    of the target's percentile minus direct's in the same round."""
+
+    def added(key: str, part: str = "fixed") -> list[float]:
+        return [r[part][key] - b[part][key] for r, b in zip(rounds, base, strict=True)]
+
+    errors = saturation["errors"] + sum(
+        r["fixed"]["errors"] + r["stream"]["errors"] for r in rounds
+    )
+    p99s = added("p99_ms")
+    first_error = next(
+        (r[part]["first_error"] for r in rounds for part in ("fixed", "stream")
+         if r[part]["first_error"]),
+        None,
+    )  # fmt: skip
     return {
-        "added_p50_ms": round(fixed["p50_ms"] - base["fixed"]["p50_ms"], 2),
-        "added_p99_ms": round(fixed["p99_ms"] - base["fixed"]["p99_ms"], 2),
-        "rps_per_core": sat["rps_per_core"],
-        "ttft_overhead_ms": round(stream["ttft_p50_ms"] - base["stream"]["ttft_p50_ms"], 2),
-        "p50_ms": fixed["p50_ms"],
-        "p99_ms": fixed["p99_ms"],
-        "ttft_p50_ms": stream["ttft_p50_ms"],
-        "saturation_rps": sat["rps"],
-        "cores_used": sat["cores_used"],
+        "added_p50_ms": round(statistics.median(added("p50_ms")), 2),
+        "added_p99_ms": round(statistics.median(p99s), 2),
+        "added_p99_ms_range": [round(min(p99s), 2), round(max(p99s), 2)],
+        "rps_per_core": saturation["rps_per_core"],
+        "ttft_overhead_ms": round(statistics.median(added("ttft_p50_ms", "stream")), 2),
+        "p50_ms": statistics.median(r["fixed"]["p50_ms"] for r in rounds),
+        "p99_ms": statistics.median(r["fixed"]["p99_ms"] for r in rounds),
+        "ttft_p50_ms": statistics.median(r["stream"]["ttft_p50_ms"] for r in rounds),
+        "saturation_rps": saturation["rps"],
+        "cores_used": saturation["cores_used"],
+        "others_cores_max": max(r["others_cores"] for r in rounds),
+        "rounds": len(rounds),
         "fixed_rate": rate,
         "stream_rate": stream_rate,
         "errors": errors,
-        "first_error": fixed["first_error"] or stream["first_error"],
+        "first_error": first_error,
     }
 
 
@@ -395,11 +421,17 @@ async def side_by_side(
             await warm_up(target)
             saturation[name] = await saturate(target, args.concurrency, args.sat_seconds)
         rate, stream_rate = fixed_rates(args, saturation)
-        runs = {}
-        for name, target in targets.items():
-            runs[name] = await fixed_loads(target, rate, stream_rate, args.seconds)
-            runs[name]["saturation"] = saturation[name]
-    return {name: entry(r, runs["direct"], rate, stream_rate) for name, r in runs.items()}
+        runs: dict[str, list[dict[str, Any]]] = {name: [] for name in targets}
+        for _ in range(args.rounds):
+            for name, target in targets.items():
+                others = [t for n, t in targets.items() if n != name]
+                runs[name].append(
+                    await fixed_loads(target, others, rate, stream_rate, args.seconds)
+                )
+    return {
+        name: entry(r, runs["direct"], saturation[name], rate, stream_rate)
+        for name, r in runs.items()
+    }
 
 
 async def two_gateways(
@@ -468,18 +500,22 @@ def markdown(result: dict[str, Any], args: argparse.Namespace) -> str:
         "them. "
         f"Scripted upstream: first token after {args.delay_ms:g} ms, {args.tokens} tokens "
         f"{args.token_ms:g} ms apart. Fixed load {rate:g} req/s (non-streamed) and "
-        f"{stream_rate:g} req/s (streamed) for {args.seconds:g} s ({how}); saturation: "
+        f"{stream_rate:g} req/s (streamed) for {args.seconds:g} s ({how}), {args.rounds} "
+        "rounds with every target in turn: each added figure is the median over rounds, the "
+        "p99's range beside it; *others idle* is the most CPU the other targets' processes "
+        "spent, idle, while this one was measured. Saturation: "
         f"{args.concurrency} in flight for {args.sat_seconds:g} s.",
         "",
-        "| target | added p50 ms | added p99 ms | TTFT overhead ms | sat. req/s | cores used "
-        "| req/s per core | failed requests |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|",
+        "| target | added p50 ms | added p99 ms | p99 range ms | TTFT overhead ms "
+        "| sat. req/s | cores used | req/s per core | others idle, cores | failed requests |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for name, r in result.items():
+        low, high = r["added_p99_ms_range"]
         lines.append(
-            f"| {name} | {r['added_p50_ms']} | {r['added_p99_ms']} | {r['ttft_overhead_ms']} "
-            f"| {r['saturation_rps']} | {r['cores_used']} | {r['rps_per_core']} "
-            f"| {r['errors']} |"
+            f"| {name} | {r['added_p50_ms']} | {r['added_p99_ms']} | {low} to {high} "
+            f"| {r['ttft_overhead_ms']} | {r['saturation_rps']} | {r['cores_used']} "
+            f"| {r['rps_per_core']} | {r['others_cores_max']} | {r['errors']} |"
         )
     # A target that failed requests is reported with its first error, not hidden: its
     # latency figures count only the requests that succeeded.
@@ -494,7 +530,11 @@ def markdown(result: dict[str, Any], args: argparse.Namespace) -> str:
         lines += [
             "",
             f"Two quantdrift gateway processes: {two['rps']} req/s at saturation "
-            f"({qd['scaling_2_vs_1']}x one process; {two['cores_used']} cores used).",
+            f"({qd['scaling_2_vs_1']}x one process; {two['cores_used']} cores used, "
+            f"{two['rps_per_core']} req/s per core against one process's "
+            f"{qd['rps_per_core']}). On {m['nproc']} cores shared with the load generator "
+            "and the upstream, the two processes cannot get a core each: the speed-up is "
+            "bounded by the cores they got, not by the gateway.",
         ]
     return "\n".join(lines) + "\n"
 
@@ -516,6 +556,9 @@ if __name__ == "__main__":
     )
     parser.add_argument("--stream-rate", type=float, default=20.0, help="streamed req/s")
     parser.add_argument("--seconds", type=float, default=20.0, help="each fixed-load phase")
+    parser.add_argument(
+        "--rounds", type=int, default=3, help="fixed-load rounds (every target in turn each)"
+    )
     parser.add_argument("--concurrency", type=int, default=64, help="in flight at saturation")
     parser.add_argument("--sat-seconds", type=float, default=15.0)
     parser.add_argument("--delay-ms", type=float, default=20.0, help="upstream time to first token")
@@ -529,8 +572,8 @@ if __name__ == "__main__":
     args = parser.parse_args()
     if (args.rate is not None and args.rate <= 0) or args.stream_rate <= 0 or args.seconds <= 0:
         sys.exit("--rate, --stream-rate and --seconds must be > 0")
-    if args.concurrency < 1 or not 0 < args.load_share < 1:
-        sys.exit("--concurrency must be >= 1 and --load-share in (0, 1)")
+    if args.concurrency < 1 or args.rounds < 1 or not 0 < args.load_share < 1:
+        sys.exit("--concurrency and --rounds must be >= 1 and --load-share in (0, 1)")
     result = asyncio.run(main(args))
     print(markdown(result, args))
     if args.write:

@@ -34,6 +34,7 @@ import argparse
 import asyncio
 import itertools
 import json
+import os
 import shutil
 import sys
 import time
@@ -48,7 +49,16 @@ from aiokafka.admin import AIOKafkaAdminClient
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from common import long_pairs, write_section
-from e2e import RAMP_RATES, SCORE_P99_TARGET_MS, percentile, ramp, rated_load, relabel, warm_loop
+from e2e import (
+    RAMP_RATES,
+    SCORE_P99_TARGET_MS,
+    broker_pid,
+    percentile,
+    ramp,
+    rated_load,
+    relabel,
+    warm_loop,
+)
 
 SECTION = "## Memory soak"
 SETTLE_S = 60.0
@@ -86,7 +96,8 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         cap = None
         rate = args.rate
         if rate is None:
-            cap = await ramp(loop, RAMP_RATES, 10.0, 20.0, seed=args.seed + 7)
+            pids = {"worker": worker.pid, "broker": broker_pid(stack), "load": os.getpid()}
+            cap = await ramp(loop, RAMP_RATES, 10.0, 20.0, seed=args.seed + 7, pids=pids)
             rate = rated_load(cap)
         rate = rate * args.factor
         assert worker.pid is not None
