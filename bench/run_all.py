@@ -191,7 +191,7 @@ def main(argv: list[str] | None = None) -> int:
     results["shadow_isolation"] = run_bench("shadow_isolation.py", write, timeout=300)
     results["gateway_capacity"] = run_bench("gateway_capacity.py", write, timeout=1200)
     results["gateway_vllm"] = run_bench("gateway_vllm.py", write, timeout=1800)
-    results["e2e"] = run_bench("e2e.py", [*write, "--phase-s", str(args.e2e_phase_s)], 300)
+    results["e2e"] = run_bench("e2e.py", [*write, "--phase-s", str(args.e2e_phase_s)], 600)
     soak_args = [*write, "--minutes", str(args.soak_minutes)]
     e2e = results["e2e"]
     if e2e:
