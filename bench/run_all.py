@@ -5,10 +5,12 @@
 Order: ``scoring.py``, ``escalation_means.py``, ``static_features.py``, ``redis_bytes.py``,
 ``gateway_fallback.py``, ``gateway_overhead.py``, ``shadow_isolation.py``,
 ``gateway_capacity.py``, ``gateway_vllm.py``, ``e2e.py``, ``soak.py``, ``scale_out.py``,
-``profile_worker.py``, ``eval_modes.py``, ``floor_coverage.py``, ``decisions.py``, each as
-a subprocess with ``--json --write OUT`` so a failing one leaves the others' sections.
-``floor_coverage.py`` says how often a calibration sets a divergence test's null below the
-healthy traffic's mean, and what that null costs a broken variant. ``decisions.py`` runs
+``profile_worker.py``, ``eval_modes.py``, ``floor_coverage.py``, ``signal_power.py``,
+``decisions.py``, each as a subprocess with ``--json --write OUT`` so a failing one leaves
+the others' sections. ``floor_coverage.py`` says how often a calibration sets a divergence
+test's null below the healthy traffic's mean, and what that null costs a broken variant;
+``signal_power.py`` asks the same of every signal a pair carries, under one oracle
+tolerance, to see whether another test would call a broken variant sooner. ``decisions.py`` runs
 ``quantdrift eval`` per mode and scorer at the issue's size (20 streams of 5,000
 pairs), last because it is the longest; ``eval_modes.py`` gives the decision table per
 mode on the lab's and vLLM's pairs with resampled calibrations (the copy in
@@ -202,6 +204,7 @@ def main(argv: list[str] | None = None) -> int:
     results["profile_worker"] = run_bench("profile_worker.py", [*write, *rated], timeout=300)
     results["eval_modes"] = run_bench("eval_modes.py", write, timeout=1800)
     results["floor_coverage"] = run_bench("floor_coverage.py", write, timeout=900)
+    results["signal_power"] = run_bench("signal_power.py", write, timeout=900)
     # Last: the longest (18 evals at full size, MiniLM among the scorers).
     results["decisions"] = run_bench("decisions.py", write, timeout=3600)
     failed = [name for name, r in results.items() if r is None and (HERE / f"{name}.py").exists()]

@@ -1,0 +1,211 @@
+"""Would another per-pair signal call a broken variant sooner than the tolerance tests do?
+
+    python bench/signal_power.py [--draws 200] [--seed 1] [--json] [--write docs/vllm.md]
+
+The tolerance rule tests four divergences (lexical, dissimilarity, entropy, teacher-forced
+KL) beside the paired outcomes and hard failures. A pair carries more: Jaccard, ROUGE-1,
+BLEU, the length ratio, the top-k KL and the flip rate of the candidate's log-probs. This
+bench asks, on the recorded pair sets (``lab`` and ``vllm``, as ``bench/eval_modes.py``),
+whether any of them would make a better test, under the same terms for every signal:
+
+* each signal maps a pair to ``x`` in [0, 1] (larger: further from the reference), and
+  its null is the blessed int8 calibration's bound (``mix_robust_upper``, the one the
+  divergence tests use) plus a tolerance ``δ``;
+* ``δ`` is the *oracle* tolerance: the smallest one for which at most 2.5 % of
+  ``--draws`` bootstrap draws of the calibration prompts (the eval's
+  ``--calibration-draws``) put the null below the healthy int8 traffic's mean x on the
+  evaluation prompts. It is fitted on the evaluation prompts, so it is optimistic for
+  every signal alike, the current four included: a signal that needs more pairs than the
+  current ones even so cannot help;
+* at that null, the pairs the test alone needs against each broken variant on the
+  evaluation prompts: Wald's approximation ``log(arl) / g`` with the test's own bets
+  (``floor_coverage.wald_pairs``), at one divergence's share of the budget.
+
+Which signals a mode has: ``flip_rate``, ``kl`` and ``entropy`` need the pairs'
+log-probs, ``tf_kl`` teacher forcing; the text signals are in every mode.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from common import write_section
+from floor_coverage import BROKEN, ROUTE, SETS, wald_pairs
+
+from quantdrift.breaker.policy import load_policy
+from quantdrift.breaker.rules import signal_arl
+from quantdrift.config import EmbeddingSettings
+from quantdrift.detectors.tolerance import CALIBRATION_ALPHA, mix_robust_upper
+from quantdrift.evaluation import ScoreCache
+from quantdrift.evaluation.modes import select, strip
+from quantdrift.schemas import PairEvent
+from quantdrift.schemas.score import Metrics
+from quantdrift.services.evaluation import calibration_draws
+from quantdrift.services.pairs import read_pairs
+from quantdrift.services.scoring import build_embedder
+
+SECTION = "## Would another signal call int4 sooner?"
+LOG4 = math.log(4.0)
+
+
+def _one_minus(v: float | None) -> float | None:
+    return None if v is None else min(1.0, max(0.0, 1.0 - v))
+
+
+def _scaled(v: float | None, clip: float) -> float | None:
+    return None if v is None else min(1.0, max(0.0, v / clip))
+
+
+def _length(m: Metrics) -> float | None:
+    # |log| of the length ratio, 4x longer or shorter saturating: either way is a change.
+    if m.length_ratio is None or m.length_ratio <= 0:
+        return None
+    return min(1.0, abs(math.log(m.length_ratio)) / LOG4)
+
+
+# Per signal, x in [0, 1] from a pair's metrics; "current" marks the tolerance tests'.
+SIGNALS: dict[str, tuple[bool, Callable[[Metrics], float | None]]] = {
+    "lexical": (True, lambda m: _one_minus(m.rougeL)),
+    "dissimilarity": (True, lambda m: _one_minus(m.cosine)),
+    "entropy": (
+        True,
+        lambda m: _scaled(None if m.entropy_shift is None else abs(m.entropy_shift), 2.0),
+    ),
+    "tf_kl": (True, lambda m: _scaled(m.tf_kl, 4.0)),
+    "jaccard": (False, lambda m: _one_minus(m.jaccard)),
+    "rouge1": (False, lambda m: _one_minus(m.rouge1)),
+    "bleu": (False, lambda m: _one_minus(m.bleu)),
+    "length": (False, _length),
+    "kl": (False, lambda m: _scaled(m.kl, 4.0)),
+    "flip_rate": (False, lambda m: m.flip_rate),
+}
+
+
+def xs(pairs: list[PairEvent], cache: ScoreCache, signal: str) -> list[float]:
+    fn = SIGNALS[signal][1]
+    return [x for p in pairs if (x := fn(cache[p])) is not None]
+
+
+def oracle_delta(bounds: list[float], traffic_mean: float, alpha: float) -> float:
+    """The smallest δ >= 0 for which at most ``alpha`` of the draws' nulls (bound + δ) sit
+    below the traffic's mean."""
+    gaps = sorted(traffic_mean - b for b in bounds)
+    # With δ at the ceil((1 - alpha) * n)-th smallest gap, at most alpha * n gaps exceed it.
+    k = min(len(gaps) - 1, max(0, math.ceil((1.0 - alpha) * len(gaps)) - 1))
+    return max(0.0, gaps[k])
+
+
+def power(path: Path, draws: int, seed: int, cache: ScoreCache) -> list[dict[str, Any]]:
+    """One row per (decoding, signal) that the int8 calibration and traffic both carry."""
+    rp = load_policy(None).for_route(ROUTE)
+    arl = signal_arl(rp, "lexical") or 1e6
+    pairs = [strip(p, "full") for p in read_pairs(path)]
+    rows = []
+    for decoding in ("greedy", "sampled"):
+        mine = select(pairs, decoding=decoding)  # type: ignore[arg-type]
+        calibration = select(mine, part="calibration")
+        traffic = select(mine, labels=("int8",), kinds=("shadow",), part="evaluation")
+        broken = {
+            label: v
+            for label in BROKEN
+            if (v := select(mine, labels=(label,), kinds=("shadow",), part="evaluation"))
+        }
+        blessed = select(calibration, labels=("int8",), kinds=("shadow",))
+        cache.fill([*blessed, *traffic, *(p for v in broken.values() for p in v)])
+        drawn = [
+            select(d, labels=("int8",), kinds=("shadow",))
+            for d in calibration_draws(calibration, traffic, draws, seed)
+        ]
+        for signal, (current, _) in SIGNALS.items():
+            whole, healthy = xs(blessed, cache, signal), xs(traffic, cache, signal)
+            if len(whole) < rp.min_floor_pairs or not healthy:
+                continue
+            mean = float(np.mean(healthy))
+            per_draw = [xs(d, cache, signal) for d in drawn]
+            bounds = [mix_robust_upper(v) for v in per_draw if len(v) >= 2]
+            delta = oracle_delta(bounds, mean, CALIBRATION_ALPHA)
+            null = mix_robust_upper(whole) + delta
+            row: dict[str, Any] = {
+                "decoding": decoding,
+                "signal": signal,
+                "current": current,
+                "traffic_mean": round(mean, 4),
+                "oracle_delta": round(delta, 4),
+                "null": round(null, 4),
+            }
+            for label, v in broken.items():
+                bx = xs(v, cache, signal)
+                row[f"{label}_mean"] = round(float(np.mean(bx)), 4) if bx else None
+                row[f"{label}_pairs"] = wald_pairs(bx, null, arl) if bx else None
+            rows.append(row)
+    return rows
+
+
+def markdown(result: dict[str, Any]) -> str:
+    lines = [
+        SECTION,
+        "",
+        f"`python bench/signal_power.py --draws {result['draws']} --seed {result['seed']}`: "
+        "every signal a pair carries, tested alike. The null is the blessed int8 "
+        "calibration's bound plus the *oracle* δ, the smallest tolerance for which at most "
+        "2.5 % of the calibration's bootstrap draws would set the null below the healthy "
+        "int8 traffic's mean (fitted on the evaluation prompts: optimistic for every "
+        "signal). *int4* / *int3*: the variant's mean x and, after the arrow, the pairs the "
+        "test alone needs at that null (Wald; `-`: never, its mean is under the null). "
+        "Signals marked * are the tolerance rule's own.",
+        "",
+        "| set | mode | signal | traffic mean | oracle δ | null | int4 | int3 |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for name, rows in result["sets"].items():
+        for r in rows:
+            star = "*" if r["current"] else ""
+            lines.append(
+                f"| {name} | {r['decoding']} | {r['signal']}{star} | {r['traffic_mean']:.3f} "
+                f"| {r['oracle_delta']:.3f} | {r['null']:.3f} | {_power(r, 'int4')} "
+                f"| {_power(r, 'int3')} |"
+            )
+    return "\n".join(lines) + "\n"
+
+
+def _power(row: dict[str, Any], label: str) -> str:
+    mean, pairs = row.get(f"{label}_mean"), row.get(f"{label}_pairs")
+    if mean is None:
+        return "-"
+    return f"{mean:.3f} → {'-' if pairs is None else f'{pairs:g}'}"
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--draws", type=int, default=200)
+    ap.add_argument("--embedder", default=None, help="the worker's default when not given")
+    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--sets", default=",".join(SETS))
+    ap.add_argument("--json", action="store_true")
+    ap.add_argument("--write", type=Path, default=None)
+    args = ap.parse_args(argv)
+    embedder, _tier = build_embedder(EmbeddingSettings(), args.embedder)
+    result: dict[str, Any] = {"draws": args.draws, "seed": args.seed, "sets": {}}
+    for name in args.sets.split(","):
+        if not SETS[name].exists():
+            sys.exit(f"{SETS[name]} is missing (bench/lab_pairs_vllm.py records it)")
+        result["sets"][name] = power(SETS[name], args.draws, args.seed, ScoreCache(embedder))
+    text = markdown(result)
+    if args.write:
+        write_section(args.write, text, SECTION)
+    if args.json:
+        print(json.dumps({"bench": "signal_power", **result}))
+    else:
+        print(text)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,53 @@
+"""bench/signal_power.py on the lab pairs, small: the JSON, the section, and what it says
+(a few seconds of CPU with the static embedder)."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
+import signal_power  # bench/ is not a package
+
+
+@pytest.mark.slow  # scores the lab set (~5 s): CI's `make test` runs it, `make test-fast` does not
+def test_a_small_run_gives_every_signal_under_one_rule(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "doc.md"
+    out.write_text("# Doc\n\n## Would another signal call int4 sooner?\n\nold\n\n## Next\n\nkept\n")
+    argv = ["--draws", "8", "--sets", "lab", "--embedder", "static", "--json"]
+    assert signal_power.main([*argv, "--write", str(out)]) == 0
+    result = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    rows = {(r["decoding"], r["signal"]): r for r in result["sets"]["lab"]}
+    # Every mode has the text signals, current and not; the lab pairs carry log-probs
+    # and teacher forcing, so those signals are there too.
+    for decoding in ("greedy", "sampled"):
+        for signal in ("lexical", "jaccard", "length", "flip_rate", "tf_kl"):
+            assert (decoding, signal) in rows
+    for r in rows.values():
+        assert r["current"] == (r["signal"] in ("lexical", "dissimilarity", "entropy", "tf_kl"))
+        assert r["oracle_delta"] >= 0.0 and r["null"] >= r["oracle_delta"]
+        for label in ("int4", "int3", "int2"):
+            mean, pairs = r.get(f"{label}_mean"), r.get(f"{label}_pairs")
+            if mean is not None and mean <= r["null"]:
+                assert pairs is None
+    # int2 sits far above teacher-forced KL's null and is called within a handful of pairs.
+    kl = rows[("greedy", "tf_kl")]
+    assert kl["int2_pairs"] is not None and kl["int2_pairs"] < 20
+    text = out.read_text()
+    assert "old" not in text and "## Next\n\nkept" in text
+    assert "| lab | greedy | lexical* |" in text and "| lab | greedy | jaccard |" in text
+
+
+def test_the_oracle_delta_leaves_at_most_alpha_of_the_draws_below_the_mean() -> None:
+    bounds = [i / 64 for i in range(40)]  # binary fractions: the sums below are exact
+    delta = signal_power.oracle_delta(bounds, traffic_mean=0.5, alpha=0.025)
+    assert sum(b + delta < 0.5 for b in bounds) <= 0.025 * len(bounds)
+    # The smallest such δ: one step less leaves more than alpha below.
+    assert sum(b + delta - 1 / 64 < 0.5 for b in bounds) > 0.025 * len(bounds)
+    # A calibration that already sits above the traffic needs no δ.
+    assert signal_power.oracle_delta([0.5, 0.6], traffic_mean=0.3, alpha=0.025) == 0.0
