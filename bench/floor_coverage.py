@@ -33,6 +33,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -70,6 +71,17 @@ def floor_state(
     return NoiseFloor().extend(NoiseFloorState(), seed.get(decoding, []))
 
 
+def split(
+    pairs: list[PairEvent], decoding: str
+) -> tuple[list[PairEvent], list[PairEvent], dict[str, list[PairEvent]]]:
+    """One decoding mode's calibration pairs, its healthy int8 traffic (shadow pairs of the
+    evaluation prompts), and each broken variant's shadow pairs there (those recorded)."""
+    mine = select(pairs, decoding=decoding)  # type: ignore[arg-type]
+    evaluation = select(mine, kinds=("shadow",), part="evaluation")
+    broken = {label: v for label in BROKEN if (v := select(evaluation, labels=(label,)))}
+    return select(mine, part="calibration"), select(evaluation, labels=("int8",)), broken
+
+
 def half_draws(
     calibration: list[PairEvent], traffic: list[PairEvent], draws: int, seed: int
 ) -> list[list[PairEvent]]:
@@ -92,14 +104,7 @@ def coverage(path: Path, draws: int, seed: int, cache: ScoreCache) -> list[dict[
     pairs = [strip(p, "full") for p in read_pairs(path)]
     rows = []
     for decoding in ("greedy", "sampled"):
-        mine = select(pairs, decoding=decoding)  # type: ignore[arg-type]
-        calibration = select(mine, part="calibration")
-        traffic = select(mine, labels=("int8",), kinds=("shadow",), part="evaluation")
-        broken = {
-            label: select(mine, labels=(label,), kinds=("shadow",), part="evaluation")
-            for label in BROKEN
-        }
-        broken = {label: v for label, v in broken.items() if v}
+        calibration, traffic, broken = split(pairs, decoding)
         cache.fill([*calibration, *traffic, *(p for v in broken.values() for p in v)])
         scores = [to_score(p, cache[p], rp, ROUTE) for p in traffic]
         broken_scores = {
@@ -177,7 +182,7 @@ def markdown(result: dict[str, Any]) -> str:
             lines.append(
                 f"| {name} | {r['decoding']} | {r['signal']} | {r['traffic_mean']:.3f} | "
                 f"{r['null_whole']:.3f} | {_pct(r['bootstrap_miss'])} | {_pct(r['half_miss'])} "
-                f"| {_power(r, 'int4')} | {_power(r, 'int3')} |"
+                f"| {power_cell(r, 'int4')} | {power_cell(r, 'int3')} |"
             )
     return "\n".join(lines) + "\n"
 
@@ -186,15 +191,26 @@ def _pct(v: float | None) -> str:
     return "-" if v is None else f"{v:.1%}"
 
 
-def _power(row: dict[str, Any], label: str) -> str:
+def power_cell(row: dict[str, Any], label: str) -> str:
     mean, pairs = row.get(f"{label}_mean"), row.get(f"{label}_pairs")
     if mean is None:
         return "-"
     return f"{mean:.3f} → {'-' if pairs is None else f'{pairs:g}'}"
 
 
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def run_sets(
+    argv: list[str] | None,
+    *,
+    bench: str,
+    description: str,
+    section: str,
+    per_set: Callable[[Path, int, int, ScoreCache], list[dict[str, Any]]],
+    markdown: Callable[[dict[str, Any]], str],
+) -> int:
+    """The command line of a bench that reads each recorded pair set with ``--draws``
+    calibration draws (this one and ``signal_power.py``): rows per set, then the section
+    printed or written and, with ``--json``, one JSON object."""
+    ap = argparse.ArgumentParser(description=description)
     ap.add_argument("--draws", type=int, default=200)
     ap.add_argument("--embedder", default=None, help="the worker's default when not given")
     ap.add_argument("--seed", type=int, default=1)
@@ -207,15 +223,26 @@ def main(argv: list[str] | None = None) -> int:
     for name in args.sets.split(","):
         if not SETS[name].exists():
             sys.exit(f"{SETS[name]} is missing (bench/lab_pairs_vllm.py records it)")
-        result["sets"][name] = coverage(SETS[name], args.draws, args.seed, ScoreCache(embedder))
+        result["sets"][name] = per_set(SETS[name], args.draws, args.seed, ScoreCache(embedder))
     text = markdown(result)
     if args.write:
-        write_section(args.write, text, SECTION)
+        write_section(args.write, text, section)
     if args.json:
-        print(json.dumps({"bench": "floor_coverage", **result}))
+        print(json.dumps({"bench": bench, **result}))
     else:
         print(text)
     return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    return run_sets(
+        argv,
+        bench="floor_coverage",
+        description=__doc__.splitlines()[0],
+        section=SECTION,
+        per_set=coverage,
+        markdown=markdown,
+    )
 
 
 if __name__ == "__main__":

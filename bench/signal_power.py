@@ -27,21 +27,16 @@ log-probs, ``tf_kl`` teacher forcing; the text signals are in every mode.
 
 from __future__ import annotations
 
-import argparse
-import json
 import math
-import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-from common import write_section
-from floor_coverage import BROKEN, ROUTE, SETS, wald_pairs
+from floor_coverage import ROUTE, power_cell, run_sets, split, wald_pairs
 
 from quantdrift.breaker.policy import load_policy
 from quantdrift.breaker.rules import signal_arl
-from quantdrift.config import EmbeddingSettings
 from quantdrift.detectors.tolerance import CALIBRATION_ALPHA, mix_robust_upper
 from quantdrift.evaluation import ScoreCache
 from quantdrift.evaluation.modes import select, strip
@@ -49,7 +44,6 @@ from quantdrift.schemas import PairEvent
 from quantdrift.schemas.score import Metrics
 from quantdrift.services.evaluation import calibration_draws
 from quantdrift.services.pairs import read_pairs
-from quantdrift.services.scoring import build_embedder
 
 SECTION = "## Would another signal call int4 sooner?"
 LOG4 = math.log(4.0)
@@ -109,14 +103,7 @@ def power(path: Path, draws: int, seed: int, cache: ScoreCache) -> list[dict[str
     pairs = [strip(p, "full") for p in read_pairs(path)]
     rows = []
     for decoding in ("greedy", "sampled"):
-        mine = select(pairs, decoding=decoding)  # type: ignore[arg-type]
-        calibration = select(mine, part="calibration")
-        traffic = select(mine, labels=("int8",), kinds=("shadow",), part="evaluation")
-        broken = {
-            label: v
-            for label in BROKEN
-            if (v := select(mine, labels=(label,), kinds=("shadow",), part="evaluation"))
-        }
+        calibration, traffic, broken = split(pairs, decoding)
         blessed = select(calibration, labels=("int8",), kinds=("shadow",))
         cache.fill([*blessed, *traffic, *(p for v in broken.values() for p in v)])
         drawn = [
@@ -169,42 +156,21 @@ def markdown(result: dict[str, Any]) -> str:
             star = "*" if r["current"] else ""
             lines.append(
                 f"| {name} | {r['decoding']} | {r['signal']}{star} | {r['traffic_mean']:.3f} "
-                f"| {r['oracle_delta']:.3f} | {r['null']:.3f} | {_power(r, 'int4')} "
-                f"| {_power(r, 'int3')} |"
+                f"| {r['oracle_delta']:.3f} | {r['null']:.3f} | {power_cell(r, 'int4')} "
+                f"| {power_cell(r, 'int3')} |"
             )
     return "\n".join(lines) + "\n"
 
 
-def _power(row: dict[str, Any], label: str) -> str:
-    mean, pairs = row.get(f"{label}_mean"), row.get(f"{label}_pairs")
-    if mean is None:
-        return "-"
-    return f"{mean:.3f} → {'-' if pairs is None else f'{pairs:g}'}"
-
-
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--draws", type=int, default=200)
-    ap.add_argument("--embedder", default=None, help="the worker's default when not given")
-    ap.add_argument("--seed", type=int, default=1)
-    ap.add_argument("--sets", default=",".join(SETS))
-    ap.add_argument("--json", action="store_true")
-    ap.add_argument("--write", type=Path, default=None)
-    args = ap.parse_args(argv)
-    embedder, _tier = build_embedder(EmbeddingSettings(), args.embedder)
-    result: dict[str, Any] = {"draws": args.draws, "seed": args.seed, "sets": {}}
-    for name in args.sets.split(","):
-        if not SETS[name].exists():
-            sys.exit(f"{SETS[name]} is missing (bench/lab_pairs_vllm.py records it)")
-        result["sets"][name] = power(SETS[name], args.draws, args.seed, ScoreCache(embedder))
-    text = markdown(result)
-    if args.write:
-        write_section(args.write, text, SECTION)
-    if args.json:
-        print(json.dumps({"bench": "signal_power", **result}))
-    else:
-        print(text)
-    return 0
+    return run_sets(
+        argv,
+        bench="signal_power",
+        description=__doc__.splitlines()[0],
+        section=SECTION,
+        per_set=power,
+        markdown=markdown,
+    )
 
 
 if __name__ == "__main__":
