@@ -35,9 +35,14 @@ from typing import Any
 import numpy as np
 from floor_coverage import ROUTE, power_cell, run_sets, split, wald_pairs
 
-from quantdrift.breaker.policy import load_policy
+from quantdrift.breaker.policy import RoutePolicy, load_policy
 from quantdrift.breaker.rules import signal_arl
-from quantdrift.detectors.tolerance import CALIBRATION_ALPHA, mix_robust_upper
+from quantdrift.detectors.tolerance import (
+    CALIBRATION_ALPHA,
+    clip_metric,
+    divergence_x,
+    mix_robust_upper,
+)
 from quantdrift.evaluation import ScoreCache
 from quantdrift.evaluation.modes import select, strip
 from quantdrift.schemas import PairEvent
@@ -49,14 +54,6 @@ SECTION = "## Would another signal call int4 sooner?"
 LOG4 = math.log(4.0)
 
 
-def _one_minus(v: float | None) -> float | None:
-    return None if v is None else min(1.0, max(0.0, 1.0 - v))
-
-
-def _scaled(v: float | None, clip: float) -> float | None:
-    return None if v is None else min(1.0, max(0.0, v / clip))
-
-
 def _length(m: Metrics) -> float | None:
     # |log| of the length ratio, 4x longer or shorter saturating: either way is a change.
     if m.length_ratio is None or m.length_ratio <= 0:
@@ -64,27 +61,28 @@ def _length(m: Metrics) -> float | None:
     return min(1.0, abs(math.log(m.length_ratio)) / LOG4)
 
 
-# Per signal, x in [0, 1] from a pair's metrics; "current" marks the tolerance tests'.
-SIGNALS: dict[str, tuple[bool, Callable[[Metrics], float | None]]] = {
-    "lexical": (True, lambda m: _one_minus(m.rougeL)),
-    "dissimilarity": (True, lambda m: _one_minus(m.cosine)),
-    "entropy": (
-        True,
-        lambda m: _scaled(None if m.entropy_shift is None else abs(m.entropy_shift), 2.0),
-    ),
-    "tf_kl": (True, lambda m: _scaled(m.tf_kl, 4.0)),
-    "jaccard": (False, lambda m: _one_minus(m.jaccard)),
-    "rouge1": (False, lambda m: _one_minus(m.rouge1)),
-    "bleu": (False, lambda m: _one_minus(m.bleu)),
-    "length": (False, _length),
-    "kl": (False, lambda m: _scaled(m.kl, 4.0)),
-    "flip_rate": (False, lambda m: m.flip_rate),
+# The tolerance rule's own divergences, in the table's order; their x is the rule's own
+# (``divergence_x``, with the policy's clips).
+CURRENT = ("lexical", "dissimilarity", "entropy", "tf_kl")
+# The signals a pair carries that no tolerance test uses: x in [0, 1] from its metrics
+# (the policy for the top-k KL's clip, the teacher-forced one's).
+OTHERS: dict[str, Callable[[Metrics, RoutePolicy], float | None]] = {
+    "jaccard": lambda m, rp: None if m.jaccard is None else clip_metric("jaccard", m.jaccard),
+    "rouge1": lambda m, rp: None if m.rouge1 is None else clip_metric("rouge1", m.rouge1),
+    "bleu": lambda m, rp: None if m.bleu is None else clip_metric("bleu", m.bleu),
+    "length": lambda m, rp: _length(m),
+    "kl": lambda m, rp: None if m.kl is None else clip_metric("kl", m.kl, rp.tf_kl_clip),
+    "flip_rate": lambda m, rp: m.flip_rate,
 }
 
 
-def xs(pairs: list[PairEvent], cache: ScoreCache, signal: str) -> list[float]:
-    fn = SIGNALS[signal][1]
-    return [x for p in pairs if (x := fn(cache[p])) is not None]
+def xs(pairs: list[PairEvent], cache: ScoreCache, signal: str, rp: RoutePolicy) -> list[float]:
+    """The pairs' x for ``signal`` (pairs without it left out)."""
+    if signal in CURRENT:
+        found = (divergence_x(cache[p], signal, rp.tf_kl_clip, rp.entropy_clip) for p in pairs)
+    else:
+        found = (OTHERS[signal](cache[p], rp) for p in pairs)
+    return [x for x in found if x is not None]
 
 
 def oracle_delta(bounds: list[float], traffic_mean: float, alpha: float) -> float:
@@ -110,25 +108,25 @@ def power(path: Path, draws: int, seed: int, cache: ScoreCache) -> list[dict[str
             select(d, labels=("int8",), kinds=("shadow",))
             for d in calibration_draws(calibration, traffic, draws, seed)
         ]
-        for signal, (current, _) in SIGNALS.items():
-            whole, healthy = xs(blessed, cache, signal), xs(traffic, cache, signal)
+        for signal in (*CURRENT, *OTHERS):
+            whole, healthy = xs(blessed, cache, signal, rp), xs(traffic, cache, signal, rp)
             if len(whole) < rp.min_floor_pairs or not healthy:
                 continue
             mean = float(np.mean(healthy))
-            per_draw = [xs(d, cache, signal) for d in drawn]
+            per_draw = [xs(d, cache, signal, rp) for d in drawn]
             bounds = [mix_robust_upper(v) for v in per_draw if len(v) >= 2]
             delta = oracle_delta(bounds, mean, CALIBRATION_ALPHA)
             null = mix_robust_upper(whole) + delta
             row: dict[str, Any] = {
                 "decoding": decoding,
                 "signal": signal,
-                "current": current,
+                "current": signal in CURRENT,
                 "traffic_mean": round(mean, 4),
                 "oracle_delta": round(delta, 4),
                 "null": round(null, 4),
             }
             for label, v in broken.items():
-                bx = xs(v, cache, signal)
+                bx = xs(v, cache, signal, rp)
                 row[f"{label}_mean"] = round(float(np.mean(bx)), 4) if bx else None
                 row[f"{label}_pairs"] = wald_pairs(bx, null, arl) if bx else None
             rows.append(row)

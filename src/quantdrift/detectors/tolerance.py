@@ -45,7 +45,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 
-from quantdrift.detectors.noise_floor import resolution
+from quantdrift.detectors.noise_floor import LOWER_IS_WORSE, resolution
 from quantdrift.detectors.sequential import Signal
 from quantdrift.detectors.suite import FailureThresholds, hard_failures
 from quantdrift.schemas.score import Metrics
@@ -223,8 +223,13 @@ def floor_metric(m: Metrics, signal: str) -> str:
 
 
 def clip_metric(metric: str, value: float, clip: float = 1.0) -> float:
-    """A floor metric mapped onto [0, 1], larger = further from the reference."""
-    if metric in ("cosine", "rougeL"):
+    """A floor metric mapped onto [0, 1], larger = further from the reference: one minus
+    a similarity (every metric where lower is worse), else the value over ``clip``.
+
+    >>> clip_metric("jaccard", 0.25), clip_metric("tf_kl", 1.0, clip=4.0)
+    (0.75, 0.25)
+    """
+    if metric in LOWER_IS_WORSE:
         return min(1.0, max(0.0, 1.0 - value))
     return min(1.0, max(0.0, value / clip))
 
