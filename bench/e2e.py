@@ -286,9 +286,11 @@ def step_cpu(name: str, pid: int | None) -> float:
     return tree_cpu_seconds([pid], children=name != "load")
 
 
-def broker_pid(stack: EmbeddedStack) -> int | None:
-    """The embedded broker's pid, when this run started it."""
-    return stack.broker.pid if stack.broker is not None else None
+def ramp_processes(stack: EmbeddedStack, loop: Loop) -> dict[str, int | None]:
+    """The processes a ramp reads the cores of: the worker, the embedded broker (when
+    this run started it) and this process, the load generator."""
+    broker = stack.broker.pid if stack.broker is not None else None
+    return {"worker": loop.worker.pid, "broker": broker, "load": os.getpid()}
 
 
 def sustained_rate(steps: list[dict[str, Any]]) -> float | None:
@@ -443,9 +445,13 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     t_start = time.monotonic()
     async with warm_loop(seed=99) as (stack, loop):
         cap = await capacity(loop, args.capacity_pairs, seed=args.seed)
-        pids = {"worker": loop.worker.pid, "broker": broker_pid(stack), "load": os.getpid()}
         steps = await ramp(
-            loop, RAMP_RATES, args.step_s, args.drain_s, seed=args.seed + 50, pids=pids
+            loop,
+            RAMP_RATES,
+            args.step_s,
+            args.drain_s,
+            seed=args.seed + 50,
+            pids=ramp_processes(stack, loop),
         )
         rated = args.rate or rated_load(steps)
         phases: list[dict[str, Any]] = []

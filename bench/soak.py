@@ -34,7 +34,6 @@ import argparse
 import asyncio
 import itertools
 import json
-import os
 import shutil
 import sys
 import time
@@ -52,9 +51,9 @@ from common import long_pairs, write_section
 from e2e import (
     RAMP_RATES,
     SCORE_P99_TARGET_MS,
-    broker_pid,
     percentile,
     ramp,
+    ramp_processes,
     rated_load,
     relabel,
     warm_loop,
@@ -96,7 +95,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         cap = None
         rate = args.rate
         if rate is None:
-            pids = {"worker": worker.pid, "broker": broker_pid(stack), "load": os.getpid()}
+            pids = ramp_processes(stack, loop)
             cap = await ramp(loop, RAMP_RATES, 10.0, 20.0, seed=args.seed + 7, pids=pids)
             rate = rated_load(cap)
         rate = rate * args.factor
