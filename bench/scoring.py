@@ -135,6 +135,7 @@ def stages(pairs: Sequence[PairEvent], static: Any, full: Any) -> dict[str, floa
     """µs per pair of each stage, on the same pairs (the suite's implementations)."""
     from rouge_score import rouge_scorer
 
+    from quantdrift.detectors import bleu
     from quantdrift.detectors import entropy as ent
     from quantdrift.detectors import lexical as lex
     from quantdrift.detectors import repetition as rep
@@ -163,7 +164,7 @@ def stages(pairs: Sequence[PairEvent], static: Any, full: Any) -> dict[str, floa
 
     def lexical() -> None:
         for (ct, rt), c, r in zip(toks, cands, refs, strict=True):
-            lex.sentence_bleu(c, r)
+            bleu.sentence_bleu(c, r)
             lex.rouge1_f(ct, rt), lex.rougeL_f(ct, rt), lex.jaccard(ct, rt)
             lex.length_ratio(ct, rt), lex.first_divergence(ct, rt)
 

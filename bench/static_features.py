@@ -45,12 +45,12 @@ FEATURES = ["static cosine", "ROUGE-L", "ROUGE-1", "Jaccard", "length ratio", "B
 
 def features(pairs: Sequence[Any], static: Any, full: Any) -> dict[str, Any]:
     """Static and MiniLM cosines and the lexical scores of each pair."""
+    from quantdrift.detectors.bleu import sentence_bleu
     from quantdrift.detectors.lexical import (
         jaccard,
         length_ratio,
         rouge1_f,
         rougeL_f,
-        sentence_bleu,
     )
     from quantdrift.detectors.semantic import cosine_pairs
     from quantdrift.detectors.tokenize import tokenize

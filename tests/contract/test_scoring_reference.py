@@ -29,8 +29,8 @@ from rouge_score import rouge_scorer
 from sacrebleu.metrics import BLEU
 
 from quantdrift.config import EmbeddingSettings
+from quantdrift.detectors import bleu
 from quantdrift.detectors import entropy as ent
-from quantdrift.detectors import lexical as lex
 from quantdrift.detectors import repetition as rep
 from quantdrift.detectors.json_contract import check_json_contract
 from quantdrift.detectors.semantic import cosine_pairs
@@ -280,7 +280,37 @@ _STATIC = StaticEmbedder()
     st.text(alphabet=st.sampled_from("ab c.,!?'-&;猫狗\n"), max_size=60),
 )
 def test_bleu_equals_sacrebleu_on_generated_text(cand: str, ref: str) -> None:
-    assert lex.sentence_bleu(cand, ref) == bleu_ref(cand, ref)
+    assert bleu.sentence_bleu(cand, ref) == bleu_ref(cand, ref)
+
+
+# Every character class sacrebleu's tokenizers treat apart: its padded ASCII
+# punctuation, the context rules' period, comma, dash and digits, its escapes and
+# line joins, CJK inside and just outside its ranges (U+2000 and U+2001 sit on the
+# two-character range end), and other scripts.
+_TOKENIZER_ALPHABET = st.sampled_from(
+    [*"ab9 .,-!?'\"&;:/<>@[]{}~^_`|\n\t", "&amp;", "&quot;", "<skipped>", "-\n",
+     "猫", "。", "\u2000", "\u2001", "\u2014", "\u2a6d", "\u2a6e", "\uff01", "é", "ß", "\U00020001"]
+)  # fmt: skip
+
+
+@settings(max_examples=500, deadline=None)
+@given(st.lists(_TOKENIZER_ALPHABET, max_size=40).map("".join))
+def test_tokenizers_equal_sacrebleus(line: str) -> None:
+    for name, tokenizer in (("13a", bleu.tokenize_13a), ("zh", bleu.tokenize_zh)):
+        assert tokenizer(line) == SACREBLEU[name].tokenizer(line), name
+
+
+def test_zh_class_is_sacrebleus_predicate_on_every_code_point() -> None:
+    from sacrebleu.tokenizers.tokenizer_zh import TokenizerZh
+
+    is_chinese = TokenizerZh._is_chinese_char.__wrapped__
+    chars = bleu._zh_chars()
+    wrong = [
+        cp
+        for cp in range(0x110000)
+        if (chars.fullmatch(chr(cp)) is not None) != is_chinese(chr(cp))
+    ]
+    assert not wrong, [hex(cp) for cp in wrong[:10]]
 
 
 @settings(max_examples=500, deadline=None)

@@ -11,6 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from rouge_score import rouge_scorer
 
+from quantdrift.detectors.bleu import sentence_bleu
 from quantdrift.detectors.lexical import (
     first_divergence,
     jaccard,
@@ -18,7 +19,6 @@ from quantdrift.detectors.lexical import (
     length_ratio,
     rouge1_f,
     rougeL_f,
-    sentence_bleu,
 )
 from quantdrift.detectors.tokenize import tokenize
 

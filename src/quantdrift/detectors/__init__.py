@@ -1,7 +1,7 @@
 """Pure scoring: no Kafka, no Redis, no environment reads.
 
 One module per concern: ``tokenize`` (CJK-aware tokens), ``lexical`` (ROUGE,
-BLEU, Jaccard, length, divergence), ``entropy`` (entropy, KL, flips,
+Jaccard, length, divergence), ``bleu`` (sacrebleu's sentence BLEU), ``entropy`` (entropy, KL, flips,
 teacher-forced gap), ``repetition`` (loops, diversity, whitespace),
 ``json_contract``, ``semantic`` (the embedder protocol, cosine) and ``suite``
 (all of it for a batch of pairs, and the per-pair verdict), ``sequential``,
@@ -9,6 +9,7 @@ teacher-forced gap), ``repetition`` (loops, diversity, whitespace),
 loaded in :mod:`quantdrift.embedding`.
 """
 
+from quantdrift.detectors.bleu import sentence_bleu
 from quantdrift.detectors.entropy import (
     entropy_from_top_logprobs,
     entropy_shift,
@@ -25,7 +26,6 @@ from quantdrift.detectors.lexical import (
     length_ratio,
     rouge1_f,
     rougeL_f,
-    sentence_bleu,
 )
 from quantdrift.detectors.repetition import (
     distinct_2,

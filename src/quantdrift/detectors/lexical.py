@@ -1,6 +1,6 @@
-"""Lexical agreement between a candidate and a reference: ROUGE, BLEU, Jaccard.
+"""Lexical agreement between a candidate and a reference: ROUGE, Jaccard, length.
 
-Everything except BLEU works on token lists from :func:`tokenize`, so a caller
+Everything here works on token lists from :func:`tokenize`, so a caller
 tokenizes each text once and reuses the lists across metrics. ROUGE-1 / ROUGE-L
 reproduce rouge-score (``RougeScorer(['rouge1', 'rougeL'], use_stemmer=False)``)
 bit for bit on ASCII text, including its arithmetic order and its 0.0 for an
@@ -12,11 +12,6 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Sequence
-from functools import lru_cache
-
-from sacrebleu.metrics import BLEU
-
-from quantdrift.detectors.tokenize import has_cjk
 
 
 def _fmeasure(precision: float, recall: float) -> float:
@@ -91,29 +86,6 @@ def rougeL_f(candidate: Sequence[str], reference: Sequence[str]) -> float:
         return 0.0
     lcs = lcs_length(candidate, reference)
     return _fmeasure(lcs / len(candidate), lcs / len(reference))
-
-
-@lru_cache(maxsize=2)
-def _bleu(tokenizer: str) -> BLEU:
-    # Building a BLEU object sets up its tokenizer; one per tokenizer is enough
-    # (sentence_score keeps no state between calls).
-    return BLEU(effective_order=True, tokenize=tokenizer)
-
-
-def sentence_bleu(candidate: str, reference: str) -> float:
-    """sacrebleu sentence BLEU in [0, 1]; ``zh`` tokenization when either text has CJK.
-
-    Works on raw text, not our tokens, so the number is the one sacrebleu users know.
-
-    Examples
-    --------
-    >>> sentence_bleu("the cat sat on the mat", "the cat sat on the mat")
-    1.0
-    """
-    tokenizer = "zh" if has_cjk(candidate) or has_cjk(reference) else "13a"
-    score = float(_bleu(tokenizer).sentence_score(candidate, [reference]).score) / 100.0
-    # sacrebleu's exp(log(...)) lands on 100.00000000000004 for identical texts.
-    return min(max(score, 0.0), 1.0)
 
 
 def jaccard(candidate: Sequence[str], reference: Sequence[str]) -> float:

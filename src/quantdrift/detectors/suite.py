@@ -17,6 +17,7 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from quantdrift.detectors import bleu
 from quantdrift.detectors import entropy as ent
 from quantdrift.detectors import lexical as lex
 from quantdrift.detectors import repetition as rep
@@ -39,28 +40,40 @@ class _Text:
     batch share it (the reference of a prompt asked again, the same text on
     both sides): its tokens and their counts (ROUGE-1 and Jaccard both read
     them), integer ids and the repetition signals. Kept for one batch only, so
-    no memory outlives a call. BLEU is sacrebleu's on the raw texts (its own
-    cache keeps a text's tokens)."""
+    no memory outlives a call. BLEU is sacrebleu's on the raw text, with
+    sacrebleu's tokenizer, so its n-grams are counted apart, once per tokenizer
+    the text's pairs ask for (``zh`` when a partner has CJK)."""
 
+    text: str
     tokens: list[str]
     counts: Counter[str]
     ids: rep.IntArray
     repetition_run: int
     looping: bool
     whitespace_run: int
+    bleu_ngrams: dict[str, bleu.BleuNgrams]
 
     @classmethod
     def of(cls, text: str) -> _Text:
         tokens = tokenize(text)
         ids = rep.token_ids(tokens)
         return cls(
+            text,
             tokens,
             Counter(tokens),
             ids,
             rep.repetition_run(ids),
             rep.looping(ids),
             rep.whitespace_run(text),
+            {},
         )
+
+    def bleu_counts(self, tokenizer: str) -> bleu.BleuNgrams:
+        """This text's BLEU n-grams under ``tokenizer``, counted on first use."""
+        found = self.bleu_ngrams.get(tokenizer)
+        if found is None:
+            found = self.bleu_ngrams[tokenizer] = bleu.ngrams(self.text, tokenizer)
+        return found
 
     @classmethod
     def shared(cls, texts: dict[str, _Text], text: str) -> _Text:
@@ -90,11 +103,12 @@ def _metrics(
     ref_mean, _ = ent.entropy_stats(ref_h)
     kl, flips = ent.kl_and_flip_rate(reference.top_logprobs, candidate.top_logprobs)
     json_ok, json_error = check_json_contract(candidate.text, request)
+    bleu_tok = bleu.pair_tokenizer(candidate.text, reference.text)
 
     return Metrics(
         cosine=cosine,
         cosine_tier=tier if cosine is not None else None,
-        bleu=lex.sentence_bleu(candidate.text, reference.text),
+        bleu=bleu.from_ngrams(cand.bleu_counts(bleu_tok), ref.bleu_counts(bleu_tok)),
         rouge1=lex.rouge1_from_counts(cand.counts, ref.counts),
         rougeL=lex.rougeL_f(cand_tokens, ref_tokens),
         jaccard=lex.jaccard_from_counts(cand.counts, ref.counts),
