@@ -15,6 +15,7 @@ from typing import Any
 import httpx
 from aiokafka import AIOKafkaProducer
 from faults_support import on_route, route_state, shadow_only
+from prometheus_client.parser import text_string_to_metric_families
 
 from quantdrift.config import Settings
 from quantdrift.demo import synthetic
@@ -40,6 +41,22 @@ async def worker_counts(port: int) -> dict[str, Any]:
         resp = await client.get(f"http://127.0.0.1:{port}/status.json")
         resp.raise_for_status()
         return dict(resp.json()["worker"])
+
+
+async def tier_counts(port: int) -> dict[str, float]:
+    """The worker's tiered-scorer counters from its /metrics: pairs through the static
+    tier and escalations by reason (``band``, ``sample``)."""
+    async with httpx.AsyncClient(timeout=2.0) as client:
+        resp = await client.get(f"http://127.0.0.1:{port}/metrics")
+        resp.raise_for_status()
+    out: dict[str, float] = {}
+    for family in text_string_to_metric_families(resp.text):
+        for sample in family.samples:
+            if sample.name == "quantdrift_tier_pairs_total":
+                out["pairs"] = sample.value
+            elif sample.name == "quantdrift_tier_escalations_total":
+                out[sample.labels["reason"]] = sample.value
+    return out
 
 
 async def scored_by(port: int) -> int | None:

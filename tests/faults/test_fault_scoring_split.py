@@ -27,6 +27,7 @@ from scoring_split_support import (
     PacedProducer,
     healthy_then_drifted,
     judged,
+    tier_counts,
     warm_all,
     worker_counts,
     worker_with_web,
@@ -95,6 +96,7 @@ async def test_one_route_is_scored_by_two_workers_and_decided_once(fault_stack) 
     try:
         await warm_all(settings, workers)
         before = [(await worker_counts(port))["pairs_scored"] for _, port in workers]
+        tiers_before = [await tier_counts(port) for _, port in workers]
         pairs = healthy_then_drifted(route, healthy=30, drifted=12, seed=7)
         producer = PacedProducer(
             settings.kafka.bootstrap_servers, settings.kafka.topics.pairs, pairs, 40.0
@@ -115,7 +117,17 @@ async def test_one_route_is_scored_by_two_workers_and_decided_once(fault_stack) 
         await assert_decided_once(settings, [route], len(pairs))
         by_pair = await scores_by_pair(settings, route)
         assert sorted(by_pair) == sorted(p.pair_id for p in pairs)
-        print(f"\npairs of one route scored per worker: {scored}")
+        # Each worker's /metrics counts the pairs its static tier saw and those it
+        # escalated; over both workers they are this stream's, as its scores say.
+        tiers = [await tier_counts(port) for _, port in workers]
+        moved = {
+            k: sum(a.get(k, 0.0) - b.get(k, 0.0) for a, b in zip(tiers, tiers_before, strict=True))
+            for k in ("pairs", "band", "sample")
+        }
+        minilm = sum(s.metrics.cosine_tier == "minilm" for (s,) in by_pair.values())
+        assert moved["pairs"] == len(pairs), f"tier counters {moved}, {len(pairs)} pairs sent"
+        assert moved["band"] + moved["sample"] == minilm, f"{moved}, {minilm} MiniLM scores"
+        print(f"\npairs of one route scored per worker: {scored}; tier counters: {moved}")
     finally:
         for worker, _ in workers:
             worker.stop()

@@ -12,13 +12,16 @@ import bisect
 from collections import deque
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 from prometheus_client.process_collector import ProcessCollector
 
 from quantdrift.breaker.state import RouteState
+
+if TYPE_CHECKING:
+    from quantdrift.embedding.tiered import Agreement
 
 STATE_VALUE = {"closed": 0, "half_open": 1, "open": 2}
 LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5)
@@ -127,6 +130,7 @@ def metrics_text(
     states: Mapping[str, RouteState],
     latency: LatencyHistogram,
     lag: Mapping[str, int] | None = None,
+    tiers: Agreement | None = None,
 ) -> str:
     """Prometheus text exposition (version 0.0.4), written by ``prometheus_client``.
 
@@ -145,7 +149,7 @@ def metrics_text(
     """
     registry = CollectorRegistry(auto_describe=False)
     ProcessCollector(registry=registry)
-    registry.register(_WorkerCollector(stats, states, latency, lag))
+    registry.register(_WorkerCollector(stats, states, latency, lag, tiers))
     return generate_latest(registry).decode()
 
 
@@ -158,8 +162,10 @@ class _WorkerCollector:
         states: Mapping[str, RouteState],
         latency: LatencyHistogram,
         lag: Mapping[str, int] | None,
+        tiers: Agreement | None = None,
     ) -> None:
         self.stats, self.states, self.latency, self.lag = stats, states, latency, lag
+        self.tiers = tiers
 
     def collect(self) -> Iterable[Any]:
         counters = (
@@ -212,6 +218,50 @@ class _WorkerCollector:
             for tp, v in self.lag.items():
                 lag.add_metric([tp], v)
             yield lag
+        if self.tiers is not None:
+            yield from tier_families(self.tiers)
+
+
+def tier_families(tiers: Agreement) -> Iterable[Any]:
+    """The tiered scorer's escalations and its agreement sample, as counters.
+
+    The sample is what says whether the static tier still stands in for MiniLM on
+    this traffic: ``quantdrift_tier_sample_decision_flips_total`` over
+    ``quantdrift_tier_escalations_total{reason="sample"}`` is the share of sampled
+    pairs whose verdict at a similarity bar the static cosine would have flipped,
+    and the absolute-error sum over the same count is the mean gap.
+
+    >>> from quantdrift.embedding.tiered import Agreement
+    >>> names = [f.name for f in tier_families(Agreement(pairs=10))]
+    >>> names[0], len(names)
+    ('quantdrift_tier_pairs', 5)
+    """
+    yield CounterMetricFamily(
+        "quantdrift_tier_pairs", "pairs the static tier scored first", value=tiers.pairs
+    )
+    escalations = CounterMetricFamily(
+        "quantdrift_tier_escalations",
+        "pairs escalated to MiniLM: in the band of a bar, or in the agreement sample",
+        labels=["reason"],
+    )
+    for reason, n in sorted(tiers.escalated.items()):
+        escalations.add_metric([reason], n)
+    yield escalations
+    yield CounterMetricFamily(
+        "quantdrift_tier_passed_over",
+        "pairs in a bar's band whose draw kept the static cosine",
+        value=tiers.passed_over,
+    )
+    yield CounterMetricFamily(
+        "quantdrift_tier_sample_decision_flips",
+        "sampled pairs whose verdict at a similarity bar differs between the tiers",
+        value=tiers.sample_decision_flips,
+    )
+    yield CounterMetricFamily(
+        "quantdrift_tier_sample_abs_error",
+        "sum over sampled pairs of |mapped static cosine - MiniLM cosine|",
+        value=tiers.sample_abs_error_sum,
+    )
 
 
 def sparkline_points(values: Sequence[float], width: int = 160, height: int = 28) -> str:

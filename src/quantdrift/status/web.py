@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import faust
 
@@ -27,6 +27,9 @@ from quantdrift.status.page import (
 )
 from quantdrift.status.watchdog import StallWatch, consumer_state, look
 
+if TYPE_CHECKING:
+    from quantdrift.embedding.tiered import Agreement
+
 log = logging.getLogger("quantdrift.status")
 PROMETHEUS_TEXT = "text/plain; version=0.0.4"  # aiohttp adds the charset itself
 
@@ -38,8 +41,13 @@ def attach_status(
     clock: Callable[[], float] = time.time,
     refresh_s: float = 1.0,
     stall_after_s: float = 60.0,
+    tiers: Callable[[], Agreement | None] = lambda: None,
 ) -> dict[str, Any]:
-    """Register the views and the timers; returns the live snapshot (for tests)."""
+    """Register the views and the timers; returns the live snapshot (for tests).
+
+    ``tiers`` gives the tiered scorer's agreement record once the scorer is
+    loaded (None before, and for the other scorers); /metrics exports it.
+    """
     watch = StallWatch(stall_after_s=stall_after_s)
     snap: dict[str, Any] = {
         "states": {},
@@ -117,7 +125,7 @@ def attach_status(
     @app.page("/metrics")
     async def metrics(self: Any, request: Any) -> Any:
         snap["latency"].absorb(stats)
-        text = metrics_text(stats, snap["states"], snap["latency"], watch.behind)
+        text = metrics_text(stats, snap["states"], snap["latency"], watch.behind, tiers())
         return self.text(text, content_type=PROMETHEUS_TEXT)
 
     return snap

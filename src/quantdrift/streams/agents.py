@@ -335,7 +335,14 @@ def attach_agents(
             stats.store_errors += 1
             log.warning("breaker clock: store unavailable (%s)", exc)
 
-    attach_status(app, stats, store, clock=clock, stall_after_s=stall_after_s)
+    attach_status(
+        app,
+        stats,
+        store,
+        clock=clock,
+        stall_after_s=stall_after_s,
+        tiers=lambda: getattr(holder.get("embedder"), "agreement", None),
+    )
     return stats
 
 
