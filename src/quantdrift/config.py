@@ -100,7 +100,8 @@ class EmbeddingSettings(BaseModel):
     static_model: str = "packaged:static-minilm"
     calibration: Path | None = None  # None: calibration.json beside the static model
     band: float | None = Field(default=None, ge=0)  # None: the calibration's band
-    sample_rate: float = Field(default=0.01, ge=0, le=1)
+    # The agreement sample (quantdrift.embedding.tiered.Escalation says why 1 in 400).
+    sample_rate: float = Field(default=0.0025, ge=0, le=1)
     escalation_thresholds: tuple[float, ...] = Field(default=(0.88,), min_length=1)
     # A pair d band widths from a threshold escalates with probability min(1, rate / d),
     # drawn from its texts, so every worker escalates the same pairs

@@ -8,8 +8,9 @@ whose inputs are the pair's two texts, its mapped static cosine and the
 :class:`Escalation` settings:
 
 1. ``sample``: the pair's texts draw into the ``sample_rate`` fraction (a
-   deterministic ~1 % over every cosine range, that keeps measuring how well
-   the tiers agree; both cosines are recorded in :class:`Agreement`);
+   deterministic 0.25 % over every cosine range, that keeps measuring how well
+   the tiers agree; both cosines are recorded in :class:`Agreement`, and the
+   worker's /metrics exports it);
 2. ``band``: its mapped static cosine lies within the calibration's band of a
    similarity threshold, at ``d`` band widths from the nearest one
    (``0 <= d <= 1``), and its texts' second draw ``u`` in [0, 1) has
@@ -86,7 +87,10 @@ class Escalation:
 
     thresholds: tuple[float, ...] = (0.88,)
     band: float | None = None
-    sample_rate: float = 0.01
+    # One pair in 400: about 900 an hour at 100 pairs/s, enough to see the tiers
+    # drift apart within the hour, for ~0.4 ms a pair. At 1 % the sample was more
+    # than half of all escalations and a third of a worker's CPU on long pairs.
+    sample_rate: float = 0.0025
     rate: float | None = 0.005
 
     def __post_init__(self) -> None:
