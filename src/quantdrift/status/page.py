@@ -12,16 +12,13 @@ import bisect
 from collections import deque
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 from prometheus_client.process_collector import ProcessCollector
 
 from quantdrift.breaker.state import RouteState
-
-if TYPE_CHECKING:
-    from quantdrift.embedding.tiered import Agreement
 
 STATE_VALUE = {"closed": 0, "half_open": 1, "open": 2}
 LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5)
@@ -38,6 +35,17 @@ class StatsLike(Protocol):
     store_errors: int
     batches: int
     scoring_seconds: list[float]
+
+
+class TierCounts(Protocol):
+    """What /metrics reads of the tiered scorer's agreement record
+    (``quantdrift.embedding.tiered.Agreement``; status does not import scoring)."""
+
+    pairs: int
+    escalated: dict[str, int]
+    passed_over: int
+    sample_decision_flips: int
+    sample_abs_error_sum: float
 
 
 @dataclass
@@ -130,7 +138,7 @@ def metrics_text(
     states: Mapping[str, RouteState],
     latency: LatencyHistogram,
     lag: Mapping[str, int] | None = None,
-    tiers: Agreement | None = None,
+    tiers: TierCounts | None = None,
 ) -> str:
     """Prometheus text exposition (version 0.0.4), written by ``prometheus_client``.
 
@@ -162,7 +170,7 @@ class _WorkerCollector:
         states: Mapping[str, RouteState],
         latency: LatencyHistogram,
         lag: Mapping[str, int] | None,
-        tiers: Agreement | None = None,
+        tiers: TierCounts | None = None,
     ) -> None:
         self.stats, self.states, self.latency, self.lag = stats, states, latency, lag
         self.tiers = tiers
@@ -222,7 +230,7 @@ class _WorkerCollector:
             yield from tier_families(self.tiers)
 
 
-def tier_families(tiers: Agreement) -> Iterable[Any]:
+def tier_families(tiers: TierCounts) -> Iterable[Any]:
     """The tiered scorer's escalations and its agreement sample, as counters.
 
     The sample is what says whether the static tier still stands in for MiniLM on
@@ -231,8 +239,10 @@ def tier_families(tiers: Agreement) -> Iterable[Any]:
     pairs whose verdict at a similarity bar the static cosine would have flipped,
     and the absolute-error sum over the same count is the mean gap.
 
-    >>> from quantdrift.embedding.tiered import Agreement
-    >>> names = [f.name for f in tier_families(Agreement(pairs=10))]
+    >>> from types import SimpleNamespace
+    >>> counts = SimpleNamespace(pairs=10, escalated={"band": 1, "sample": 0}, passed_over=3,
+    ...                          sample_decision_flips=0, sample_abs_error_sum=0.0)
+    >>> names = [f.name for f in tier_families(counts)]
     >>> names[0], len(names)
     ('quantdrift_tier_pairs', 5)
     """

@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import faust
 
@@ -22,13 +22,11 @@ from quantdrift.status.page import (
     History,
     LatencyHistogram,
     StatsLike,
+    TierCounts,
     metrics_text,
     status_json,
 )
 from quantdrift.status.watchdog import StallWatch, consumer_state, look
-
-if TYPE_CHECKING:
-    from quantdrift.embedding.tiered import Agreement
 
 log = logging.getLogger("quantdrift.status")
 PROMETHEUS_TEXT = "text/plain; version=0.0.4"  # aiohttp adds the charset itself
@@ -41,7 +39,7 @@ def attach_status(
     clock: Callable[[], float] = time.time,
     refresh_s: float = 1.0,
     stall_after_s: float = 60.0,
-    tiers: Callable[[], Agreement | None] = lambda: None,
+    tiers: Callable[[], TierCounts | None] = lambda: None,
 ) -> dict[str, Any]:
     """Register the views and the timers; returns the live snapshot (for tests).
 
