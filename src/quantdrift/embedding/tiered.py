@@ -88,8 +88,8 @@ class Escalation:
     thresholds: tuple[float, ...] = (0.88,)
     band: float | None = None
     # One pair in 400: about 900 an hour at 100 pairs/s, enough to see the tiers
-    # drift apart within the hour, for ~0.4 ms a pair. At 1 % the sample was more
-    # than half of all escalations and a third of a worker's CPU on long pairs.
+    # drift apart within the hour. At 1 % the sample was more than half of all
+    # escalations (14 of 25 in bench/scoring.py), each ~100-200 ms of MiniLM.
     sample_rate: float = 0.0025
     rate: float | None = 0.005
 
