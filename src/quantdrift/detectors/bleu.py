@@ -153,16 +153,10 @@ def from_ngrams(candidate: BleuNgrams, reference: BleuNgrams) -> float:
     correct = [0] * ORDER
     total = [0] * ORDER
     for n, (hyp, ref) in enumerate(zip(candidate.by_order, reference.by_order, strict=True)):
-        hyp_total = total[n] = max(candidate.length - n, 0)
-        common = hyp.keys() & ref.keys()
-        if len(hyp) == hyp_total and len(ref) == max(reference.length - n, 0):
-            # No n-gram repeats on either side (most orders above 1): each shared
-            # n-gram matches once, and the set intersection (in C) is the count.
-            correct[n] = len(common)
-        else:
-            # map() walks the shared n-grams in C; both walks see one list's order.
-            shared = list(common)
-            correct[n] = sum(map(min, map(hyp.__getitem__, shared), map(ref.__getitem__, shared)))
+        total[n] = max(candidate.length - n, 0)
+        # map() walks the shared n-grams in C; both walks see one list's order.
+        shared = list(hyp.keys() & ref.keys())
+        correct[n] = sum(map(min, map(hyp.__getitem__, shared), map(ref.__getitem__, shared)))
     score = BLEU.compute_bleu(
         correct,
         total,
