@@ -64,14 +64,27 @@ def _length(m: Metrics) -> float | None:
 # The tolerance rule's own divergences, in the table's order; their x is the rule's own
 # (``divergence_x``, with the policy's clips).
 CURRENT = ("lexical", "dissimilarity", "entropy", "tf_kl")
+
+
 # The signals a pair carries that no tolerance test uses: x in [0, 1] from its metrics
 # (the policy for the top-k KL's clip, the teacher-forced one's).
+def _clipped(metric: str) -> Callable[[Metrics, RoutePolicy], float | None]:
+    """x of ``metric`` by the tolerance tests' mapping (``clip_metric``: one minus a
+    similarity, a divergence over the teacher-forced KL's clip); None when absent."""
+
+    def x(m: Metrics, rp: RoutePolicy) -> float | None:
+        value = getattr(m, metric)
+        return None if value is None else clip_metric(metric, value, rp.tf_kl_clip)
+
+    return x
+
+
 OTHERS: dict[str, Callable[[Metrics, RoutePolicy], float | None]] = {
-    "jaccard": lambda m, rp: None if m.jaccard is None else clip_metric("jaccard", m.jaccard),
-    "rouge1": lambda m, rp: None if m.rouge1 is None else clip_metric("rouge1", m.rouge1),
-    "bleu": lambda m, rp: None if m.bleu is None else clip_metric("bleu", m.bleu),
+    "jaccard": _clipped("jaccard"),
+    "rouge1": _clipped("rouge1"),
+    "bleu": _clipped("bleu"),
     "length": lambda m, rp: _length(m),
-    "kl": lambda m, rp: None if m.kl is None else clip_metric("kl", m.kl, rp.tf_kl_clip),
+    "kl": _clipped("kl"),
     "flip_rate": lambda m, rp: m.flip_rate,
 }
 
