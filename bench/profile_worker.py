@@ -6,6 +6,10 @@ worker (all threads, native frames off), then prints the frames with the most
 samples of their own (self time) and the most samples in total (inclusive).
 
     python bench/profile_worker.py [--rate 80] [--seconds 20] [--json] [--write FILE]
+                                   [--stacks FILE]
+
+``--stacks`` keeps py-spy's collapsed stacks, one ``frame;frame;... count`` per line,
+so the callers of a hot frame can be read (``grep 'selector_events.py:1057'``).
 """
 
 from __future__ import annotations
@@ -81,7 +85,10 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             if recorder.returncode != 0 or not out.exists():
                 err = recorder.stderr.read().decode() if recorder.stderr else ""
                 raise RuntimeError(f"py-spy failed ({recorder.returncode}): {err[-500:]}")
-            self_top, incl_top = top_frames(out.read_text(), args.top)
+            collapsed = out.read_text()
+            if args.stacks is not None:
+                args.stacks.write_text(collapsed)
+            self_top, incl_top = top_frames(collapsed, args.top)
     return {
         "bench": "profile_worker",
         "rate_pairs_per_s": args.rate,
@@ -126,6 +133,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--top", type=int, default=12)
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--write", type=Path, default=None)
+    ap.add_argument("--stacks", type=Path, default=None, help="keep the collapsed stacks here")
     args = ap.parse_args(argv)
     result = asyncio.run(run(args))
     print(markdown(result))
