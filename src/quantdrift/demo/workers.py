@@ -32,6 +32,7 @@ def settings_env(settings: Settings, redis_url: str) -> dict[str, str]:
         "QUANTDRIFT_WORKER__STALL_AFTER_S": str(w.stall_after_s),
         "QUANTDRIFT_EMBEDDING__MODEL": settings.embedding.model,
         "QUANTDRIFT_EMBEDDING__TIER": settings.embedding.tier,
+        "QUANTDRIFT_EMBEDDING__DTYPE": settings.embedding.dtype,
     }
     for name, value in k.topics.model_dump().items():
         env[f"QUANTDRIFT_KAFKA__TOPICS__{name.upper()}"] = value

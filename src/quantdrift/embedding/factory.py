@@ -42,24 +42,10 @@ def build_scorer(settings: EmbeddingSettings) -> Embedder | None:
     if tier == "none" or settings.model == "none":
         return None
     if tier == "minilm":
-        return SentenceTransformerEmbedder(
-            model=settings.model,
-            batch_size=settings.batch_size,
-            threads=settings.threads,
-            cache_size=settings.cache_size,
-        )
+        return _minilm(settings)
     static = StaticEmbedder(settings.static_model)
     calibration = load_calibration(static.path, settings.calibration)
-    full = (
-        SentenceTransformerEmbedder(
-            model=settings.model,
-            batch_size=settings.batch_size,
-            threads=settings.threads,
-            cache_size=settings.cache_size,
-        )
-        if tier == "tiered"
-        else None
-    )
+    full = _minilm(settings) if tier == "tiered" else None
     escalation = Escalation(
         thresholds=tuple(settings.escalation_thresholds),
         band=settings.band,
@@ -67,6 +53,17 @@ def build_scorer(settings: EmbeddingSettings) -> Embedder | None:
         rate=settings.escalation_rate,
     )
     return TieredScorer(static, full, calibration, escalation)
+
+
+def _minilm(settings: EmbeddingSettings) -> SentenceTransformerEmbedder:
+    """The one place MiniLM is built from settings, for the minilm and tiered tiers alike."""
+    return SentenceTransformerEmbedder(
+        model=settings.model,
+        batch_size=settings.batch_size,
+        threads=settings.threads,
+        cache_size=settings.cache_size,
+        dtype=settings.dtype,
+    )
 
 
 def score_with(scorer: Embedder | None, pairs: Sequence[PairEvent]) -> list[Metrics]:
