@@ -258,3 +258,17 @@ def write_section(path: Path, section: str, marker: str) -> None:
     else:
         text = text.rstrip("\n") + "\n\n" + section
     path.write_text(text)
+
+
+def native_bf16() -> str:
+    """The CPU flags that make bf16 matrix products native, or "none" (then emulated)."""
+    try:
+        flags = next(
+            line.split(":", 1)[1].split()
+            for line in Path("/proc/cpuinfo").read_text().splitlines()
+            if line.startswith("flags")
+        )
+    except (OSError, StopIteration):
+        return "unknown"
+    found = [f for f in ("avx512_bf16", "amx_bf16") if f in flags]
+    return ", ".join(found) or "none"

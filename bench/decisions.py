@@ -22,7 +22,9 @@ The question asked of the tiered scorer (issue 21): in every mode, 0 false
 rollbacks and every delay within 10 % of MiniLM's, read both ways
 (``|tiered / minilm - 1| <= 0.10``; a variant neither calls counts as equal, one
 that only one of them calls does not). ``static`` is there for reference: what
-the tiered scorer would decide without escalating.
+the tiered scorer would decide without escalating. ``tiered-bf16`` is the tiered
+scorer with MiniLM in bfloat16 (``embedding.dtype``), asked the same question
+against float32 MiniLM; ``minilm-bf16`` (bf16 on every pair) can be asked for too.
 """
 
 from __future__ import annotations
@@ -46,7 +48,10 @@ from common import machine, write_section
 
 SECTION = "## Decisions per scorer: tiered against MiniLM (bench/decisions.py)"
 MODES = tuple(f"{d}/{lp}" for d, lp in eval_modes.MODES)
-EMBEDDERS = ("minilm", "tiered", "static")
+EMBEDDERS = ("minilm", "tiered", "static", "tiered-bf16")
+KNOWN = (*EMBEDDERS, "minilm-bf16")
+# Each compared with MiniLM everywhere (float32): the question of the module docstring.
+COMPARED = ("tiered", "tiered-bf16", "minilm-bf16")
 VARIANTS = ("int4", "int3", "int2")
 TOLERANCE = 0.10
 SIZES = {"default": (20, 5000), "small": (2, 300)}
@@ -57,10 +62,16 @@ def run_mode(mode: str, embedder: str, streams: int, length: int, seed: int) -> 
     decision: eval_modes.py's run (the service the CLI calls) and its summary."""
     decoding, logprobs = mode.split("/")
     path, variants = eval_modes.SETS["lab"]
+    tier, _, dtype = embedder.partition("-")
     # One calibration, the whole calibration set: the scorers are compared on the same
     # floors, so the rows differ by the scores alone.
     args = argparse.Namespace(
-        embedder=embedder, streams=streams, length=length, seed=seed, calibration_draws=1
+        embedder=tier,
+        dtype={"bf16": "bfloat16"}.get(dtype, "float32"),
+        streams=streams,
+        length=length,
+        seed=seed,
+        calibration_draws=1,
     )
     t0 = time.perf_counter()
     summary = eval_modes.summarise(eval_modes.run_mode(path, variants, decoding, logprobs, args))
@@ -113,14 +124,20 @@ def run(
     out: dict[str, Any] = {}
     for mode in modes:
         per = {e: run_mode(mode, e, streams, length, seed) for e in embedders}
-        if "tiered" in per and "minilm" in per:
-            per["tiered_vs_minilm"] = compare(per["tiered"], per["minilm"])
+        for name in COMPARED:
+            if name in per and "minilm" in per:
+                per[f"{name}_vs_minilm"] = compare(per[name], per["minilm"])
         out[mode] = per
         print(f"{mode}: " + _line(per), flush=True)
-    compared = [m["tiered_vs_minilm"] for m in out.values() if "tiered_vs_minilm" in m]
+    everywhere = {}
+    for name in COMPARED:
+        compared = [m[f"{name}_vs_minilm"] for m in out.values() if f"{name}_vs_minilm" in m]
+        if compared:
+            everywhere[name] = all(c["equivalent"] for c in compared)
     return {
         "modes": out,
-        "tiered_equivalent_everywhere": bool(compared) and all(c["equivalent"] for c in compared),
+        "tiered_equivalent_everywhere": everywhere.get("tiered", False),
+        "equivalent_everywhere": everywhere,
         "size": {"streams": streams, "length": length, "seed": seed},
         "protocol": "docs/deciding.md (--holdout, int8 healthy and blessed, int4/int3/int2)",
         "machine": machine(),
@@ -135,8 +152,8 @@ def _fmt(x: float | None) -> str:
 def _line(per: dict[str, Any]) -> str:
     parts = []
     for name, r in per.items():
-        if name == "tiered_vs_minilm":
-            parts.append(f"equivalent {r['equivalent']}")
+        if name.endswith("_vs_minilm"):
+            parts.append(f"{name.removesuffix('_vs_minilm')} equivalent {r['equivalent']}")
             continue
         delays = " ".join(
             f"{v} {_fmt(d['median'])}/{_fmt(d['p90'])}" for v, d in r["delay"].items()
@@ -163,7 +180,7 @@ def _markdown(result: dict[str, Any]) -> str:
         "|---|---|---:|" + "---:|---:|" * len(VARIANTS),
     ]
     for mode, per in result["modes"].items():
-        for name in EMBEDDERS:
+        for name in KNOWN:
             r = per.get(name)
             if r is None:
                 continue
@@ -183,44 +200,40 @@ def _markdown(result: dict[str, Any]) -> str:
             )
     lines += [
         "",
-        "Tiered against MiniLM (0 false rollbacks, every delay within 10 %, the same misses):",
+        "Each scorer against MiniLM everywhere, float32 (0 false rollbacks, every delay "
+        "within 10 %, the same misses):",
         "",
     ]
     lines += [
-        "| mode | " + " | ".join(f"{v} median / p90 ratio" for v in VARIANTS) + " | equivalent |"
+        "| mode | scorer | "
+        + " | ".join(f"{v} median / p90 ratio" for v in VARIANTS)
+        + " | equivalent |"
     ]
-    lines += ["|---|" + "---:|" * len(VARIANTS) + "---|"]
+    lines += ["|---|---|" + "---:|" * len(VARIANTS) + "---|"]
     for mode, per in result["modes"].items():
-        c = per.get("tiered_vs_minilm")
-        if c is None:
-            continue
-        cells = [
-            f"{_fmt(c['delay_ratio'].get(v, {}).get('median'))} / "
-            f"{_fmt(c['delay_ratio'].get(v, {}).get('p90'))}"
-            for v in VARIANTS
-        ]
-        verdict = (
-            "**yes**"
-            if c["equivalent"]
-            else (
-                "no: "
-                + ", ".join(
-                    x
-                    for x, ok in (
-                        ("false rollbacks", c["zero_false_rollbacks"]),
-                        ("delays", c["within_10pct"]),
-                    )
-                    if not ok
+        for name in COMPARED:
+            c = per.get(f"{name}_vs_minilm")
+            if c is None:
+                continue
+            cells = [
+                f"{_fmt(c['delay_ratio'].get(v, {}).get('median'))} / "
+                f"{_fmt(c['delay_ratio'].get(v, {}).get('p90'))}"
+                for v in VARIANTS
+            ]
+            failed = [
+                x
+                for x, ok in (
+                    ("false rollbacks", c["zero_false_rollbacks"]),
+                    ("delays", c["within_10pct"]),
                 )
-            )
-        )
-        lines.append(f"| {mode} | " + " | ".join(cells) + f" | {verdict} |")
-    everywhere = result["tiered_equivalent_everywhere"]
-    lines += [
-        "",
-        f"Tiered decides as MiniLM in every mode: **{'yes' if everywhere else 'no'}**.",
-        "",
-    ]
+                if not ok
+            ]
+            verdict = "**yes**" if c["equivalent"] else "no: " + ", ".join(failed)
+            lines.append(f"| {mode} | {name} | " + " | ".join(cells) + f" | {verdict} |")
+    lines.append("")
+    for name, ok in result.get("equivalent_everywhere", {}).items():
+        lines.append(f"{name} decides as MiniLM in every mode: **{'yes' if ok else 'no'}**.")
+        lines.append("")
     return "\n".join(lines)
 
 
@@ -240,7 +253,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     length = args.length or length
     modes = [m.strip() for m in args.modes.split(",") if m.strip()]
     embedders = [e.strip() for e in args.embedders.split(",") if e.strip()]
-    unknown = [m for m in modes if m not in MODES] + [e for e in embedders if e not in EMBEDDERS]
+    unknown = [m for m in modes if m not in MODES] + [e for e in embedders if e not in KNOWN]
     if unknown:
         ap.error(f"unknown mode or embedder: {', '.join(unknown)}")
     result = run(modes, embedders, streams, length, args.seed)

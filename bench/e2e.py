@@ -44,7 +44,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import long_pairs, tree_cpu_seconds, write_section
 
 from quantdrift.breaker.state import RouteState
-from quantdrift.config import KafkaSettings, RedisSettings, Settings, WorkerSettings
+from quantdrift.config import (
+    EmbeddingSettings,
+    KafkaSettings,
+    RedisSettings,
+    Settings,
+    WorkerSettings,
+)
 from quantdrift.demo import synthetic
 from quantdrift.demo.workers import WorkerProcess
 from quantdrift.gateway.control.controller import RouteController
@@ -65,16 +71,21 @@ RAMP_RATES = [20.0, 40.0, 60.0, 80.0, 100.0, 120.0, 160.0, 200.0]
 
 
 def bench_settings(
-    stack: EmbeddedStack, partitions: int = 2, linger_ms: int | None = None
+    stack: EmbeddedStack,
+    partitions: int = 2,
+    linger_ms: int | None = None,
+    dtype: str = "float32",
 ) -> Settings:
     """The bench's settings on ``stack``; ``linger_ms`` (None: the project's default) is
-    every producer's, the worker's and the load generator's alike."""
+    every producer's, the worker's and the load generator's alike; ``dtype`` is MiniLM's
+    (``embedding.dtype``)."""
     tag = uuid.uuid4().hex[:8]
     kafka = KafkaSettings(bootstrap_servers=stack.bootstrap, partitions=partitions)
     if linger_ms is not None:
         kafka = kafka.model_copy(update={"linger_ms": linger_ms})
     return Settings(
         kafka=kafka,
+        embedding=EmbeddingSettings(dtype=dtype),  # type: ignore[arg-type]
         redis=RedisSettings(url=stack.redis_url, key_prefix=f"qdbench:{tag}:"),
         worker=WorkerSettings(
             app_id=f"qdbench-{tag}",
@@ -418,11 +429,11 @@ def summarize(loop: Loop, phase: Phase) -> dict[str, Any]:
 
 @contextlib.asynccontextmanager
 async def warm_loop(
-    seed: int, log_level: str = "warning", linger_ms: int | None = None
+    seed: int, log_level: str = "warning", linger_ms: int | None = None, dtype: str = "float32"
 ) -> AsyncIterator[tuple[EmbeddedStack, Loop]]:
     """Our own stack and one worker, warmed up (model loaded, group joined); stopped after."""
     with EmbeddedStack(redis_probe_url=None) as stack:
-        settings = bench_settings(stack, linger_ms=linger_ms)
+        settings = bench_settings(stack, linger_ms=linger_ms, dtype=dtype)
         await create_topics(
             stack.bootstrap, settings.kafka.topics.model_dump().values(), settings.kafka.partitions
         )

@@ -5,6 +5,9 @@ MiniLM were cheap, the escalation budget would rarely bind. Measured here, in
 one run on the same ~200-token pairs (``common.long_pairs``), one thread each:
 
 * ``torch``: the packaged sentence-transformers MiniLM (what the worker runs);
+* ``torch-bf16``: the same with bfloat16 weights and arithmetic
+  (``embedding.dtype: bfloat16``); fast only where the CPU has native bf16 dot
+  products, so the machine's flags are printed beside the table;
 * ``onnx-fp32``: the same model exported offline to ONNX (from the packaged
   weights, nothing downloaded) and run by ONNX Runtime;
 * ``onnx-int8``: that export with dynamic int8 weight quantization.
@@ -29,10 +32,10 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from common import long_pairs, write_section
+from common import long_pairs, machine, native_bf16, write_section
 
 THRESHOLD = 0.88
-SECTION = "## Escalation means (MiniLM: torch, ONNX fp32, ONNX int8)"
+SECTION = "## Escalation means (MiniLM: torch fp32 and bf16, ONNX fp32, ONNX int8)"
 
 
 def export_onnx(st: Any, out: Path) -> tuple[Path, Path]:
@@ -83,7 +86,7 @@ def main(argv: list[str] | None = None) -> int:
     import torch
     from sentence_transformers import SentenceTransformer
 
-    from quantdrift.embedding.minilm import resolve_model_path
+    from quantdrift.embedding.minilm import SentenceTransformerEmbedder, resolve_model_path
 
     torch.set_num_threads(1)
     st = SentenceTransformer(str(resolve_model_path("packaged:all-MiniLM-L6-v2")), device="cpu")
@@ -98,6 +101,19 @@ def main(argv: list[str] | None = None) -> int:
     base = st.encode(texts, batch_size=args.batch, normalize_embeddings=True, convert_to_numpy=True)
     rows = [{"means": "torch", "ms_per_pair": (time.perf_counter() - started) / len(pairs) * 1e3}]
     base_cos = cosines(base)
+
+    def agreement(name: str, cos: np.ndarray, elapsed: float) -> dict[str, Any]:
+        return {
+            "means": name,
+            "ms_per_pair": elapsed / len(pairs) * 1e3,
+            "max_abs_cosine_diff": float(np.max(np.abs(cos - base_cos))),
+            "verdict_agreement": float(np.mean((cos < THRESHOLD) == (base_cos < THRESHOLD))),
+        }
+
+    bf16 = SentenceTransformerEmbedder(batch_size=args.batch, cache_size=0, dtype="bfloat16")
+    bf16.embed(texts[:2])  # the first call pays for oneDNN's kernel selection
+    started = time.perf_counter()
+    rows.append(agreement("torch-bf16", cosines(bf16.embed(texts)), time.perf_counter() - started))
     with tempfile.TemporaryDirectory() as tmp:
         paths = export_onnx(st, Path(tmp))
         options = ort.SessionOptions()
@@ -121,18 +137,8 @@ def main(argv: list[str] | None = None) -> int:
                 }
                 chunks.append(session.run(None, feed)[0])
             elapsed = time.perf_counter() - started
-            cos = cosines(np.concatenate(chunks))
-            rows.append(
-                {
-                    "means": name,
-                    "ms_per_pair": elapsed / len(pairs) * 1e3,
-                    "max_abs_cosine_diff": float(np.max(np.abs(cos - base_cos))),
-                    "verdict_agreement": float(
-                        np.mean((cos < THRESHOLD) == (base_cos < THRESHOLD))
-                    ),
-                    "model_mb": round(path.stat().st_size / 1e6, 1),
-                }
-            )
+            row = agreement(name, cosines(np.concatenate(chunks)), elapsed)
+            rows.append({**row, "model_mb": round(path.stat().st_size / 1e6, 1)})
     torch_ms = rows[0]["ms_per_pair"]
     for row in rows:
         row["speedup_vs_torch"] = round(torch_ms / row["ms_per_pair"], 2)
@@ -142,7 +148,8 @@ def main(argv: list[str] | None = None) -> int:
         "",
         f"`python bench/escalation_means.py --pairs {len(pairs)}`: one MiniLM pair "
         "(candidate + reference, ~200 tokens each), one thread, batches of "
-        f"{args.batch}. Agreement: the same side of the {THRESHOLD} similarity bar as torch.",
+        f"{args.batch}. Agreement: the same side of the {THRESHOLD} similarity bar as torch. "
+        f"CPU: {machine()['cpu']}; native bf16 dot products: {native_bf16()}.",
         "",
         "| means | ms / pair | × torch | max abs cosine diff | verdict agreement |",
         "|---|---|---|---|---|",

@@ -73,7 +73,8 @@ def run_mode(
         seed=args.seed,
         calibration_draws=args.calibration_draws,
     )
-    return run_eval(EmbeddingSettings(), request).rows
+    # MiniLM's dtype (embedding.dtype); decisions.py's ``*-bf16`` scorers set it.
+    return run_eval(EmbeddingSettings(dtype=getattr(args, "dtype", "float32")), request).rows
 
 
 def summarise(rows: list[dict[str, Any]]) -> dict[str, Any]:

@@ -201,7 +201,9 @@ def main(argv: list[str] | None = None) -> int:
     results["soak"] = run_bench("soak.py", soak_args, timeout=args.soak_minutes * 60 + 300)
     results["scale_out"] = run_bench("scale_out.py", write, timeout=600)
     rated = ["--rate", str(e2e["rated_pairs_per_s_per_worker_core"])] if e2e else []
-    results["profile_worker"] = run_bench("profile_worker.py", [*write, *rated], timeout=300)
+    # And the same load on a bfloat16 worker: what embedding.dtype buys on this CPU.
+    bf16 = ["--also-dtype", "bfloat16"]
+    results["profile_worker"] = run_bench("profile_worker.py", [*write, *rated, *bf16], timeout=420)
     results["eval_modes"] = run_bench("eval_modes.py", write, timeout=1800)
     results["floor_coverage"] = run_bench("floor_coverage.py", write, timeout=900)
     results["signal_power"] = run_bench("signal_power.py", write, timeout=900)

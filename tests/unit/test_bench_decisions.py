@@ -1,5 +1,5 @@
 """bench/decisions.py: the tiered-vs-MiniLM rule, and a small run's JSON and section
-(about ten seconds of CPU: two scorers, one mode, one stream of 60 pairs)."""
+(about fifteen seconds of CPU: three scorers, one mode, one stream of 60 pairs)."""
 
 from __future__ import annotations
 
@@ -52,17 +52,27 @@ def test_a_small_run_gives_the_json_and_the_section(
     out = tmp_path / "BENCHMARKS.md"
     argv = ["--small", "--streams", "1", "--length", "60", "--modes", "greedy/none"]
     assert (
-        decisions.main([*argv, "--embedders", "minilm,tiered", "--json", "--write", str(out)]) == 0
+        decisions.main(
+            [*argv, "--embedders", "minilm,tiered,tiered-bf16", "--json", "--write", str(out)]
+        )
+        == 0
     )
     result = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     mode = result["modes"]["greedy/none"]
-    for name in ("minilm", "tiered"):
+    for name in ("minilm", "tiered", "tiered-bf16"):
         assert mode[name]["healthy_pairs"] == 60
         assert set(mode[name]["delay"]) == set(decisions.VARIANTS)
         assert isinstance(mode[name]["false_rollbacks"], int)
     comparison = mode["tiered_vs_minilm"]
     assert comparison == decisions.compare(mode["tiered"], mode["minilm"])
     assert result["tiered_equivalent_everywhere"] is comparison["equivalent"]
+    bf16 = mode["tiered-bf16_vs_minilm"]
+    assert bf16 == decisions.compare(mode["tiered-bf16"], mode["minilm"])
+    assert result["equivalent_everywhere"] == {
+        "tiered": comparison["equivalent"],
+        "tiered-bf16": bf16["equivalent"],
+    }
     assert result["size"] == {"streams": 1, "length": 60, "seed": 1}
     section = out.read_text()
     assert decisions.SECTION in section and "| greedy/none | tiered |" in section
+    assert "| greedy/none | tiered-bf16 |" in section
