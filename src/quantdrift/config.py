@@ -93,10 +93,10 @@ class EmbeddingSettings(BaseModel):
     batch_size: int = Field(default=32, ge=1)
     threads: int = Field(default=1, ge=1)
     cache_size: int = Field(default=4096, ge=0)
-    # MiniLM's weights and arithmetic: bfloat16 runs about 1.8x faster on a CPU with
-    # native bf16 dot products (AVX512-BF16, AMX) and moves cosines by < 0.01
-    # (bench/escalation_means.py); elsewhere it is emulated and slower. Every worker
-    # of a deployment should use the same, so a pair scores the same on any of them.
+    # MiniLM's weights and arithmetic: bfloat16 runs several times faster on a CPU with
+    # native bf16 dot products (AVX512-BF16, AMX; the worker warns on one without) and
+    # moves cosines by < 0.01 (bench/escalation_means.py, bench/decisions.py). Every
+    # worker of a deployment should use the same, so a pair scores the same on any.
     dtype: Literal["float32", "bfloat16"] = "float32"
     # Which tier scores (quantdrift.embedding.factory): minilm on every pair,
     # tiered (static everywhere, MiniLM where it can change a decision),

@@ -10,6 +10,7 @@ worker must never block on, or leak to, the network).
 from __future__ import annotations
 
 import hashlib
+import logging
 import os
 import threading
 from collections import OrderedDict
@@ -45,6 +46,42 @@ def resolve_model_path(model: str) -> Path:
 
 
 DTYPES = ("float32", "bfloat16")
+NATIVE_BF16_FLAGS = ("avx512_bf16", "amx_bf16")
+
+log = logging.getLogger("quantdrift.embedding")
+
+
+def native_bf16(cpuinfo: str) -> bool:
+    """Whether ``/proc/cpuinfo``'s flags include a native bf16 dot product.
+
+    Without one, torch emulates bf16 and MiniLM gets no faster (often slower);
+    the worker warns rather than refuses, since the scores stay correct.
+
+    >>> native_bf16("flags\t: fpu sse2 avx512f avx512_bf16")
+    True
+    >>> native_bf16("flags\t: fpu sse2 avx2")
+    False
+    """
+    for line in cpuinfo.splitlines():
+        if line.startswith("flags"):
+            flags = line.partition(":")[2].split()
+            return any(f in flags for f in NATIVE_BF16_FLAGS)
+    return False
+
+
+def _warn_if_emulated(dtype: str) -> None:
+    if dtype != "bfloat16":
+        return
+    try:
+        cpuinfo = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return  # not Linux: nothing to read, nothing to say
+    if not native_bf16(cpuinfo):
+        log.warning(
+            "embedding.dtype is bfloat16 but this CPU has none of %s: torch emulates "
+            "bf16 here, which is not faster than float32",
+            ", ".join(NATIVE_BF16_FLAGS),
+        )
 
 
 def _load_sentence_transformer(path: Path, threads: int, dtype: str = "float32") -> Any:
@@ -103,6 +140,7 @@ class SentenceTransformerEmbedder:
         self.dtype = dtype
         self.batch_size = batch_size
         self.cache_size = cache_size
+        _warn_if_emulated(dtype)
         self._model = _load_sentence_transformer(resolve_model_path(model), threads, dtype)
         # Renamed in sentence-transformers 6 (the old name warns).
         get_dim = (
