@@ -454,7 +454,7 @@ async def warm_loop(
 
 async def run(args: argparse.Namespace) -> dict[str, Any]:
     t_start = time.monotonic()
-    async with warm_loop(seed=99) as (stack, loop):
+    async with warm_loop(seed=99, dtype=args.dtype) as (stack, loop):
         cap = await capacity(loop, args.capacity_pairs, seed=args.seed)
         steps = await ramp(
             loop,
@@ -481,6 +481,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         "sustained_pairs_per_s": sustained_rate(steps),
         "rated_pairs_per_s_per_worker_core": rated,
         "rated_from": "--rate" if args.rate else "ramp",
+        "dtype": args.dtype,
         "phases": phases,
         "seconds": round(time.monotonic() - t_start, 1),
     }
@@ -498,7 +499,9 @@ def markdown(result: dict[str, Any]) -> str:
     out = [
         SECTION,
         "",
-        "One worker process (embedder on one thread: one worker core), embedded Tansu and "
+        "One worker process (embedder on one thread: one worker core"
+        + (f"; MiniLM in {result['dtype']}" if result.get("dtype", "float32") != "float32" else "")
+        + "), embedded Tansu and "
         f"Redis. A burst (as fast as the broker takes them) gives **{cap['pairs_per_s']} "
         f"pairs/s** ({cap['pairs']} pairs of ~200 tokens in {cap['seconds']} s); a burst "
         "overstates what a worker sustains, so the rated load comes from a paced ramp: "
@@ -595,6 +598,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--json", action="store_true", help="end with one JSON object")
     ap.add_argument("--write", type=Path, default=None, help="write/update a section in this file")
+    ap.add_argument("--dtype", choices=("float32", "bfloat16"), default="float32",
+                    help="the worker's embedding.dtype (MiniLM's arithmetic)")  # fmt: skip
     args = ap.parse_args(argv)
     result = asyncio.run(run(args))
     print(markdown(result))
