@@ -4,9 +4,11 @@
 
 The tolerance rule tests four divergences (lexical, dissimilarity, entropy, teacher-forced
 KL) beside the paired outcomes and hard failures. A pair carries more: Jaccard, ROUGE-1,
-BLEU, the length ratio, the top-k KL and the flip rate of the candidate's log-probs. This
-bench asks, on the recorded pair sets (``lab`` and ``vllm``, as ``bench/eval_modes.py``),
-whether any of them would make a better test, under the same terms for every signal:
+BLEU, the length ratio, the top-k KL and the flip rate of the candidate's log-probs, and
+the entropy shift's sign (``entropy_up``, ``entropy_down``: one-sided, where the test
+takes its size). This bench asks, on the recorded pair sets (``lab`` and ``vllm``, as
+``bench/eval_modes.py``), whether any of them would make a better test, under the same
+terms for every signal:
 
 * each signal maps a pair to ``x`` in [0, 1] (larger: further from the reference), and
   its null is the blessed int8 calibration's bound (``mix_robust_upper``, the one the
@@ -21,7 +23,7 @@ whether any of them would make a better test, under the same terms for every sig
   evaluation prompts: Wald's approximation ``log(arl) / g`` with the test's own bets
   (``floor_coverage.wald_pairs``), at one divergence's share of the budget.
 
-Which signals a mode has: ``flip_rate``, ``kl`` and ``entropy`` need the pairs'
+Which signals a mode has: ``flip_rate``, ``kl`` and the entropy signals need the pairs'
 log-probs, ``tf_kl`` teacher forcing; the text signals are in every mode.
 """
 
@@ -79,6 +81,20 @@ def _clipped(metric: str) -> Callable[[Metrics, RoutePolicy], float | None]:
     return x
 
 
+def _signed_entropy(sign: float) -> Callable[[Metrics, RoutePolicy], float | None]:
+    """x of the entropy shift in one direction: ½ at no shift, 1 at ``entropy_clip`` nats
+    more (``sign`` 1) or less (-1). The tolerance test takes |shift|, which also counts
+    sampling noise of either sign as divergence; a one-sided x averages that noise out,
+    so it would be the sharper test if a broken variant moved entropy one way."""
+
+    def x(m: Metrics, rp: RoutePolicy) -> float | None:
+        if m.entropy_shift is None:
+            return None
+        return min(1.0, max(0.0, 0.5 + sign * m.entropy_shift / (2.0 * rp.entropy_clip)))
+
+    return x
+
+
 OTHERS: dict[str, Callable[[Metrics, RoutePolicy], float | None]] = {
     "jaccard": _clipped("jaccard"),
     "rouge1": _clipped("rouge1"),
@@ -86,6 +102,8 @@ OTHERS: dict[str, Callable[[Metrics, RoutePolicy], float | None]] = {
     "length": lambda m, rp: _length(m),
     "kl": _clipped("kl"),
     "flip_rate": lambda m, rp: m.flip_rate,
+    "entropy_up": _signed_entropy(1.0),
+    "entropy_down": _signed_entropy(-1.0),
 }
 
 

@@ -51,3 +51,18 @@ def test_the_oracle_delta_leaves_at_most_alpha_of_the_draws_below_the_mean() -> 
     assert sum(b + delta - 1 / 64 < 0.5 for b in bounds) > 0.025 * len(bounds)
     # A calibration that already sits above the traffic needs no δ.
     assert signal_power.oracle_delta([0.5, 0.6], traffic_mean=0.3, alpha=0.025) == 0.0
+
+
+def test_the_signed_entropy_signals_split_the_shift_by_its_direction() -> None:
+    from quantdrift.breaker.policy import load_policy
+    from quantdrift.schemas.score import Metrics
+
+    rp = load_policy(None).for_route("eval/route")
+    up, down = signal_power.OTHERS["entropy_up"], signal_power.OTHERS["entropy_down"]
+    clip = rp.entropy_clip
+    more = Metrics.model_construct(entropy_shift=clip / 2)
+    assert up(more, rp) == 0.75 and down(more, rp) == 0.25
+    # Beyond the clip either way saturates; no shift sits at the middle.
+    assert up(Metrics.model_construct(entropy_shift=-3 * clip), rp) == 0.0
+    assert down(Metrics.model_construct(entropy_shift=0.0), rp) == 0.5
+    assert up(Metrics.model_construct(entropy_shift=None), rp) is None
