@@ -72,6 +72,7 @@ def run_mode(
         length=args.length,
         seed=args.seed,
         calibration_draws=args.calibration_draws,
+        policy_file=getattr(args, "policy", None),
     )
     # MiniLM's dtype (embedding.dtype); decisions.py's ``*-bf16`` scorers set it.
     return run_eval(EmbeddingSettings(dtype=getattr(args, "dtype", "float32")), request).rows
@@ -125,14 +126,17 @@ def fmt_delay(d: dict[str, Any] | None) -> str:
 
 def markdown(result: dict[str, Any]) -> str:
     labels = ["int4", "int4-gptq", "int3", "int2"]
+    policy = result.get("policy")
     lines = [
         SECTION,
         "",
         f"`python bench/eval_modes.py --streams {result['streams']} --length "
         f"{result['length']} --seed {result['seed']} --calibration-draws "
-        f"{result['calibration_draws']}`: the protocol of docs/deciding.md "
-        "(floors and the blessed int8 baseline from the calibration prompts, streams from "
-        f"the evaluation prompts, the default policy), the calibration resampled "
+        f"{result['calibration_draws']}" + (f" --policy {policy}" if policy else "") + "`: "
+        "the protocol of docs/deciding.md (floors and the blessed int8 baseline from the "
+        "calibration prompts, streams from the evaluation prompts, "
+        + (f"the policy file `{policy}`" if policy else "the default policy")
+        + f"), the calibration resampled "
         f"{result['calibration_draws']} times (a bootstrap over the calibration prompts; "
         "each draw judges its own share of the streams), on two pair sets recorded with the "
         "same prompts: `lab` by the transformers lab, `vllm` by real vLLM engines through "
@@ -169,6 +173,7 @@ def main() -> int:
         help="resampled calibrations; --streams is split evenly over them",
     )
     ap.add_argument("--embedder", default=None, help="the worker's default when not given")
+    ap.add_argument("--policy", type=Path, default=None, help="a policy file (default: none)")
     ap.add_argument("--sets", default=",".join(SETS))
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--write", type=Path, default=None)
@@ -180,6 +185,7 @@ def main() -> int:
         "calibration_draws": args.calibration_draws,
         "length": args.length,
         "seed": args.seed,
+        "policy": str(args.policy) if args.policy else None,
         "sets": {},
     }
     for name in args.sets.split(","):

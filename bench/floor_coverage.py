@@ -97,9 +97,12 @@ def half_draws(
     return out
 
 
-def coverage(path: Path, draws: int, seed: int, cache: ScoreCache) -> list[dict[str, Any]]:
-    """One row per (decoding, signal) with a blessed floor: traffic mean, nulls, misses."""
-    policy = load_policy(None)
+def coverage(
+    path: Path, draws: int, seed: int, cache: ScoreCache, policy_file: Path | None = None
+) -> list[dict[str, Any]]:
+    """One row per (decoding, signal) with a blessed floor: traffic mean, nulls, misses
+    (the nulls of ``policy_file``'s default route policy; none: the default policy)."""
+    policy = load_policy(policy_file)
     rp = policy.for_route(ROUTE)
     pairs = [strip(p, "full") for p in read_pairs(path)]
     rows = []
@@ -161,7 +164,9 @@ def markdown(result: dict[str, Any]) -> str:
     lines = [
         SECTION,
         "",
-        f"`python bench/floor_coverage.py --draws {result['draws']} --seed {result['seed']}`: "
+        f"`python bench/floor_coverage.py --draws {result['draws']} --seed {result['seed']}"
+        + (f" --policy {result['policy']}" if result.get("policy") else "")
+        + "`: "
         "per pair set, decoding mode and divergence test, the healthy int8 pairs of the "
         "evaluation prompts stand for traffic (*traffic mean* x, what a long healthy stream "
         "learns), and the test's null (blessed floor bound + δ) is drawn from the "
@@ -204,7 +209,7 @@ def run_sets(
     bench: str,
     description: str,
     section: str,
-    per_set: Callable[[Path, int, int, ScoreCache], list[dict[str, Any]]],
+    per_set: Callable[[Path, int, int, ScoreCache, Path | None], list[dict[str, Any]]],
     markdown: Callable[[dict[str, Any]], str],
 ) -> int:
     """The command line of a bench that reads each recorded pair set with ``--draws``
@@ -215,15 +220,22 @@ def run_sets(
     ap.add_argument("--embedder", default=None, help="the worker's default when not given")
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--sets", default=",".join(SETS))
+    ap.add_argument("--policy", type=Path, default=None, help="a policy file (default: none)")
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--write", type=Path, default=None)
     args = ap.parse_args(argv)
     embedder, _tier = build_embedder(EmbeddingSettings(), args.embedder)
-    result: dict[str, Any] = {"draws": args.draws, "seed": args.seed, "sets": {}}
+    result: dict[str, Any] = {
+        "draws": args.draws,
+        "seed": args.seed,
+        "policy": str(args.policy) if args.policy else None,
+        "sets": {},
+    }
     for name in args.sets.split(","):
         if not SETS[name].exists():
             sys.exit(f"{SETS[name]} is missing (bench/lab_pairs_vllm.py records it)")
-        result["sets"][name] = per_set(SETS[name], args.draws, args.seed, ScoreCache(embedder))
+        cache = ScoreCache(embedder)
+        result["sets"][name] = per_set(SETS[name], args.draws, args.seed, cache, args.policy)
     text = markdown(result)
     if args.write:
         write_section(args.write, text, section)

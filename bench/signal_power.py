@@ -125,9 +125,13 @@ def oracle_delta(bounds: list[float], traffic_mean: float, alpha: float) -> floa
     return max(0.0, gaps[k])
 
 
-def power(path: Path, draws: int, seed: int, cache: ScoreCache) -> list[dict[str, Any]]:
-    """One row per (decoding, signal) that the int8 calibration and traffic both carry."""
-    rp = load_policy(None).for_route(ROUTE)
+def power(
+    path: Path, draws: int, seed: int, cache: ScoreCache, policy_file: Path | None = None
+) -> list[dict[str, Any]]:
+    """One row per (decoding, signal) that the int8 calibration and traffic both carry
+    (bounds at ``policy_file``'s calibration mix ratio; none: the default policy's)."""
+    rp = load_policy(policy_file).for_route(ROUTE)
+    ratio = rp.calibration_mix_ratio
     arl = signal_arl(rp, "lexical") or 1e6
     pairs = [strip(p, "full") for p in read_pairs(path)]
     rows = []
@@ -145,9 +149,9 @@ def power(path: Path, draws: int, seed: int, cache: ScoreCache) -> list[dict[str
                 continue
             mean = float(np.mean(healthy))
             per_draw = [xs(d, cache, signal, rp) for d in drawn]
-            bounds = [mix_robust_upper(v) for v in per_draw if len(v) >= 2]
+            bounds = [mix_robust_upper(v, ratio) for v in per_draw if len(v) >= 2]
             delta = oracle_delta(bounds, mean, CALIBRATION_ALPHA)
-            null = mix_robust_upper(whole) + delta
+            null = mix_robust_upper(whole, ratio) + delta
             row: dict[str, Any] = {
                 "decoding": decoding,
                 "signal": signal,
@@ -168,7 +172,9 @@ def markdown(result: dict[str, Any]) -> str:
     lines = [
         SECTION,
         "",
-        f"`python bench/signal_power.py --draws {result['draws']} --seed {result['seed']}`: "
+        f"`python bench/signal_power.py --draws {result['draws']} --seed {result['seed']}"
+        + (f" --policy {result['policy']}" if result.get("policy") else "")
+        + "`: "
         "every signal a pair carries, tested alike. The null is the blessed int8 "
         "calibration's bound plus the *oracle* δ, the smallest tolerance for which at most "
         "2.5 % of the calibration's bootstrap draws would set the null below the healthy "

@@ -226,3 +226,31 @@ async def test_live_echo_noise_pairs_do_not_feed_the_floor() -> None:
         )  # type: ignore[arg-type]
         await fold.fold(noise, now=float(i))
     assert store.floors[("r", "greedy")].values["cosine"] == (0.9,)
+
+
+def test_a_routes_calibration_mix_ratio_widens_its_null_through_the_judge() -> None:
+    # A route whose traffic may move further from the calibration's prompt mix says so
+    # (calibration_mix_ratio); traffic that sits between the default's null and the
+    # wider one is rolled back by the default and kept by the route that allowed it.
+    from pydantic import ValidationError
+
+    from quantdrift.breaker.rules.tolerance import null_mean
+
+    rng = np.random.default_rng(11)
+    floor = NoiseFloorState({"blessed:tf_kl": tuple(float(v) for v in rng.uniform(0, 0.8, 40))})
+    default, wide = RoutePolicy(), RoutePolicy(calibration_mix_ratio=3.0)
+    probe = shadow(0, Metrics(tf_kl=0.1, candidate_tokens=40))
+    low, high = null_mean(default, "tf_kl", probe, floor), null_mean(wide, "tf_kl", probe, floor)
+    assert low is not None and high is not None and low[1] == high[1] == "blessed"
+    found = floor_mean(floor.values, "tf_kl", default.tf_kl_clip, default.min_floor_pairs)
+    assert found is not None and low[0] == pytest.approx(found[0] + 0.05 / 4.0)
+    assert high[0] > low[0] + 0.01, (low, high)
+    traffic_mean = (low[0] + high[0]) / 2
+    stream = [
+        Metrics(tf_kl=default.tf_kl_clip * float(rng.random() < traffic_mean), candidate_tokens=40)
+        for _ in range(20_000)
+    ]
+    assert run_judge(default, floor, stream), "the default null sits under the traffic"
+    assert run_judge(wide, floor, stream) == []
+    with pytest.raises(ValidationError):
+        RoutePolicy(calibration_mix_ratio=0.9)

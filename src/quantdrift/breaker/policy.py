@@ -19,6 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from quantdrift.config_env import first_problem, read_yaml_mapping
 from quantdrift.detectors.suite import FailureThresholds
+from quantdrift.detectors.tolerance import CALIBRATION_MIX_RATIO
 from quantdrift.errors import ConfigError
 
 Rule = Literal["tolerance", "consecutive", "window", "sequential"]
@@ -100,9 +101,14 @@ class RoutePolicy(BaseModel):
     tf_kl_clip: float = Field(default=4.0, gt=0)
     entropy_clip: float = Field(default=2.0, gt=0)
     # A divergence's floor (blessed baseline, else noise pairs) needs this many
-    # values; its mean is bounded over prompt mixes within CALIBRATION_MIX_RATIO and
+    # values; its mean is bounded over prompt mixes within calibration_mix_ratio and
     # by a t bound at CALIBRATION_ALPHA (detectors/tolerance.py), so a small one is cautious.
     min_floor_pairs: int = Field(default=10, ge=2)
+    # How far the route's traffic may move from the calibration's prompt mix: each kind
+    # of prompt up to this many times as often (or 1 / this as often). The default is
+    # detectors.tolerance.CALIBRATION_MIX_RATIO; a route whose traffic is a few prompts
+    # the calibration did not weigh alike needs more (docs/deciding.md has the price).
+    calibration_mix_ratio: float = Field(default=CALIBRATION_MIX_RATIO, ge=1.0)
     min_noise_pairs: int = Field(default=30, ge=1)
     # Breaker timing.
     cooldown_s: float = Field(default=60.0, gt=0)

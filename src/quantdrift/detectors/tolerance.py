@@ -64,7 +64,8 @@ CALIBRATION_ALPHA = 0.025
 # How much more (or less) often live traffic may bring any kind of prompt than the
 # calibration pairs did: a divergence floor's mean is bounded over every traffic mix
 # whose density against the calibration's stays within [1 / ratio, ratio]. 1.5 covers
-# a task family at 40 % of the calibration and 60 % of the traffic.
+# a task family at 40 % of the calibration and 60 % of the traffic. The default of a
+# route policy's ``calibration_mix_ratio``.
 CALIBRATION_MIX_RATIO = 1.5
 
 
@@ -242,7 +243,11 @@ def informative(values: Sequence[float], metric: str, min_count: int) -> bool:
 
 
 def floor_mean(
-    floor: Mapping[str, Sequence[float]], metric: str, clip: float, min_count: int
+    floor: Mapping[str, Sequence[float]],
+    metric: str,
+    clip: float,
+    min_count: int,
+    ratio: float = CALIBRATION_MIX_RATIO,
 ) -> tuple[float, str] | None:
     """(upper bound of the clipped floor mean, where it came from), or None (abstain).
 
@@ -252,10 +257,10 @@ def floor_mean(
     spread above the metric's resolution). Neither: the signal abstains rather
     than trust a floor that cannot say how much disagreement is normal.
 
-    The mean is bounded by :func:`mix_robust_upper`: a baseline of a few dozen
-    prompts is itself a sample, drawn from a prompt mix that is not the traffic's,
-    and a null mean set below the true healthy mean would be rejected by any
-    sequential test given enough pairs.
+    The mean is bounded by :func:`mix_robust_upper` with the route's mix ``ratio``: a
+    baseline of a few dozen prompts is itself a sample, drawn from a prompt mix that is
+    not the traffic's, and a null mean set below the true healthy mean would be
+    rejected by any sequential test given enough pairs.
 
     >>> floor_mean({"tf_kl": [0.0] * 40, "blessed:tf_kl": [0.01, 0.03] * 20}, "tf_kl", 1.0, 30)
     (0.026257, 'blessed')
@@ -265,15 +270,15 @@ def floor_mean(
     for key, source in ((BLESSED + metric, "blessed"), (metric, "noise")):
         values = floor.get(key, ())
         if informative(values, metric, min_count):
-            return _upper_mean(tuple(values), metric, clip), source
+            return _upper_mean(tuple(values), metric, clip, ratio), source
     return None
 
 
 @lru_cache(maxsize=256)
-def _upper_mean(values: tuple[float, ...], metric: str, clip: float) -> float:
+def _upper_mean(values: tuple[float, ...], metric: str, clip: float, ratio: float) -> float:
     # Cached: the floor changes rarely, and the judge asks for every pair.
     clipped = [clip_metric(metric, v, clip) for v in values]
-    return round(mix_robust_upper(clipped), 6)
+    return round(mix_robust_upper(clipped, ratio), 6)
 
 
 def mix_robust_upper(

@@ -105,7 +105,9 @@ def null_mean(
         return None
     metric = floor_metric(score.metrics, signal)
     clip, delta = _scale(policy, signal)
-    found = floor_mean(floor.values, metric, clip, policy.min_floor_pairs)
+    found = floor_mean(
+        floor.values, metric, clip, policy.min_floor_pairs, policy.calibration_mix_ratio
+    )
     if found is None:
         return None
     mean, source = found
