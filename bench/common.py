@@ -272,3 +272,9 @@ def native_bf16() -> str:
         return "unknown"
     found = [f for f in ("avx512_bf16", "amx_bf16") if f in flags]
     return ", ".join(found) or "none"
+
+
+def policy_flag(policy: str | None) -> str:
+    """The ``--policy`` part of a decision bench's command line as its section prints
+    it: empty for the default policy."""
+    return f" --policy {policy}" if policy else ""

@@ -37,7 +37,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from common import write_section
+from common import policy_flag, write_section
 
 from quantdrift.config import EmbeddingSettings
 from quantdrift.services.evaluation import EvalRequest, run_eval
@@ -132,7 +132,7 @@ def markdown(result: dict[str, Any]) -> str:
         "",
         f"`python bench/eval_modes.py --streams {result['streams']} --length "
         f"{result['length']} --seed {result['seed']} --calibration-draws "
-        f"{result['calibration_draws']}" + (f" --policy {policy}" if policy else "") + "`: "
+        f"{result['calibration_draws']}{policy_flag(policy)}`: "
         "the protocol of docs/deciding.md (floors and the blessed int8 baseline from the "
         "calibration prompts, streams from the evaluation prompts, "
         + (f"the policy file `{policy}`" if policy else "the default policy")

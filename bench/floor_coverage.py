@@ -38,7 +38,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from common import write_section
+from common import policy_flag, write_section
 
 from quantdrift.breaker.policy import load_policy
 from quantdrift.breaker.rules import signal_arl
@@ -165,8 +165,7 @@ def markdown(result: dict[str, Any]) -> str:
         SECTION,
         "",
         f"`python bench/floor_coverage.py --draws {result['draws']} --seed {result['seed']}"
-        + (f" --policy {result['policy']}" if result.get("policy") else "")
-        + "`: "
+        f"{policy_flag(result.get('policy'))}`: "
         "per pair set, decoding mode and divergence test, the healthy int8 pairs of the "
         "evaluation prompts stand for traffic (*traffic mean* x, what a long healthy stream "
         "learns), and the test's null (blessed floor bound + δ) is drawn from the "

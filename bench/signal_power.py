@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from common import policy_flag
 from floor_coverage import ROUTE, power_cell, run_sets, split, wald_pairs
 
 from quantdrift.breaker.policy import RoutePolicy, load_policy
@@ -173,8 +174,7 @@ def markdown(result: dict[str, Any]) -> str:
         SECTION,
         "",
         f"`python bench/signal_power.py --draws {result['draws']} --seed {result['seed']}"
-        + (f" --policy {result['policy']}" if result.get("policy") else "")
-        + "`: "
+        f"{policy_flag(result.get('policy'))}`: "
         "every signal a pair carries, tested alike. The null is the blessed int8 "
         "calibration's bound plus the *oracle* δ, the smallest tolerance for which at most "
         "2.5 % of the calibration's bootstrap draws would set the null below the healthy "

@@ -17,7 +17,13 @@ from quantdrift.breaker.policy import RoutePolicy
 from quantdrift.breaker.rules import signal_arl
 from quantdrift.breaker.rules.tolerance import ToleranceState
 from quantdrift.detectors.noise_floor import NoiseFloor, NoiseFloorState
-from quantdrift.detectors.tolerance import SIGNALS, BettingSR, BettingState, floor_mean
+from quantdrift.detectors.tolerance import (
+    CALIBRATION_MIX_RATIO,
+    SIGNALS,
+    BettingSR,
+    BettingState,
+    floor_mean,
+)
 from quantdrift.schemas import Metrics, ScoreEvent
 
 
@@ -146,7 +152,7 @@ def test_the_split_budget_holds_for_all_signals_at_their_boundary() -> None:
     rng = np.random.default_rng(8)
     policy = RoutePolicy(false_alarm_budget_pairs=1000, min_pairs=1)
     floor = NoiseFloorState({"blessed:tf_kl": (0.0, 0.002) * 20})
-    base = floor_mean(floor.values, "tf_kl", policy.tf_kl_clip, 10)
+    base = floor_mean(floor.values, "tf_kl", policy.tf_kl_clip, 10, policy.calibration_mix_ratio)
     assert base is not None
     tf_null = base[0] + policy.tolerance_tf_kl / policy.tf_kl_clip
     total = 12_000
@@ -242,8 +248,11 @@ def test_a_routes_calibration_mix_ratio_widens_its_null_through_the_judge() -> N
     probe = shadow(0, Metrics(tf_kl=0.1, candidate_tokens=40))
     low, high = null_mean(default, "tf_kl", probe, floor), null_mean(wide, "tf_kl", probe, floor)
     assert low is not None and high is not None and low[1] == high[1] == "blessed"
-    found = floor_mean(floor.values, "tf_kl", default.tf_kl_clip, default.min_floor_pairs)
-    assert found is not None and low[0] == pytest.approx(found[0] + 0.05 / 4.0)
+    found = floor_mean(
+        floor.values, "tf_kl", default.tf_kl_clip, default.min_floor_pairs, CALIBRATION_MIX_RATIO
+    )
+    assert found is not None
+    assert low[0] == pytest.approx(found[0] + default.tolerance_tf_kl / default.tf_kl_clip)
     assert high[0] > low[0] + 0.01, (low, high)
     traffic_mean = (low[0] + high[0]) / 2
     stream = [

@@ -247,7 +247,7 @@ def floor_mean(
     metric: str,
     clip: float,
     min_count: int,
-    ratio: float = CALIBRATION_MIX_RATIO,
+    ratio: float,
 ) -> tuple[float, str] | None:
     """(upper bound of the clipped floor mean, where it came from), or None (abstain).
 
@@ -262,9 +262,9 @@ def floor_mean(
     not the traffic's, and a null mean set below the true healthy mean would be
     rejected by any sequential test given enough pairs.
 
-    >>> floor_mean({"tf_kl": [0.0] * 40, "blessed:tf_kl": [0.01, 0.03] * 20}, "tf_kl", 1.0, 30)
+    >>> floor_mean({"tf_kl": [0.0] * 40, "blessed:tf_kl": [0.01, 0.03] * 20}, "tf_kl", 1.0, 30, 1.5)
     (0.026257, 'blessed')
-    >>> floor_mean({"tf_kl": [0.0] * 40}, "tf_kl", 1.0, 30) is None
+    >>> floor_mean({"tf_kl": [0.0] * 40}, "tf_kl", 1.0, 30, 1.5) is None
     True
     """
     for key, source in ((BLESSED + metric, "blessed"), (metric, "noise")):
