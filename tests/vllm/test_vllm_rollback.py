@@ -105,17 +105,22 @@ async def pairs_sent(http: httpx.AsyncClient) -> float:
     return 0.0
 
 
-async def ask_shadowed(client: Any, http: httpx.AsyncClient, prompt: str) -> Reply:
-    """One request, then wait until its shadow pair is on the broker.
+async def ask_shadowed(
+    client: Any, http: httpx.AsyncClient, prompt: str, rolled_back: asyncio.Future[Any]
+) -> Reply:
+    """One request, then wait until its shadow pair is on the broker, or the rollback.
 
     The shadow side (the reference's answer, then teacher forcing) takes longer than
     the user's answer; pacing by pairs makes "rollback within N requests" a count of
-    pairs the breaker saw, not a race between the two engines' speeds.
+    pairs the breaker saw, not a race between the two engines' speeds. A rollback that
+    lands while the request is served sends it to the reference, which is not
+    shadowed: then no pair comes, and the wait ends with it (``rolled_back``: the
+    command the loop is waiting for, rollback or restore).
     """
     before = await pairs_sent(http)
     reply = await ask(client, prompt)
     deadline = time.monotonic() + 240
-    while await pairs_sent(http) <= before:
+    while await pairs_sent(http) <= before and not rolled_back.done():
         assert time.monotonic() < deadline, (await http.get("/metrics")).text[-3000:]
         await asyncio.sleep(0.2)
     return reply
@@ -183,7 +188,8 @@ async def test_rollback_on_teacher_forced_evidence_from_vllm(
         served = []
         while not rolled_back.done():
             assert len(served) < 16, f"no rollback after {len(served)}:\n{worker.log_tail()}"
-            reply = await ask_shadowed(client, http, PROMPTS[len(served) % len(PROMPTS)])
+            prompt = PROMPTS[len(served) % len(PROMPTS)]
+            reply = await ask_shadowed(client, http, prompt, rolled_back)
             assert reply.status == 200
             served.append(reply.precision)
         rollback = await rolled_back
@@ -243,7 +249,8 @@ async def test_rollback_on_teacher_forced_evidence_from_vllm(
         probes = []
         while not restored.done():
             assert len(probes) < 12, f"no restore after {len(probes)}:\n{worker.log_tail()}"
-            reply = await ask_shadowed(client, http, PROMPTS[len(probes) % len(PROMPTS)])
+            prompt = PROMPTS[len(probes) % len(PROMPTS)]
+            reply = await ask_shadowed(client, http, prompt, restored)
             assert reply.status == 200
             probes.append(reply)
             if reply.precision != "bf16":
