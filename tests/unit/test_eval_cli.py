@@ -195,3 +195,25 @@ def test_calibration_draws_never_use_a_streamed_prompt() -> None:
     assert all((p.request.prompt_hash, p.request.prompt) not in keys for d in draws for p in d)
     assert draws == calibration_draws(calibrate, streamed, draws=4, seed=1)  # seeded
     assert draws[0] != draws[1]
+
+
+def test_eval_says_when_its_streams_replay_few_distinct_pairs(capsys) -> None:  # type: ignore[no-untyped-def]
+    from quantdrift.evaluation.modes import select
+    from quantdrift.services.pairs import read_pairs
+
+    # Counted apart from the eval: the greedy int8 shadow pairs of the evaluation prompts.
+    held_out = select(
+        read_pairs(LAB_PAIRS), labels=("int8",), decoding="greedy", part="evaluation",
+        kinds=("shadow",),
+    )  # fmt: skip
+    distinct = len(held_out)
+    assert 0 < distinct < 150
+    assert main(lab_argv("--no-progress")) == 0  # streams of 150 pairs
+    err = capsys.readouterr().err
+    assert f"each stream of 150 pairs replays {distinct} distinct healthy pairs" in err
+    assert f"each about {150 / distinct:.0f} times" in err
+    # Streams no longer than the pairs they draw from carry no such note.
+    argv = lab_argv("--no-progress")
+    argv[argv.index("--length") + 1] = str(distinct)
+    assert main(argv) == 0
+    assert "replays" not in capsys.readouterr().err

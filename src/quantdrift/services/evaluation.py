@@ -230,4 +230,31 @@ def _long(
         f"{len(shadow_h)} distinct healthy / {len(shadow_d)} drifted pairs; "
         f"scoring: {cache.scored} pairs once ({tier}); floors: {source}"
     )
-    return EvalOutcome([{**r.as_dict(), **context} for r in results], format_long(results), footer)
+    notes = repeats_note(shadow_h, request.length)
+    return EvalOutcome(
+        [{**r.as_dict(), **context} for r in results], format_long(results), footer, notes
+    )
+
+
+def repeats_note(healthy: Sequence[PairEvent], length: int) -> tuple[str, ...]:
+    """Say so when a stream must replay its healthy pairs: its rates are then about them.
+
+    A stream of ``length`` pairs drawn from fewer distinct pairs repeats them, and a
+    greedy pair repeats its prompt's answer exactly; a false rollback per 100k then
+    says how often these few prompts' mean outruns the null, not how 100k pairs of
+    fresh prompts would fare. An analyst reading the rate needs that beside it.
+
+    >>> repeats_note([], 10)
+    ()
+    """
+    distinct = len(healthy)
+    if distinct == 0 or length <= distinct:
+        return ()
+    prompts = len({_prompt_key(p) for p in healthy})
+    return (
+        f"each stream of {length:,} pairs replays {distinct} distinct healthy pairs "
+        f"({prompts} prompts), each about {length / distinct:.0f} times: a false-rollback "
+        "rate here measures how often these prompts' mean outruns the null, not how "
+        "fresh traffic would fare; read it with the streams it happened in "
+        "(--json: streams_with_false_rollback)",
+    )
