@@ -17,13 +17,7 @@ from quantdrift.breaker.policy import RoutePolicy
 from quantdrift.breaker.rules import signal_arl
 from quantdrift.breaker.rules.tolerance import ToleranceState
 from quantdrift.detectors.noise_floor import NoiseFloor, NoiseFloorState
-from quantdrift.detectors.tolerance import (
-    CALIBRATION_MIX_RATIO,
-    SIGNALS,
-    BettingSR,
-    BettingState,
-    floor_mean,
-)
+from quantdrift.detectors.tolerance import SIGNALS, BettingSR, BettingState, floor_mean
 from quantdrift.schemas import Metrics, ScoreEvent
 
 
@@ -249,7 +243,11 @@ def test_a_routes_calibration_mix_ratio_widens_its_null_through_the_judge() -> N
     low, high = null_mean(default, "tf_kl", probe, floor), null_mean(wide, "tf_kl", probe, floor)
     assert low is not None and high is not None and low[1] == high[1] == "blessed"
     found = floor_mean(
-        floor.values, "tf_kl", default.tf_kl_clip, default.min_floor_pairs, CALIBRATION_MIX_RATIO
+        floor.values,
+        "tf_kl",
+        default.tf_kl_clip,
+        default.min_floor_pairs,
+        default.calibration_mix_ratio,
     )
     assert found is not None
     assert low[0] == pytest.approx(found[0] + default.tolerance_tf_kl / default.tf_kl_clip)
