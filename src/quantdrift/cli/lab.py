@@ -103,6 +103,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     v.add_argument("--ready-timeout", type=float, default=900.0, help="seconds to wait for ready")
     v.set_defaults(func=vllm)
+    _register_corpus(lab_sub)
 
 
 def _variants(text: str) -> list[str]:
@@ -227,3 +228,74 @@ def vllm(args: argparse.Namespace) -> int:
         dtype=args.dtype,
     )
     return server.run(ready_timeout_s=args.ready_timeout)
+
+
+def _register_corpus(lab_sub: argparse._SubParsersAction) -> None:
+    c = lab_sub.add_parser("corpus", help="the traffic corpus: generate prompts, record pairs")
+    c_sub = c.add_subparsers(dest="corpus_command", required=True, parser_class=type(c))
+    g = c_sub.add_parser("generate", help="draw the corpus's prompts for a seed (JSONL)")
+    g.add_argument("--seed", type=non_negative_int, default=0)
+    g.add_argument("--count", type=positive_int, default=3200)
+    g.add_argument("--out", type=Path, required=True, help="PROMPTS.jsonl or PROMPTS.jsonl.gz")
+    g.set_defaults(func=corpus_generate)
+    r = c_sub.add_parser(
+        "record", help="record the corpus on vLLM engines, resumably (blocks under --out)"
+    )
+    r.add_argument("--prompts", type=Path, required=True, help="from `lab corpus generate`")
+    r.add_argument("--out", type=Path, required=True, help="the folder of recorded blocks")
+    r.add_argument(
+        "--engine",
+        action="append",
+        default=[],
+        metavar="NAME=URL",
+        help="a running engine (repeat; `ref` is the reference); none: start them with lab vllm",
+    )
+    r.add_argument("--variants", default="int8,int4-g64-gptq,int3-g64", help="the candidates")
+    r.add_argument("--block", type=positive_int, default=25, help="prompts per resumable block")
+    r.add_argument("--concurrency", type=positive_int, default=12)
+    r.add_argument("--limit", type=positive_int, default=None, help="the first N prompts only")
+    r.add_argument("--minutes", type=float, default=None, help="start no block after this")
+    r.add_argument("--max-model-len", type=positive_int, default=4608)
+    r.set_defaults(func=corpus_record)
+
+
+def corpus_generate(args: argparse.Namespace) -> int:
+    from quantdrift.lab.corpus import build
+
+    t0 = time.perf_counter()
+    prompts = list(build.generate(args.seed, args.count, build.tokenizer_measure()))
+    build.save(args.out, prompts)
+    info = build.census(prompts)
+    info.update(seed=args.seed, out=str(args.out), seconds=round(time.perf_counter() - t0, 1))
+    print(json.dumps(info, ensure_ascii=False))
+    return 0
+
+
+def corpus_record(args: argparse.Namespace) -> int:
+    from quantdrift.lab.corpus import build
+    from quantdrift.lab.corpus.session import RecordingSession, parse_engines
+
+    if not args.prompts.exists():
+        sys.stderr.write(f"quantdrift: error: no such file: {args.prompts}\n")
+        return 2
+    try:
+        engines = parse_engines(args.engine)
+    except ValueError as exc:
+        sys.stderr.write(f"quantdrift: error: {exc}\n")
+        return 2
+    prompts = build.load(args.prompts)
+    if args.limit is not None:
+        prompts = prompts[: args.limit]
+    session = RecordingSession(
+        prompts=prompts,
+        out=args.out,
+        candidates=[v for v in args.variants.split(",") if v],
+        engines=engines,
+        block=args.block,
+        concurrency=args.concurrency,
+        minutes=args.minutes,
+        max_model_len=args.max_model_len,
+    )
+    summary = session.run(log=sys.stderr)
+    print(json.dumps(summary))
+    return 0 if summary.get("error") is None else 1

@@ -51,15 +51,24 @@ class EngineProcess:
                 self.proc.wait(timeout=10)
 
 
-def start_engine(variant: str, port: int, folder: Path, ready_timeout_s: float) -> EngineProcess:
+def start_engine(
+    variant: str,
+    port: int,
+    folder: Path,
+    ready_timeout_s: float,
+    extra: Sequence[str] = (),
+    model_dir: Path | None = None,
+) -> EngineProcess:
     """Start ``variant`` on ``port`` (the caller picks a free one), its model folder
-    and log under ``folder``."""
+    (unless ``model_dir`` names an exported one) and log under ``folder``; ``extra``
+    are more ``lab vllm`` options (e.g. ``--max-model-len``)."""
     log = folder / f"vllm-{variant}.log"
     proc = subprocess.Popen(
         [
             *(sys.executable, "-m", "quantdrift", "lab", "vllm", "--variant", variant),
-            *("--port", str(port), "--model-dir", str(folder / variant)),
+            *("--port", str(port), "--model-dir", str(model_dir or folder / variant)),
             *("--ready-timeout", str(ready_timeout_s)),
+            *extra,
         ],
         stdout=subprocess.PIPE,
         stderr=log.open("ab"),

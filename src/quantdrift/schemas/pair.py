@@ -10,6 +10,7 @@ from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
+    StringConstraints,
     ValidationInfo,
     field_validator,
     model_validator,
@@ -152,6 +153,10 @@ class RequestInfo(BaseModel):
         return "greedy" if self.temperature == 0 else "sampled"
 
 
+TagName = Annotated[str, StringConstraints(min_length=1, max_length=32)]
+TagValue = Annotated[str, StringConstraints(max_length=64)]
+
+
 class PairEvent(Message):
     """The message a gateway produces to ``quantdrift.pairs.v1`` (key = pair_id).
 
@@ -172,6 +177,10 @@ class PairEvent(Message):
         default=None, max_length=MAX_TOKENS
     )
     sample_rate: float = Field(default=1.0, gt=0, le=1)
+    # The pair's slice (script / language, input-length bucket, output kind, decoding, a
+    # caller's task tag): computed once where the request is planned, or set by the
+    # producer. Bounded: at most 16 dimensions, short names and values.
+    tags: dict[TagName, TagValue] = Field(default_factory=dict, max_length=16)
     # Labels for evaluation only (the lab sets them); the judge never reads them.
     label: str | None = Field(default=None, max_length=64)
 

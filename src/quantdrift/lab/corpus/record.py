@@ -1,0 +1,318 @@
+"""Record the corpus on real engines, resumably: one reference answer, several candidates.
+
+For every prompt the recorder asks, over the gateway's own upstream code
+(``gateway.upstreams.Upstreams``: streamed chat, top-5 log-probs, the same payload
+shaping, ``teacher_forcing: vllm`` on the reference pool):
+
+* the reference twice, independently (``kind = noise``: the floor measured on the same
+  prompts). A greedy prompt's runs are both greedy, as the gateway's noise pairs are;
+* every candidate once, and the reference's teacher-forced log-probs of each candidate
+  answer (``kind = shadow``).
+
+No request carries a ``seed``: most real traffic does not, so the candidate's and the
+reference's samples are independent, as the noise pair's two samples are (a shared seed
+would couple a shadow pair's samples and not the floor's). It also keeps vLLM 0.32's
+CPU build alive: a seeded request whose prefill is chunked (a long prompt) kills its
+engine core ("CPU Generator does not use offset").
+
+So one reference answer serves every candidate, as a multi-candidate route would use it.
+Each pair carries the engine identity of both sides, the prompt's tags
+(``PairEvent.tags``), its task, its JSON contract and a deterministic ``pair_id``
+(``{prompt}-{variant}``).
+
+**Resume.** Prompts are recorded in blocks (``--block`` prompts each); a block is
+written to ``block-NNNNN.jsonl.gz`` under the output folder by an atomic rename when
+every pair of it is in. A recording killed mid-block loses that block's work and
+nothing else; the next run skips the blocks on disk, so no pair is missing or twice.
+A block whose request failed is not written (the run stops with the error): it is
+redone on the next run.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import gzip
+import json
+import os
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from quantdrift.gateway.gateway_config import GatewayConfig, parse_config
+from quantdrift.gateway.openai_wire import Accumulator, Completion
+from quantdrift.gateway.planning import JsonSpec
+from quantdrift.gateway.shadow import request_info
+from quantdrift.gateway.teacher_forcing import Scored
+from quantdrift.gateway.upstreams import Upstreams
+from quantdrift.lab.corpus.families import CorpusPrompt
+from quantdrift.schemas import PairEvent
+from quantdrift.schemas.pair import EngineInfo, ModelOutput
+
+REFERENCE = "ref"
+TOP_LOGPROBS = 5
+BLOCK_PREFIX = "block-"
+
+
+@dataclass
+class EngineMeter:
+    """Tokens an engine read and wrote, and the requests it served."""
+
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    requests: int = 0
+    tf_requests: int = 0
+
+    def add(self, c: Completion) -> None:
+        self.requests += 1
+        usage = c.usage or {}
+        self.prompt_tokens += int(usage.get("prompt_tokens") or 0)
+        self.completion_tokens += c.completion_tokens
+
+
+@dataclass
+class Progress:
+    blocks_done: int = 0
+    prompts_done: int = 0
+    pairs: int = 0
+    without_tf: int = 0
+    seconds: float = 0.0
+    meters: dict[str, EngineMeter] = field(default_factory=dict)
+
+    def rates(self) -> dict[str, dict[str, float]]:
+        s = max(self.seconds, 1e-9)
+        return {
+            name: {
+                "prompt_tok_s": round(m.prompt_tokens / s, 1),
+                "gen_tok_s": round(m.completion_tokens / s, 1),
+                "requests": m.requests,
+            }
+            for name, m in self.meters.items()
+        }
+
+
+def recorder_config(urls: Mapping[str, str], models: Mapping[str, str]) -> GatewayConfig:
+    """A gateway config whose pools are the engines: the recorder reuses its upstream code."""
+    return parse_config(
+        {
+            "precisions": {name: [url] for name, url in urls.items()},
+            "precision_models": dict(models),
+            "pools": {REFERENCE: {"teacher_forcing": "vllm"}},
+            "routes": {"corpus": {"candidate": REFERENCE, "reference": REFERENCE}},
+            "default_route": "corpus",
+            "shadow_max_connections": 16,
+            "timeouts": {"connect_s": 10, "read_s": 900, "total_s": 1800, "shadow_total_s": 1800},
+        }
+    )
+
+
+def block_path(folder: Path, index: int) -> Path:
+    return folder / f"{BLOCK_PREFIX}{index:05d}.jsonl.gz"
+
+
+def done_blocks(folder: Path) -> set[int]:
+    """Blocks already on disk (complete by construction: written by rename)."""
+    out = set()
+    for p in folder.glob(f"{BLOCK_PREFIX}*.jsonl.gz"):
+        stem = p.name[len(BLOCK_PREFIX) : -len(".jsonl.gz")]
+        if stem.isdigit():
+            out.add(int(stem))
+    return out
+
+
+def write_block(folder: Path, index: int, pairs: Sequence[PairEvent]) -> Path:
+    """Write a block atomically (tmp file, fsync, rename)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    final = block_path(folder, index)
+    tmp = final.with_name(final.name + ".tmp")
+    with gzip.open(tmp, "wt", encoding="utf-8", compresslevel=9) as sink:
+        for p in pairs:
+            sink.write(p.model_dump_json(exclude_none=True) + "\n")
+    with open(tmp, "rb") as fh:
+        os.fsync(fh.fileno())
+    os.replace(tmp, final)
+    return final
+
+
+def read_pairs(folder: Path) -> list[PairEvent]:
+    """Every recorded pair, block by block."""
+    out: list[PairEvent] = []
+    for index in sorted(done_blocks(folder)):
+        with gzip.open(block_path(folder, index), "rt", encoding="utf-8") as source:
+            out.extend(PairEvent.model_validate_json(line) for line in source if line.strip())
+    return out
+
+
+class CorpusRecorder:
+    """Asks the engines for one block of prompts at a time and builds its pairs."""
+
+    def __init__(
+        self,
+        urls: Mapping[str, str],
+        models: Mapping[str, str],
+        candidates: Sequence[str],
+        *,
+        concurrency: int = 12,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        if REFERENCE not in urls:
+            raise ValueError(f"the engines must include the reference, {REFERENCE!r}")
+        self.config = recorder_config(urls, models)
+        self.candidates = list(candidates)
+        self.concurrency = concurrency
+        self.clock = clock
+        self.upstreams: Upstreams | None = None
+        self.identities: dict[str, EngineInfo] = {}
+        self.meters: dict[str, EngineMeter] = {n: EngineMeter() for n in urls}
+
+    async def __aenter__(self) -> CorpusRecorder:
+        self.upstreams = Upstreams(self.config, shadow=True)
+        for name in self.config.precisions:
+            self.identities[name] = await self.upstreams[name].identify()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        if self.upstreams is not None:
+            await self.upstreams.aclose()
+
+    def _body(self, p: CorpusPrompt) -> dict[str, Any]:
+        return {
+            "messages": p.messages,
+            "max_tokens": p.max_tokens,
+            "temperature": p.temperature,
+            "top_p": p.top_p,
+            "logprobs": True,
+            "top_logprobs": TOP_LOGPROBS,
+        }
+
+    async def _ask(self, name: str, body: Mapping[str, Any]) -> Completion:
+        assert self.upstreams is not None
+        acc = Accumulator(name)
+        stream = self.upstreams[name].stream(body)
+        async for chunk in stream:
+            acc.add(chunk)
+        done = acc.finish().stripped(TOP_LOGPROBS)
+        self.meters[name].add(done)
+        return done
+
+    def _side(self, c: Completion) -> ModelOutput:
+        out = c.output(TOP_LOGPROBS)
+        info = self.identities.get(c.precision, EngineInfo())
+        info = info.model_copy(update={"system_fingerprint": c.system_fingerprint})
+        return out if info == EngineInfo() else out.model_copy(update={"engine": info})
+
+    def _pair(
+        self,
+        p: CorpusPrompt,
+        kind: str,
+        label: str,
+        cand: Completion,
+        ref: Completion,
+        tf: list[float] | None,
+    ) -> PairEvent:
+        body = self._body(p)
+        spec = JsonSpec(p.json_schema, p.expected_keys) if p.output_kind == "json" else None
+        request = request_info(
+            body, spec, clear=True, private=False, preference=None, salt=""
+        ).model_copy(update={"task": p.family})
+        return PairEvent(
+            pair_id=f"{p.prompt_id}-{label}",
+            ts=self.clock(),
+            route="corpus/" + label,
+            kind=kind,  # type: ignore[arg-type]
+            candidate=self._side(cand),
+            reference=self._side(ref),
+            request=request,
+            reference_logprobs_on_candidate=tf,
+            tags=p.tags(),
+            label=label,
+        )
+
+    async def _prompt(self, p: CorpusPrompt, gate: asyncio.Semaphore) -> list[PairEvent]:
+        assert self.upstreams is not None
+        async with gate:
+            first, second = await asyncio.gather(
+                self._ask(REFERENCE, self._body(p)), self._ask(REFERENCE, self._body(p))
+            )
+        pairs = [self._pair(p, "noise", "noise", first, second, None)]
+
+        async def one(name: str) -> PairEvent:
+            async with gate:
+                cand = await self._ask(name, self._body(p))
+                tf = None
+                if cand.text:
+                    assert self.upstreams is not None
+                    outcome = await self.upstreams[REFERENCE].score(p.messages, cand, timeout_s=900)
+                    self.meters[REFERENCE].tf_requests += 1
+                    tf = outcome.logprobs if isinstance(outcome, Scored) else None
+            return self._pair(p, "shadow", name, cand, first, tf)
+
+        pairs.extend(await asyncio.gather(*(one(n) for n in self.candidates)))
+        return pairs
+
+    async def block(self, prompts: Sequence[CorpusPrompt]) -> list[PairEvent]:
+        gate = asyncio.Semaphore(self.concurrency)
+        got = await asyncio.gather(*(self._prompt(p, gate) for p in prompts))
+        return [pair for group in got for pair in group]
+
+
+async def record(
+    prompts: Sequence[CorpusPrompt],
+    folder: Path,
+    urls: Mapping[str, str],
+    models: Mapping[str, str],
+    candidates: Sequence[str],
+    *,
+    block: int = 25,
+    concurrency: int = 12,
+    deadline: float | None = None,
+    on_block: Callable[[Progress, dict[str, Any]], None] | None = None,
+) -> Progress:
+    """Record every block not yet on disk, in order, until done or past ``deadline``
+    (a ``time.monotonic()`` value: the current block finishes, no new one starts)."""
+    have = done_blocks(folder)
+    progress = Progress(blocks_done=len(have))
+    t0 = time.monotonic()
+    async with CorpusRecorder(urls, models, candidates, concurrency=concurrency) as rec:
+        progress.meters = rec.meters
+        for index in range(0, -(-len(prompts) // block)):
+            if index in have:
+                continue
+            if deadline is not None and time.monotonic() >= deadline:
+                break
+            chunk = prompts[index * block : (index + 1) * block]
+            t_block = time.monotonic()
+            pairs = await rec.block(chunk)
+            path = write_block(folder, index, pairs)
+            progress.blocks_done += 1
+            progress.prompts_done += len(chunk)
+            progress.pairs += len(pairs)
+            progress.without_tf += sum(
+                1 for x in pairs if x.kind == "shadow" and x.reference_logprobs_on_candidate is None
+            )
+            progress.seconds = time.monotonic() - t0
+            if on_block is not None:
+                on_block(
+                    progress,
+                    {
+                        "block": index,
+                        "file": path.name,
+                        "prompts": len(chunk),
+                        "block_s": round(time.monotonic() - t_block, 1),
+                    },
+                )
+    progress.seconds = time.monotonic() - t0
+    return progress
+
+
+def progress_line(progress: Progress, info: Mapping[str, Any], total_blocks: int) -> str:
+    return json.dumps(
+        {
+            **info,
+            "blocks": f"{progress.blocks_done}/{total_blocks}",
+            "pairs": progress.pairs,
+            "without_tf": progress.without_tf,
+            "engines": progress.rates(),
+        }
+    )
