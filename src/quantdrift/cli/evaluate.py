@@ -20,6 +20,15 @@ Two ways to run:
 * without ``--streams``: the files as they are, in file order (``--repeat`` to
   replay the healthy part), per-route results (:mod:`quantdrift.evaluation.runner`).
 
+* ``--no-replay``: a recorded traffic corpus (``--healthy`` a file or the folder of
+  ``quantdrift lab corpus record``) as an operator meets it: each evaluation prompt at
+  most once per stream, the calibration drawn ``--calibration-draws`` times from
+  ``--calibration-prompts`` prompts none of the streams use, a broken variant
+  (``--drifted-label``) from a random onset; ``--mix task=code:3`` shifts the
+  stream's mix (repeatable), ``--confine language=zh --confine-share 0.1`` confines the
+  drift to one slice at that share of traffic, ``--only language=zh`` judges a route
+  that carries one slice only (:mod:`quantdrift.evaluation.corpus`).
+
 ``--holdout`` keeps the lab's prompt split honest: streams use only the
 evaluation part of the prompts, floors and blessed baselines only the
 calibration part. ``--embedder`` builds exactly the scorer it names; its
@@ -98,6 +107,30 @@ def register(sub: argparse._SubParsersAction) -> None:
         action="store_true",
         help="judge every other noise pair of --healthy as a shadow pair (the rest feed the floor)",
     )
+    c = p.add_argument_group("a recorded traffic corpus (--no-replay)")
+    c.add_argument(
+        "--no-replay",
+        action="store_true",
+        help="streams draw each evaluation prompt at most once (a corpus of distinct prompts)",
+    )
+    c.add_argument("--calibration-prompts", type=positive_int, default=300)
+    c.add_argument(
+        "--calibration-pool",
+        type=positive_int,
+        default=None,
+        help="prompts set apart for calibration (default: --calibration-prompts)",
+    )
+    c.add_argument(
+        "--mix",
+        type=_mix,
+        action="append",
+        default=[],
+        metavar="DIM=VALUE:WEIGHT",
+        help="weight a tag value in the streams' mix (repeatable), e.g. task=code:3",
+    )
+    c.add_argument("--confine", type=_tag, default=None, metavar="DIM=VALUE")
+    c.add_argument("--confine-share", type=_share, default=0.1)
+    c.add_argument("--only", type=_tag, default=None, metavar="DIM=VALUE")
     add_seconds(p, "pair-interval", 1.0, "simulated seconds per pair")
     p.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
     p.add_argument("--json", action="store_true", help="print one JSON array: an object per policy")
@@ -109,6 +142,34 @@ def _labels(text: str) -> tuple[str, ...]:
     if not names:
         raise argparse.ArgumentTypeError("give at least one label")
     return names
+
+
+def _tag(text: str) -> tuple[str, str]:
+    dim, sep, value = text.partition("=")
+    if not sep or not dim.strip() or not value.strip():
+        raise argparse.ArgumentTypeError(f"{text!r}: expected DIM=VALUE, e.g. language=zh")
+    return dim.strip(), value.strip()
+
+
+def _mix(text: str) -> tuple[tuple[str, str], float]:
+    tag, sep, weight = text.rpartition(":")
+    try:
+        w = float(weight)
+    except ValueError:
+        w = -1.0
+    if not sep or w <= 0:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected DIM=VALUE:WEIGHT, e.g. task=code:3")
+    return _tag(tag), w
+
+
+def _share(text: str) -> float:
+    try:
+        v = float(text)
+    except ValueError:
+        v = -1.0
+    if not 0 < v < 1:
+        raise argparse.ArgumentTypeError(f"{text!r}: a share in (0, 1), e.g. 0.1")
+    return v
 
 
 def _policies(text: str) -> tuple[str, ...]:
@@ -129,6 +190,8 @@ def run(args: argparse.Namespace) -> int:
     from quantdrift.cli.progress import self_closing
     from quantdrift.services.evaluation import EvalRequest, run_eval
 
+    if args.no_replay:
+        return _corpus(args)
     request = EvalRequest(
         healthy=args.healthy,
         drifted=args.drifted,
@@ -164,3 +227,61 @@ def run(args: argparse.Namespace) -> int:
         print(outcome.table)
         print(outcome.footer)
     return 0
+
+
+def _corpus(args: argparse.Namespace) -> int:
+    from quantdrift.cli.common import load_settings
+    from quantdrift.cli.progress import self_closing
+    from quantdrift.evaluation.table import text_table
+    from quantdrift.services import corpus_eval
+
+    if not args.healthy_label or len(args.healthy_label) != 1:
+        sys.stderr.write("quantdrift: error: --no-replay needs one --healthy-label\n")
+        return 2
+    request = corpus_eval.CorpusRequest(
+        pairs=args.healthy,
+        healthy_label=args.healthy_label[0],
+        variants=tuple(args.drifted_label or ()),
+        calibration_prompts=args.calibration_prompts,
+        calibration_pool=args.calibration_pool,
+        draws=args.calibration_draws,
+        seed=args.seed,
+        logprobs=args.logprobs,
+        weights=dict(args.mix),
+        confine=args.confine,
+        share=args.confine_share,
+        only=args.only,
+        policy_file=args.policy,
+        embedder=args.embedder,
+    )
+    ev = corpus_eval.load(
+        load_settings().embedding, request, self_closing(not args.no_progress, "score pairs")
+    )
+    rows = corpus_eval.run(ev, request)
+    if args.json:
+        print(json.dumps(corpus_eval.rows_json(rows)))
+        return 0
+    cols = (
+        "scenario",
+        "variant",
+        "streams",
+        "healthy_pairs",
+        "false_rollbacks",
+        "delay_p50",
+        "delay_p90",
+        "missed",
+        "limit",
+        "slice_delay_p90",
+    )
+    print(text_table(list(cols), [[_fmt(r.as_dict()[c]) for c in cols] for r in rows]))
+    print(
+        f"{rows[0].distinct_eval_prompts} distinct evaluation prompts, each at most once a "
+        f"stream; calibration: {request.calibration_prompts} prompts, {request.draws} draws"
+    )
+    return 0
+
+
+def _fmt(x: object) -> str:
+    if x is None:
+        return "-"
+    return f"{x:g}" if isinstance(x, float) else str(x)

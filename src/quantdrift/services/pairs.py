@@ -18,7 +18,10 @@ LAB_PAIRS = "lab_pairs.jsonl.gz"
 
 
 def read_pairs(path: Path | None = None) -> list[PairEvent]:
-    """PairEvents from JSONL (gzipped or not); None reads the pairs shipped in the package."""
+    """PairEvents from JSONL (gzipped or not); a folder: every ``*.jsonl.gz`` in it, by
+    name (a recorded corpus's blocks); None reads the pairs shipped in the package."""
+    if path is not None and path.is_dir():
+        return [p for f in sorted(path.glob("*.jsonl.gz")) for p in read_pairs(f)]
     if path is None:
         ref = resources.files("quantdrift.data").joinpath(LAB_PAIRS)
         raw = gzip.decompress(ref.read_bytes())

@@ -11,7 +11,7 @@ line per block, with each engine's prompt and generated tokens per second.
 from __future__ import annotations
 
 import asyncio
-import json
+import signal
 import tempfile
 import time
 from collections.abc import Sequence
@@ -53,6 +53,9 @@ class RecordingSession:
     max_model_len: int = 4608
 
     def run(self, log: TextIO) -> dict[str, Any]:
+        # SIGTERM unwinds like Ctrl-C, so the engines this session started are stopped
+        # (a recording stopped from outside must not leave four engines running).
+        signal.signal(signal.SIGTERM, _raise_interrupt)
         started: list[EngineProcess] = []
         summary: dict[str, Any] = {"out": str(self.out), "error": None}
         with tempfile.TemporaryDirectory(prefix="qd-corpus-") as tmp:
@@ -124,5 +127,5 @@ class RecordingSession:
         )
 
 
-def summary_json(summary: dict[str, Any]) -> str:
-    return json.dumps(summary)
+def _raise_interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt(f"signal {signum}")
