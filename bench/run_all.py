@@ -205,6 +205,8 @@ def main(argv: list[str] | None = None) -> int:
     bf16 = ["--also-dtype", "bfloat16"]
     results["profile_worker"] = run_bench("profile_worker.py", [*write, *rated, *bf16], timeout=420)
     results["eval_modes"] = run_bench("eval_modes.py", write, timeout=1800)
+    # The decision table on the recorded traffic corpus (no replay, calibration apart).
+    results["eval_corpus"] = run_bench("eval_corpus.py", write, timeout=5400)
     results["floor_coverage"] = run_bench("floor_coverage.py", write, timeout=900)
     results["signal_power"] = run_bench("signal_power.py", write, timeout=900)
     # Last: the longest (18 evals at full size, MiniLM among the scorers).

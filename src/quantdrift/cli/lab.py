@@ -256,6 +256,12 @@ def _register_corpus(lab_sub: argparse._SubParsersAction) -> None:
     r.add_argument("--limit", type=positive_int, default=None, help="the first N prompts only")
     r.add_argument("--minutes", type=float, default=None, help="start no block after this")
     r.add_argument("--max-model-len", type=positive_int, default=4608)
+    r.add_argument(
+        "--teacher-forcing",
+        choices=("vllm", "lab"),
+        default="vllm",
+        help="how the reference teacher-forces (lab: `lab serve` engines given by --engine)",
+    )
     r.set_defaults(func=corpus_record)
 
 
@@ -295,6 +301,7 @@ def corpus_record(args: argparse.Namespace) -> int:
         concurrency=args.concurrency,
         minutes=args.minutes,
         max_model_len=args.max_model_len,
+        teacher_forcing=args.teacher_forcing,
     )
     summary = session.run(log=sys.stderr)
     print(json.dumps(summary))

@@ -40,6 +40,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from quantdrift.errors import UpstreamError
 from quantdrift.gateway.gateway_config import GatewayConfig, parse_config
 from quantdrift.gateway.openai_wire import Accumulator, Completion
 from quantdrift.gateway.planning import JsonSpec
@@ -53,6 +54,7 @@ from quantdrift.schemas.pair import EngineInfo, ModelOutput
 REFERENCE = "ref"
 TOP_LOGPROBS = 5
 BLOCK_PREFIX = "block-"
+RETRIES = 3
 
 
 @dataclass
@@ -63,6 +65,7 @@ class EngineMeter:
     completion_tokens: int = 0
     requests: int = 0
     tf_requests: int = 0
+    retries: int = 0
 
     def add(self, c: Completion) -> None:
         self.requests += 1
@@ -87,18 +90,22 @@ class Progress:
                 "prompt_tok_s": round(m.prompt_tokens / s, 1),
                 "gen_tok_s": round(m.completion_tokens / s, 1),
                 "requests": m.requests,
+                "retries": m.retries,
             }
             for name, m in self.meters.items()
         }
 
 
-def recorder_config(urls: Mapping[str, str], models: Mapping[str, str]) -> GatewayConfig:
-    """A gateway config whose pools are the engines: the recorder reuses its upstream code."""
+def recorder_config(
+    urls: Mapping[str, str], models: Mapping[str, str], teacher_forcing: str = "vllm"
+) -> GatewayConfig:
+    """A gateway config whose pools are the engines: the recorder reuses its upstream code.
+    ``teacher_forcing`` is the reference pool's (``vllm``; ``lab`` for ``lab serve``)."""
     return parse_config(
         {
             "precisions": {name: [url] for name, url in urls.items()},
             "precision_models": dict(models),
-            "pools": {REFERENCE: {"teacher_forcing": "vllm"}},
+            "pools": {REFERENCE: {"teacher_forcing": teacher_forcing}},
             "routes": {"corpus": {"candidate": REFERENCE, "reference": REFERENCE}},
             "default_route": "corpus",
             "shadow_max_connections": 16,
@@ -154,11 +161,12 @@ class CorpusRecorder:
         candidates: Sequence[str],
         *,
         concurrency: int = 12,
+        teacher_forcing: str = "vllm",
         clock: Callable[[], float] = time.time,
     ) -> None:
         if REFERENCE not in urls:
             raise ValueError(f"the engines must include the reference, {REFERENCE!r}")
-        self.config = recorder_config(urls, models)
+        self.config = recorder_config(urls, models, teacher_forcing)
         self.candidates = list(candidates)
         self.concurrency = concurrency
         self.clock = clock
@@ -169,7 +177,10 @@ class CorpusRecorder:
     async def __aenter__(self) -> CorpusRecorder:
         self.upstreams = Upstreams(self.config, shadow=True)
         for name in self.config.precisions:
-            self.identities[name] = await self.upstreams[name].identify()
+            pool = self.upstreams[name]
+            self.identities[name] = await pool.identify()
+            # An engine given by URL serves under its own name: ask for that model.
+            pool.model = pool.model or self.identities[name].model
         return self
 
     async def __aexit__(self, *exc: object) -> None:
@@ -187,11 +198,22 @@ class CorpusRecorder:
         }
 
     async def _ask(self, name: str, body: Mapping[str, Any]) -> Completion:
+        """One answer; a dropped connection is retried (uvicorn closes idle keep-alive
+        connections, and a request can race that close), an engine that keeps failing
+        ends the run: its block is redone by the next one."""
         assert self.upstreams is not None
-        acc = Accumulator(name)
-        stream = self.upstreams[name].stream(body)
-        async for chunk in stream:
-            acc.add(chunk)
+        for attempt in range(RETRIES + 1):
+            acc = Accumulator(name)
+            try:
+                async for chunk in self.upstreams[name].stream(body):
+                    acc.add(chunk)
+            except UpstreamError:
+                if attempt == RETRIES:
+                    raise
+                self.meters[name].retries += 1
+                await asyncio.sleep(0.5 * (attempt + 1))
+                continue
+            break
         done = acc.finish().stripped(TOP_LOGPROBS)
         self.meters[name].add(done)
         return done
@@ -267,6 +289,7 @@ async def record(
     block: int = 25,
     concurrency: int = 12,
     deadline: float | None = None,
+    teacher_forcing: str = "vllm",
     on_block: Callable[[Progress, dict[str, Any]], None] | None = None,
 ) -> Progress:
     """Record every block not yet on disk, in order, until done or past ``deadline``
@@ -274,7 +297,9 @@ async def record(
     have = done_blocks(folder)
     progress = Progress(blocks_done=len(have))
     t0 = time.monotonic()
-    async with CorpusRecorder(urls, models, candidates, concurrency=concurrency) as rec:
+    async with CorpusRecorder(
+        urls, models, candidates, concurrency=concurrency, teacher_forcing=teacher_forcing
+    ) as rec:
         progress.meters = rec.meters
         for index in range(0, -(-len(prompts) // block)):
             if index in have:

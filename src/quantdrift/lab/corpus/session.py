@@ -51,6 +51,7 @@ class RecordingSession:
     concurrency: int = 12
     minutes: float | None = None
     max_model_len: int = 4608
+    teacher_forcing: str = "vllm"
 
     def run(self, log: TextIO) -> dict[str, Any]:
         # SIGTERM unwinds like Ctrl-C, so the engines this session started are stopped
@@ -58,29 +59,31 @@ class RecordingSession:
         signal.signal(signal.SIGTERM, _raise_interrupt)
         started: list[EngineProcess] = []
         summary: dict[str, Any] = {"out": str(self.out), "error": None}
-        with tempfile.TemporaryDirectory(prefix="qd-corpus-") as tmp:
-            try:
-                urls = dict(self.engines) or self._start(Path(tmp), started, log)
-                missing = [c for c in self.candidates if c not in urls]
-                if missing:
-                    raise ValueError(f"no engine for candidate(s): {', '.join(missing)}")
-                models = {n: (REFERENCE_VARIANT if n == REFERENCE else n) for n in urls}
-                if self.engines:  # running engines serve under names of their own
-                    models = {}
-                progress = self._record(urls, models, log)
-                summary.update(
-                    blocks=progress.blocks_done,
-                    pairs_this_run=progress.pairs,
-                    prompts_this_run=progress.prompts_done,
-                    without_tf=progress.without_tf,
-                    seconds=round(progress.seconds, 1),
-                    engines=progress.rates(),
-                )
-            except Exception as exc:  # reported in the summary and the exit code
-                summary["error"] = f"{type(exc).__name__}: {exc}"
-            finally:
-                for e in started:
-                    e.stop()
+        # The engines' logs outlive the run: a recording that failed is read by its logs.
+        logs = Path(tempfile.mkdtemp(prefix="qd-corpus-"))
+        summary["engine_logs"] = str(logs)
+        try:
+            urls = dict(self.engines) or self._start(logs, started, log)
+            missing = [c for c in self.candidates if c not in urls]
+            if missing:
+                raise ValueError(f"no engine for candidate(s): {', '.join(missing)}")
+            models = {n: (REFERENCE_VARIANT if n == REFERENCE else n) for n in urls}
+            if self.engines:  # running engines serve under names of their own
+                models = {}
+            progress = self._record(urls, models, log)
+            summary.update(
+                blocks=progress.blocks_done,
+                pairs_this_run=progress.pairs,
+                prompts_this_run=progress.prompts_done,
+                without_tf=progress.without_tf,
+                seconds=round(progress.seconds, 1),
+                engines=progress.rates(),
+            )
+        except Exception as exc:  # reported in the summary and the exit code
+            summary["error"] = f"{type(exc).__name__}: {exc}"
+        finally:
+            for e in started:
+                e.stop()
         return summary
 
     def _start(self, folder: Path, started: list[EngineProcess], log: TextIO) -> dict[str, str]:
@@ -122,6 +125,7 @@ class RecordingSession:
                 block=self.block,
                 concurrency=self.concurrency,
                 deadline=deadline,
+                teacher_forcing=self.teacher_forcing,
                 on_block=on_block,
             )
         )

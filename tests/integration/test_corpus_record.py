@@ -1,0 +1,96 @@
+"""`quantdrift lab corpus record` killed mid-run resumes with no pair missing or twice.
+
+Real engines: `quantdrift lab serve` for the reference and int8 (the lab server
+teacher-forces through its own `/v1/score`, `--teacher-forcing lab`); the vLLM tier
+records through the same code with `teacher_forcing: vllm`. The recorder is killed with
+SIGKILL, a crash with no chance to tidy up, while its second block is in flight.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from quantdrift.lab.corpus import build
+from quantdrift.stack.ports import stop_popen
+
+try:
+    from test_gateway_lab import start_lab
+except ImportError:
+    from tests.integration.test_gateway_lab import start_lab
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(600)]
+
+
+def _record(prompts: Path, out: Path, urls: dict[str, str]) -> subprocess.Popen[bytes]:
+    return subprocess.Popen(
+        [sys.executable, "-m", "quantdrift", "lab", "corpus", "record",
+         "--prompts", str(prompts), "--out", str(out), "--variants", "int8",
+         "--engine", f"ref={urls['ref']}", "--engine", f"int8={urls['int8']}",
+         "--teacher-forcing", "lab", "--block", "2", "--concurrency", "4"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        start_new_session=True,
+    )  # fmt: skip
+
+
+def _ids(path: Path) -> list[str]:
+    with gzip.open(path, "rt", encoding="utf-8") as f:
+        return [json.loads(line)["pair_id"] for line in f if line.strip()]
+
+
+def test_a_killed_recording_resumes_without_duplicate_or_missing_pairs(tmp_path: Path) -> None:
+    pytest.importorskip("transformers")
+    every = tmp_path / "all.jsonl.gz"
+    subprocess.run(
+        [sys.executable, "-m", "quantdrift", "lab", "corpus", "generate",
+         "--seed", "3", "--count", "200", "--out", str(every)],
+        check=True, capture_output=True,
+    )  # fmt: skip
+    # Six short prompts with short answers: the lab server decodes on one CPU thread.
+    short = [p for p in build.load(every) if p.input_tokens and p.input_tokens < 128]
+    short = [p for p in short if p.max_tokens <= 48][:6]
+    assert len(short) == 6, "the generator's short prompts"
+    prompts = tmp_path / "prompts.jsonl"
+    build.save(prompts, short)
+    procs, urls = start_lab({"ref": "ref-f32", "int8": "int8"}, tmp_path)
+    out = tmp_path / "pairs"
+    try:
+        first = _record(prompts, out, urls)
+        block0 = out / "block-00000.jsonl.gz"
+        deadline = time.monotonic() + 300
+        while not block0.exists():
+            assert first.poll() is None, first.stderr.read().decode()[-2000:]  # type: ignore[union-attr]
+            assert time.monotonic() < deadline, "no block written in 300 s"
+            time.sleep(0.1)
+        written = block0.read_bytes()
+        os.killpg(first.pid, signal.SIGKILL)  # mid-run: block 1 is in flight
+        first.wait(timeout=30)
+        # The fault landed in the window that matters: blocks 1 and 2 were not written.
+        assert sorted(p.name for p in out.glob("block-*.jsonl.gz")) == ["block-00000.jsonl.gz"]
+
+        second = _record(prompts, out, urls)
+        stdout, stderr = second.communicate(timeout=400)
+        assert second.returncode == 0, stderr.decode()[-2000:]
+        summary = json.loads(stdout)
+        assert summary["prompts_this_run"] == 4 and summary["error"] is None
+    finally:
+        for p in procs:
+            stop_popen(p, timeout=10)
+    assert block0.read_bytes() == written  # not redone
+    ids = [i for b in sorted(out.glob("block-*.jsonl.gz")) for i in _ids(b)]
+    expected = {f"{p.prompt_id}-{label}" for p in short for label in ("noise", "int8")}
+    assert len(ids) == len(set(ids)) == 12
+    assert set(ids) == expected
+    with gzip.open(out / "block-00002.jsonl.gz", "rt", encoding="utf-8") as f:
+        pair = json.loads(f.readline())
+    assert pair["tags"]["language"] in ("en", "es", "zh", "ja")
+    assert pair["request"]["task"] == pair["tags"]["task"]
