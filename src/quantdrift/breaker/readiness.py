@@ -355,6 +355,7 @@ def observe(
     record = replace(
         state.readiness,
         missing=ready.missing,
+        armed=ready.armed,
         noted=seen.noted + tuple(r.rule for r in fresh),
         alerted=seen.alerted or alert,
     )

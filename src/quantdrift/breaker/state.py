@@ -26,7 +26,8 @@ class ReadinessState:
     carry (``carried``: per divergence signal, the shadow pairs that carried it, e.g.
     teacher-forced log-probs for ``tf_kl``) and in which decoding modes they come
     (``modes``; each mode has its own floor). ``missing`` is what the last shadow pair
-    found missing ("rule: reason", relied-on rules only); ``noted`` the rules whose
+    found missing ("rule: reason", relied-on rules only) and ``armed`` whether every
+    relied-on test could fire on it (``min_pairs`` included); ``noted`` the rules whose
     abstention for want of a floor was reported once; ``alerted`` whether the one P2
     "not armed" alert was raised for this candidate.
     """
@@ -34,6 +35,7 @@ class ReadinessState:
     carried: dict[str, int] = field(default_factory=dict)
     modes: dict[str, int] = field(default_factory=dict)
     missing: tuple[str, ...] = ()
+    armed: bool = False
     noted: tuple[str, ...] = ()
     alerted: bool = False
 
@@ -44,6 +46,7 @@ class ReadinessState:
             carried={str(k): int(v) for k, v in (data.get("carried") or {}).items()},
             modes={str(k): int(v) for k, v in (data.get("modes") or {}).items()},
             missing=tuple(str(v) for v in data.get("missing") or ()),
+            armed=bool(data.get("armed", False)),
             noted=tuple(str(v) for v in data.get("noted") or ()),
             alerted=bool(data.get("alerted", False)),
         )

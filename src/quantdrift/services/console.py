@@ -65,9 +65,11 @@ async def route_status(settings: Settings, route: str | None = None) -> list[dic
     """One row per route (``route`` alone, else every route the store knows).
 
     A named route the store has never seen is an InputError: Redis answers a default
-    "closed" for any name, and a typo must not read as healthy. ``reason`` says whether
-    the route is armed (closed, ``min_pairs`` seen: a rule can fire) or still warming
-    and how many pairs it needs, in the words the verdict API gives rollout controllers.
+    "closed" for any name, and a typo must not read as healthy. ``armed`` is the decision
+    core's readiness (``breaker/readiness.py``): closed, and every test the route's policy
+    relies on can fire; ``readiness`` says ``armed``, ``warming`` or ``partly armed``,
+    ``missing`` names what a relied-on test lacks, ``rules`` has each test's readiness,
+    and ``reason`` is in the words the verdict API gives rollout controllers.
     """
     policies = load_policy(settings.policy_file)
     async with open_store(settings) as store:
@@ -80,7 +82,9 @@ async def route_status(settings: Settings, route: str | None = None) -> list[dic
         rows = []
         for name in routes:
             state, version = await store.read(name)
-            verdict = route_verdict(name, state, version, policies.for_route(name), None)
+            floors = await store.read_floors(name)
+            verdict = route_verdict(name, state, version, policies.for_route(name), None, floors)
+            ready = verdict.readiness.as_json()
             rows.append(
                 {
                     "route": name,
@@ -92,7 +96,10 @@ async def route_status(settings: Settings, route: str | None = None) -> list[dic
                     "last_decision": state.last_decision,
                     "last_similarity": state.last_similarity,
                     "min_pairs": verdict.min_pairs,
-                    "armed": verdict.verdict == "pass",
+                    "armed": verdict.armed,
+                    "readiness": ready["readiness"],
+                    "missing": ready["missing"],
+                    "rules": ready["rules"],
                     "reason": verdict.reason,
                 }
             )
