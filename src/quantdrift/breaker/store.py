@@ -44,7 +44,7 @@ from quantdrift.breaker.state import RouteState, Transition
 from quantdrift.breaker.step import DECODING_MODES, floor_key_suffix, fold_many, last_pair_id
 from quantdrift.detectors.noise_floor import NoiseFloor, NoiseFloorState
 from quantdrift.errors import BreakerStoreError
-from quantdrift.schemas.keys import route_key, routes_key
+from quantdrift.schemas.keys import noise_key, route_key, routes_key
 from quantdrift.schemas.score import ScoreEvent
 from quantdrift.schemas.signing import CommandSigner
 
@@ -97,7 +97,7 @@ class RedisBreakerStore(BreakerStore):
         return self._k(route, "command")
 
     def _floor_key(self, route: str, mode: str) -> str:
-        return self._k(route, f"noise:{mode}")
+        return noise_key(self._p, route, mode)
 
     # -- reads ----------------------------------------------------------------
     async def read(self, route: str) -> tuple[RouteState, int]:
