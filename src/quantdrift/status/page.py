@@ -365,7 +365,7 @@ async function refresh() {
       "<td>" + esc(x.route) + "</td>" +
       '<td class="' + x.state + '">' + x.state + (x.locked ? " (locked)" : "") + "</td>" +
       "<td>" + esc(x.target) + "</td><td>" + x.epoch + "</td><td>" + x.pairs_seen +
-      '</td><td class="armed" title="' + esc(x.missing.join("\n")) + '">' +
+      '</td><td class="armed" title="' + esc(x.missing.join(" | ")) + '">' +
       esc(x.armed ? "armed" : x.readiness) +
       (x.missing.length ? " (" + x.missing.length + " abstaining)" : "") +
       "</td><td>" + esc(x.last_decision) + "</td><td>" +
