@@ -1,7 +1,8 @@
 """A scripted OpenAI-compatible upstream for the integration tests of other stacks' parts.
 
 One uvicorn server in a thread; ``{url}/{tag}/v1`` is a model named ``m-{tag}`` that
-answers every chat completion with a fixed text (settable per tag while running), as
+answers every chat completion with a fixed text (settable per tag while running), or
+with each of a tag's ``variants`` in turn (a sampled model: two runs differ), as
 JSON or as a server-sent-event stream, with usage, an id and, when asked, logprobs.
 It records every call, so a test can wait on what reached which model.
 """
@@ -27,6 +28,7 @@ DEFAULT_TEXT = "The capital of France is Paris, a city on the Seine."
 class ScriptedLLM:
     def __init__(self) -> None:
         self.texts: dict[str, str] = {}
+        self.variants: dict[str, list[str]] = {}
         self.calls: list[tuple[str, dict[str, Any]]] = []
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
@@ -36,7 +38,11 @@ class ScriptedLLM:
         async def chat(tag: str, request: Request) -> Any:
             body = await request.json()
             self.calls.append((tag, body))
-            text = self.texts.get(tag, DEFAULT_TEXT)
+            turns = self.variants.get(tag)
+            if turns:
+                text = turns[len(self.calls_to(tag)) % len(turns)]
+            else:
+                text = self.texts.get(tag, DEFAULT_TEXT)
             words = [w + " " for w in text.split(" ")]
             words[-1] = words[-1].rstrip()
             rid = f"up-{tag}-{uuid.uuid4().hex[:8]}"

@@ -78,7 +78,7 @@ def test_schema_export(tmp_path: Path, capsys) -> None:  # type: ignore[no-untyp
     assert len(list((tmp_path / "schemas").glob("*.v1.schema.json"))) == 8
 
 
-def test_status_says_whether_a_route_is_armed_or_how_many_pairs_it_needs(
+def test_status_says_whether_a_route_is_armed_or_what_it_needs(
     stack, redis_prefix, monkeypatch, capsys, tmp_path
 ) -> None:  # type: ignore[no-untyped-def]
     """Folded through the store the worker uses, read back by ``quantdrift route status``."""
@@ -109,11 +109,32 @@ def test_status_says_whether_a_route_is_armed_or_how_many_pairs_it_needs(
             await store.fold(score, policy, time.time())
         await client.aclose()
 
+    async def bless() -> None:
+        """What ``quantdrift calibrate --blessed-label`` writes: a greedy blessed floor."""
+        client = aioredis.Redis.from_url(stack.redis_url)
+        store = RedisBreakerStore(client, signer, key_prefix=redis_prefix)
+        rows = [
+            {"blessed:cosine": 0.97 + i / 1000, "blessed:rougeL": 0.8 + i / 100} for i in range(12)
+        ]
+        await store.seed_floor("ops/armed", "greedy", rows)
+        await client.aclose()
+
     asyncio.run(fold(0, 2))
     assert main(["route", "status", "--route", "ops/armed"]) == 0
-    assert "(warming: 2 of 5 shadow pairs seen)" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "armed=no (warming: 2 of 5 shadow pairs seen; abstaining: " in out
+    assert "tolerance:dissimilarity  abstains  below min_pairs: 2 of 5; no blessing" in out
     asyncio.run(fold(2, 3))
     assert main(["route", "status", "--route", "ops/armed", "--json"]) == 0
     (row,) = json.loads(capsys.readouterr().out)
-    assert (row["armed"], row["pairs_seen"], row["min_pairs"]) == (True, 5, 5)
-    assert row["reason"].startswith("closed and armed"), row
+    assert (row["armed"], row["readiness"], row["pairs_seen"]) == (False, "partly armed", 5)
+    assert [m.split(":")[1] for m in row["missing"]] == ["dissimilarity", "lexical"]
+    assert "no blessing: 0 greedy noise pairs" in row["missing"][0]
+    assert row["reason"].startswith("partly armed: 5 shadow pairs"), row
+    asyncio.run(bless())
+    assert main(["route", "status", "--route", "ops/armed", "--json"]) == 0
+    (row,) = json.loads(capsys.readouterr().out)
+    assert (row["armed"], row["readiness"], row["missing"]) == (True, "armed", [])
+    assert row["reason"].startswith("closed and armed: 5 shadow pairs"), row
+    can_fire = {r["rule"] for r in row["rules"] if r["status"] == "can_fire"}
+    assert {"tolerance:hard", "tolerance:dissimilarity", "tolerance:lexical"} <= can_fire

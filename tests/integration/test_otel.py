@@ -136,6 +136,23 @@ async def store(stack: EmbeddedStack, redis_prefix: str) -> AsyncIterator[RedisB
 POLICY = RoutePolicy(rules=("consecutive",), consecutive_failures=3, min_pairs=3)
 
 
+async def test_a_route_without_its_floor_says_so_once(store: RedisBreakerStore) -> None:
+    """Default policy, no floor: every event names the missing floor, and the one
+    "not armed" alert becomes one event."""
+    memory = in_memory()
+    policy = RoutePolicy(min_pairs=3, unarmed_alert_pairs=4)
+    scores = [score(i) for i in range(1, 9)]
+    results = await store.fold_batch(scores, lambda _: policy, time.time())
+    otel.judged(scores, results)
+    events = memory.events(otel.EVALUATION_EVENT)
+    assert len(events) == 8 and not any(e["quantdrift.route.armed"] for e in events)
+    assert events[-1]["quantdrift.route.missing"][0].startswith(
+        "tolerance:dissimilarity: no blessing: 0 greedy noise pairs"
+    )
+    (alert,) = memory.events(otel.NOT_ARMED_EVENT)
+    assert alert["quantdrift.route"] == ROUTE and alert["quantdrift.alert.severity"] == "P2"
+
+
 async def test_one_event_per_judged_pair_and_per_transition(store: RedisBreakerStore) -> None:
     memory = in_memory()
     scores = [score(1), score(2), score(3, ok=False), score(4, ok=False), score(5, ok=False)]
@@ -150,6 +167,8 @@ async def test_one_event_per_judged_pair_and_per_transition(store: RedisBreakerS
     assert events[0]["gen_ai.evaluation.score.label"] == "ok"
     assert events[4]["gen_ai.evaluation.score.label"] == "drift"
     assert events[4]["gen_ai.evaluation.explanation"] == "cosine 0.310 < 0.88"
+    # Armed from min_pairs on: the consecutive rule is all this policy relies on.
+    assert [e["quantdrift.route.armed"] for e in events] == [False, False, True, True, False]
     transitions = memory.events(otel.TRANSITION_EVENT)
     assert len(transitions) == 1
     assert transitions[0]["quantdrift.breaker.rule"] == "consecutive"

@@ -85,3 +85,44 @@ async def test_shadow_link_round_trip_through_a_real_worker(stack, redis_prefix,
     assert item["evidence"]["pairs"] == "40 recorded pairs of lab/int8"
     # Pass or fail rests on the measured scoring cost alone (machine-dependent):
     assert item["status"] == ("pass" if m["scoring_p99_ms"] < 10 else "fail")
+
+
+async def test_shadow_link_is_ready_only_when_the_route_is_armed(
+    stack, redis_prefix, tmp_path
+) -> None:  # type: ignore[no-untyped-def]
+    """The default rule's divergence tests need the route's floor: until it is there the
+    shadow link names what is missing; once calibrated, that problem is gone."""
+    from quantdrift.breaker.store import RedisBreakerStore
+    from quantdrift.services.console import open_store
+
+    settings = isolated_settings(stack, redis_prefix).model_copy(update={"policy_file": None})
+    gw = tmp_path / "gateway.yaml"
+    gw.write_text(
+        "precisions: {int4: ['http://127.0.0.1:9'], bf16: ['http://127.0.0.1:9']}\n"
+        "routes: {lab/int4: {candidate: int4, reference: bf16, shadow_sample_rate: 0.05}}\n"
+        "pools: {bf16: {logprobs: false}}\n"
+    )
+    cfg = parse(
+        {
+            "gateway_config": str(gw),
+            "route": "lab/int4",
+            "shadow_link": {"max_pairs": 5, "roundtrip": False},
+        }
+    )
+    report = await run(Context(cfg, settings=settings), ["shadow-link"])
+    item = report["items"][0]
+    assert item["measured"]["route_armed"] is False
+    assert item["measured"]["tests_missing"] == [
+        "tolerance:dissimilarity: no floor: 0 of 10 sampled noise pairs",
+        "tolerance:lexical: no floor: 0 of 10 sampled noise pairs",
+    ]
+    assert "the route is not armed: tolerance:dissimilarity: no floor" in item["evidence"]["why"]
+
+    store: RedisBreakerStore
+    async with open_store(settings) as store:  # what `quantdrift calibrate` writes
+        rows = [{"cosine": 0.9 + i / 200, "rougeL": 0.5 + i / 50} for i in range(12)]
+        await store.seed_floor("lab/int4", "sampled", rows)
+    report = await run(Context(cfg, settings=settings), ["shadow-link"])
+    item = report["items"][0]
+    assert (item["measured"]["route_armed"], item["measured"]["tests_missing"]) == (True, [])
+    assert "not armed" not in item["evidence"]["why"]

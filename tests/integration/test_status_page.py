@@ -133,6 +133,9 @@ def test_status_page_renders_routes_and_updates_in_a_browser(worker) -> None:  #
     first = rows(chromium_dom(url + "/status"))
     assert set(first) == {CALM, STORMY}
     assert first[STORMY]["state"] == "closed" and first[STORMY]["pairs"] == "8"
+    # min_pairs is 20: warming, so not armed yet, on the page and in /status.json.
+    assert first[STORMY]["armed"] == "false"
+    assert route_json(url)[STORMY]["readiness"] == "warming"
     # More healthy pairs, then drift: the stormy route must trip (min_pairs 20, K=3).
     send(settings, shadow(STORMY, synthetic.healthy(STORMY, seed=3), 14, "b"))
     send(settings, shadow(STORMY, synthetic.drifted(STORMY), 4, "c"))

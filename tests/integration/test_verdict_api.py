@@ -46,6 +46,7 @@ ROUTE = "cs-agent/int4"
 GATED = "launch/int4"
 EVENTS = "events/int4"
 UNGATED = "search/fp8"
+FLOORLESS = "floorless/int4"
 TOKEN = "verdict-api-test-token"
 KEYS = {
     "ops": "ops-approval-key-for-tests-32-bytes-long",
@@ -58,7 +59,9 @@ POLICY_YAML = {
         "min_pairs": 5,
         "cooldown_s": 30.0,
         "half_open_pairs": 2,
-    }
+    },
+    # The default rule: its divergence tests need a floor before the route is armed.
+    "routes": {FLOORLESS: {"rules": ["tolerance"]}},
 }
 
 
@@ -372,6 +375,34 @@ async def test_every_breaker_state_as_argo_and_flagger_read_it(
     ).json()["entries"]
     assert len(audit) == 2 * len(table)
     assert audit[0]["kind"] == "flagger.rollback" and audit[0]["verdict"] == "pass"
+
+
+async def test_a_route_whose_divergence_tests_abstain_is_never_a_pass(
+    api: Api, store: RedisBreakerStore, policy_file: Path
+) -> None:
+    """Closed, min_pairs seen, nothing fired, but no floor: inconclusive, and no
+    promotion, until the floor the tests need is there."""
+    policy = load_policy(policy_file).for_route(FLOORLESS)
+    for i in range(8):
+        await store.fold(score(i).model_copy(update={"route": FLOORLESS}), policy, time.time())
+    phase, body = api.argo(FLOORLESS)
+    assert (phase, body["verdict"], body["armed"]) == ("Inconclusive", "inconclusive", False)
+    assert body["readiness"] == "partly armed" and body["pairs_needed"] == 0
+    assert body["reason"].startswith("partly armed: 8 shadow pairs; abstaining: ")
+    assert [m.split(":")[1] for m in body["missing"]] == ["dissimilarity", "lexical"]
+    assert not flagger_says_yes(api.flagger("confirm-promotion", FLOORLESS))
+
+    # What `quantdrift calibrate --blessed-label` writes for greedy traffic.
+    rows = [{"blessed:cosine": 0.97 + i / 1000, "blessed:rougeL": 0.8 + i / 100} for i in range(12)]
+    await store.seed_floor(FLOORLESS, "greedy", rows)
+    phase, body = api.argo(FLOORLESS)
+    assert (phase, body["verdict"], body["armed"], body["missing"]) == (
+        "Successful",
+        "pass",
+        True,
+        [],
+    )
+    assert flagger_says_yes(api.flagger("confirm-promotion", FLOORLESS))
 
 
 async def test_pre_rollout_needs_a_go_report_and_two_signers(api: Api, report: Path) -> None:

@@ -118,3 +118,34 @@ def test_rolled_back_routes_do_not_shadow_and_private_header() -> None:
     p = plan({"model": "r2"}, {"x-quantdrift-private": "1"}, state=state)
     assert isinstance(p, Plan)
     assert p.decision.serve == "bf16" and not p.shadow and p.private
+
+
+@pytest.mark.parametrize(
+    ("filling", "temperature", "share"),
+    [
+        (False, 0.7, 0.0),  # the configured share (0 here)
+        (True, 0.7, 0.25),  # a route whose sampled floor fills: noise_fill.max_rate
+        (True, None, 0.25),  # unknown decoding counts as sampled
+        (True, 0, 0.0),  # greedy requests never fill a floor: two greedy runs agree
+    ],
+)
+def test_a_filling_floor_raises_the_noise_share_of_sampled_requests(
+    filling: bool, temperature: float | None, share: float
+) -> None:
+    body: dict[str, Any] = {"messages": MESSAGES}
+    if temperature is not None:
+        body["temperature"] = temperature
+    noisy = 0
+    for i in range(800):
+        incoming = Incoming({}, OPEN, f"req-{i}", lambda route: None, filling=lambda r: filling)
+        p = plan_request(CONFIG, body, incoming, sample_salt="secret")
+        assert isinstance(p, Plan)
+        noisy += p.noise
+    assert abs(noisy / 800 - share) < 0.05
+
+
+def test_noise_fill_is_capped_and_can_be_turned_off() -> None:
+    config = CONFIG.model_copy(update={"noise_sample_rate": 0.4})
+    assert config.noise_rate("r1", filling=True) == 0.4  # never below the route's own
+    off = parse_config({**CONFIG.model_dump(), "noise_fill": {"max_rate": 0.0}})
+    assert off.noise_rate("r1", filling=True) == 0.0

@@ -103,3 +103,32 @@ async def test_bad_bytes_go_to_the_dlq_with_the_reason_and_fold_nothing() -> Non
     # The score agent's side: a pair that does not parse is a dead letter, with the reason.
     pairs, dead = parse_batch([RawRecord(b"\xff", b"r", "quantdrift.pairs.v1", 0, 7)], NOW)
     assert pairs == [] and dead[0].offset == 7 and dead[0].error
+
+
+async def test_a_floorless_test_is_logged_once_and_the_not_armed_alert_is_flushed(
+    caplog,  # type: ignore[no-untyped-def]
+) -> None:
+    """The default rule on a route with no floor: each relied-on divergence test is
+    logged once (not per pair, not per batch), and after ``unarmed_alert_pairs`` the
+    one P2 alert is queued, named in ``routes`` so the agent flushes it."""
+    store = MemoryBreakerStore(SIGNER)
+    policy = Policy(default=RoutePolicy(min_pairs=5, unarmed_alert_pairs=12))
+    verifier = CommandVerifier({"k1": KEY})
+    routes: list[list[str]] = []
+    caplog.set_level("WARNING", logger="quantdrift.worker")
+    for batch in range(4):
+        records = signed([score(i) for i in range(batch * 5, batch * 5 + 5)])
+        judged = await judge_records(records, store, policy, verifier, lambda: NOW, 3600.0)
+        routes.append(judged.routes)
+    notices = [r.getMessage() for r in caplog.records if "abstains on every pair" in r.getMessage()]
+    assert len(notices) == 1 and "tolerance:dissimilarity: no blessing" in notices[0]
+    assert routes == [[], [], [ROUTE], []]  # the 12th pair is in the third batch
+    sent: list[OutboxItem] = []
+
+    async def send(item: OutboxItem) -> None:
+        sent.append(item)
+
+    assert await OutboxRelay(store, send, owner="test").flush(ROUTE) == 1
+    alert = json.loads(sent[0].value)
+    assert (alert["kind"], alert["severity"]) == ("breaker.not_armed", "P2")
+    assert "tolerance:dissimilarity: no blessing: 0 greedy noise pairs" in alert["summary"]

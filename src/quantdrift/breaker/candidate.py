@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from quantdrift.breaker.rules import RuleStates
-from quantdrift.breaker.state import RouteState
+from quantdrift.breaker.state import ReadinessState, RouteState
 from quantdrift.schemas.score import ScoreEvent
 
 
@@ -52,7 +52,9 @@ def restart(state: RouteState, engine: str, now: float) -> RouteState:
     Kept: the breaker state, epoch, target, lock, cool-down clock and trip count
     (a rollback is not undone by a redeploy; restoring stays the half-open probe's
     job). Gone: pairs seen, failures, window, sequential and tolerance tests, the
-    worst pairs and half-open passes, all of which were the old candidate's.
+    worst pairs and half-open passes, all of which were the old candidate's; what its
+    pairs carried (a new engine may not teacher-force) and its "not armed" alert. The
+    floor-less tests already reported stay reported: the floor is the route's.
     """
     return state.evolve(
         pairs_seen=0,
@@ -62,4 +64,5 @@ def restart(state: RouteState, engine: str, now: float) -> RouteState:
         last_similarity=None,
         updated_at=now,
         candidate_engine=engine,
+        readiness=ReadinessState(noted=state.readiness.noted),
     )

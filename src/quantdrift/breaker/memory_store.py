@@ -14,11 +14,17 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 
 from quantdrift.breaker.machine import Decision, manual, tick
-from quantdrift.breaker.outbox import OutboxItem, alert_item, build_outbox, change_alert
+from quantdrift.breaker.outbox import (
+    OutboxItem,
+    alert_item,
+    build_outbox,
+    change_alert,
+    not_armed_alert,
+)
 from quantdrift.breaker.policy import RoutePolicy
 from quantdrift.breaker.protocol import BreakerStore, Claim, FoldResult, Prefix, result_of
 from quantdrift.breaker.state import RouteState, Transition
-from quantdrift.breaker.step import fold_many
+from quantdrift.breaker.step import fold_many, last_pair_id
 from quantdrift.detectors.noise_floor import NoiseFloor, NoiseFloorState
 from quantdrift.schemas.score import ScoreEvent
 from quantdrift.schemas.signing import CommandSigner
@@ -80,15 +86,22 @@ class MemoryBreakerStore(BreakerStore):
             self.dups[route] = self.dups.get(route, 0) + dups
         for mode, floor in step.floors.items():
             self.floors[(route, mode)] = floor
-        outbox = alert = None
+        outbox = alert = unarmed = None
         if step.change is not None and step.state is not None:
             # Queued before the transition's items, as the Redis store does.
             alert = change_alert(route, step.change, step.state, now)
             self.outboxes.setdefault(route, []).append(alert_item(alert))
+        if step.not_armed and step.state is not None:
+            pair_id = last_pair_id(batch, step)
+            unarmed = not_armed_alert(route, step.not_armed, step.state, pair_id, now)
+            self.outboxes.setdefault(route, []).append(alert_item(unarmed))
         if step.state is not None:
             outbox = self._commit(route, step.state, step.transition, now, "breaker").outbox
-        results = [result_of(outcome, outbox, alert) for outcome in step.outcomes]
+        results = [result_of(outcome, outbox, alert, unarmed) for outcome in step.outcomes]
         return Prefix(results, outbox if not step.outcomes else None)
+
+    async def read_floors(self, route: str) -> dict[str, NoiseFloorState]:
+        return {m: f for (r, m), f in self.floors.items() if r == route and f.values}
 
     async def seed_floor(
         self, route: str, mode: str, values: list[dict[str, float]], merge: bool = False

@@ -8,7 +8,9 @@ A candidate change (``breaker/candidate.py``) queues an alert alone, with no
 command: nothing about the route's routing changes, only its evidence. The same
 argument holds for it: the alert is queued in the commit that writes the restarted
 state and marks its pair seen, so it is queued once; its ids are derived from
-(route, pair), so a repeated send folds on its dedupe key.
+(route, pair), so a repeated send folds on its dedupe key. A route still not armed
+after ``unarmed_alert_pairs`` shadow pairs (``breaker/readiness.py``) queues its one
+alert the same way: the fold sets ``readiness.alerted`` in the commit that queues it.
 """
 
 from __future__ import annotations
@@ -140,5 +142,38 @@ def change_alert(route: str, change: CandidateChange, state: RouteState, now: fl
         },
         ts=now,
         dedupe_key=f"{route}:candidate_changed:{change.pair_id}",
+        epoch=state.epoch,
+    )
+
+
+def not_armed_alert(
+    route: str, missing: tuple[str, ...], state: RouteState, pair_id: str, now: float
+) -> AlertEvent:
+    """On-call's notice that a route is closed and judged, yet a test it relies on
+    cannot fire (``breaker/readiness.py``): everything else reading the route would
+    otherwise see a quiet, guarded route.
+
+    P2, once per candidate: nothing is broken, but a drift that only those tests see
+    would pass. The ids name the pair that crossed ``unarmed_alert_pairs``.
+    """
+    return AlertEvent(
+        alert_id=f"{route}#not_armed#{pair_id}",
+        severity="P2",
+        route=route,
+        kind="breaker.not_armed",
+        summary=(
+            f"{route}: partly armed after {state.pairs_seen} shadow pairs; "
+            f"tests the route relies on cannot fire: {' | '.join(missing)}"
+        ),
+        evidence={
+            "missing": list(missing),
+            "pairs_seen": state.pairs_seen,
+            "pair_id": pair_id,
+            "state": state.state,
+            "epoch": state.epoch,
+            "candidate_engine": state.candidate_engine,
+        },
+        ts=now,
+        dedupe_key=f"{route}:not_armed:{state.candidate_engine or '-'}",
         epoch=state.epoch,
     )

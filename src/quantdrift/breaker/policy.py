@@ -19,7 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from quantdrift.config_env import first_problem, read_yaml_mapping
 from quantdrift.detectors.suite import FailureThresholds
-from quantdrift.detectors.tolerance import CALIBRATION_MIX_RATIO
+from quantdrift.detectors.tolerance import CALIBRATION_MIX_RATIO, SIGNALS
 from quantdrift.errors import ConfigError
 
 Rule = Literal["tolerance", "consecutive", "window", "sequential"]
@@ -30,6 +30,18 @@ Rule = Literal["tolerance", "consecutive", "window", "sequential"]
 # named comparison policies, not for the default.
 BudgetShare = Literal[
     "hard", "outcomes", "tf_kl", "dissimilarity", "lexical", "entropy", "sequential"
+]
+# What a policy may name in ``relies_on``: a tolerance signal or a fixed rule.
+ReliedOn = Literal[
+    "hard",
+    "outcomes",
+    "tf_kl",
+    "dissimilarity",
+    "lexical",
+    "entropy",
+    "sequential",
+    "consecutive",
+    "window",
 ]
 DEFAULT_SPLIT: dict[BudgetShare, float] = {
     "hard": 0.3,
@@ -110,6 +122,16 @@ class RoutePolicy(BaseModel):
     # the calibration did not weigh alike needs more (docs/deciding.md has the price).
     calibration_mix_ratio: float = Field(default=CALIBRATION_MIX_RATIO, ge=1.0)
     min_noise_pairs: int = Field(default=30, ge=1)
+    # The tests the route must be able to run before it is *armed* (route status, the
+    # verdict API, preflight; breaker/readiness.py). None: the rules the policy lists,
+    # and of the tolerance rule its hard and outcome tests plus every divergence test
+    # whose evidence the route's pairs carry (tf_kl once a pair carries teacher-forced
+    # log-probs, dissimilarity once one carries a cosine, ...). Name them to require
+    # evidence the pairs may lack, e.g. ``[tf_kl]`` for a pool that must teacher-force.
+    relies_on: tuple[ReliedOn, ...] | None = None
+    # After this many shadow pairs of one candidate (and at least min_pairs), a relied-on
+    # test that still cannot fire raises one P2 alert (``breaker.not_armed``).
+    unarmed_alert_pairs: int = Field(default=100, ge=1)
     # Breaker timing.
     cooldown_s: float = Field(default=60.0, gt=0)
     cooldown_backoff: float = Field(default=2.0, ge=1)
@@ -128,6 +150,15 @@ class RoutePolicy(BaseModel):
             raise ValueError("budget_split weights must be >= 0")
         if "sequential" in self.rules and self.budget_split.get("sequential", 0) <= 0:
             raise ValueError("rule 'sequential' needs a weight: set budget_split.sequential")
+        weights = {str(k): v for k, v in self.budget_split.items()}
+        for name in self.relies_on or ():
+            tolerance = "tolerance" in self.rules and name in SIGNALS
+            runs = name in self.rules or (tolerance and weights.get(name, 0) > 0)
+            if not runs:
+                raise ValueError(
+                    f"relies_on names {name!r}, which the policy does not run "
+                    f"(rules: {', '.join(self.rules)})"
+                )
         return self
 
 

@@ -41,13 +41,17 @@ class FoldResult:
     """``status``: ``ok`` or ``dup`` (the pair was folded before); ``outbox`` on a
     transition; ``alert`` on the score that revealed a new candidate; ``ticked`` on
     the first score folded after a cool-down tick committed on its own (``fold_many``
-    ticks first), so the caller counts and logs that transition too."""
+    ticks first), so the caller counts and logs that transition too; ``notices``
+    the tests this score found abstaining for want of a floor for the first time (the
+    worker logs them), ``not_armed`` the one "not armed" alert of the candidate."""
 
     status: str
     state: RouteState | None = None
     outbox: Outbox | None = None
     alert: AlertEvent | None = None
     ticked: Outbox | None = None
+    notices: tuple[str, ...] = ()
+    not_armed: AlertEvent | None = None
 
     @property
     def outboxes(self) -> list[Outbox]:
@@ -56,12 +60,15 @@ class FoldResult:
 
 
 def result_of(
-    folded: Folded | None, outbox: Outbox | None, alert: AlertEvent | None = None
+    folded: Folded | None,
+    outbox: Outbox | None,
+    alert: AlertEvent | None = None,
+    not_armed: AlertEvent | None = None,
 ) -> FoldResult:
     """A store's answer for one score of a :func:`~quantdrift.breaker.step.fold_many` step:
     a duplicate, a floor update, or the route's new state (with the outbox on the
     score that made the transition, the candidate-change alert on the score that
-    revealed it)."""
+    revealed it, the "not armed" alert on the score that raised it)."""
     if folded is None:
         return FoldResult("dup")
     if folded.floor is not None:
@@ -71,6 +78,8 @@ def result_of(
         folded.route_state,
         outbox if folded.transition is not None else None,
         alert if folded.change is not None else None,
+        notices=folded.notices,
+        not_armed=not_armed if folded.not_armed else None,
     )
 
 
@@ -144,6 +153,11 @@ class BreakerStore(Protocol):
         ...
 
     async def tick(self, route: str, policy: RoutePolicy, now: float) -> FoldResult: ...
+
+    async def read_floors(self, route: str) -> dict[str, NoiseFloorState]:
+        """The route's floors by decoding mode (modes without one are left out): what
+        route status, the verdict API and the status page judge readiness with."""
+        ...
 
     async def seed_floor(
         self, route: str, mode: str, values: list[dict[str, float]], merge: bool = False

@@ -18,10 +18,46 @@ class WorstPair:
 
 
 @dataclass(frozen=True, slots=True)
+class ReadinessState:
+    """What a route's shadow pairs have shown about which of its tests can fire.
+
+    Kept by the fold (``breaker/readiness.py``: :func:`~quantdrift.breaker.readiness.observe`)
+    because readiness needs facts no floor holds: which evidence the route's pairs
+    carry (``carried``: per divergence signal, the shadow pairs that carried it, e.g.
+    teacher-forced log-probs for ``tf_kl``) and in which decoding modes they come
+    (``modes``; each mode has its own floor). ``missing`` is what the last shadow pair
+    found missing ("rule: reason", relied-on rules only) and ``armed`` whether every
+    relied-on test could fire on it (``min_pairs`` included); ``noted`` the rules whose
+    abstention for want of a floor was reported once; ``alerted`` whether the one P2
+    "not armed" alert was raised for this candidate.
+    """
+
+    carried: dict[str, int] = field(default_factory=dict)
+    modes: dict[str, int] = field(default_factory=dict)
+    missing: tuple[str, ...] = ()
+    armed: bool = False
+    noted: tuple[str, ...] = ()
+    alerted: bool = False
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any] | None) -> ReadinessState:
+        data = data or {}
+        return cls(
+            carried={str(k): int(v) for k, v in (data.get("carried") or {}).items()},
+            modes={str(k): int(v) for k, v in (data.get("modes") or {}).items()},
+            missing=tuple(str(v) for v in data.get("missing") or ()),
+            armed=bool(data.get("armed", False)),
+            noted=tuple(str(v) for v in data.get("noted") or ()),
+            alerted=bool(data.get("alerted", False)),
+        )
+
+
+@dataclass(frozen=True, slots=True)
 class RouteState:
     """Everything the judge needs between two scores of a route: the breaker's
-    lifecycle, a few readouts, and the rules' evidence (``rules``, one state per rule:
-    :mod:`quantdrift.breaker.rules`).
+    lifecycle, a few readouts, the rules' evidence (``rules``, one state per rule:
+    :mod:`quantdrift.breaker.rules`) and what the pairs showed about which rules can
+    fire (``readiness``).
 
     ``epoch`` is bumped by every transition (``machine.next_epoch``) and fences
     commands at the gateway; ``target`` is a role, ``candidate`` or ``reference``;
@@ -43,6 +79,7 @@ class RouteState:
     last_similarity: float | None = None
     updated_at: float = 0.0
     rules: RuleStates = field(default_factory=RuleStates)
+    readiness: ReadinessState = field(default_factory=ReadinessState)
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -57,6 +94,10 @@ class RouteState:
         rules = data.get("rules")
         data["rules"] = (
             RuleStates.from_json(rules) if isinstance(rules, dict) else RuleStates.from_flat(data)
+        )
+        readiness = data.get("readiness")
+        data["readiness"] = ReadinessState.from_json(
+            readiness if isinstance(readiness, dict) else None
         )
         data["worst"] = tuple(
             WorstPair(w["pair_id"], w["similarity"], tuple(w["reasons"]))

@@ -17,11 +17,12 @@ no clock, always worked this way; the live stores now do too, and their clock
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from quantdrift.breaker.candidate import CandidateChange, observe
 from quantdrift.breaker.machine import Decision, judge, tick
 from quantdrift.breaker.policy import RoutePolicy
+from quantdrift.breaker.readiness import observe as observe_readiness
 from quantdrift.breaker.state import RouteState, Transition
 from quantdrift.detectors.noise_floor import NoiseFloor, NoiseFloorState, metric_values
 from quantdrift.schemas.score import ScoreEvent
@@ -30,12 +31,17 @@ from quantdrift.schemas.score import ScoreEvent
 @dataclass(frozen=True, slots=True)
 class Folded:
     """What one score changed: the route state, or the noise floor, and a transition;
-    ``change`` when the score came from a new candidate (its evidence restarted)."""
+    ``change`` when the score came from a new candidate (its evidence restarted);
+    ``notices`` the tests it found abstaining for want of a floor for the first time,
+    ``not_armed`` the relied-on tests still abstaining when it crossed the policy's
+    ``unarmed_alert_pairs`` (``breaker/readiness.py``)."""
 
     route_state: RouteState | None = None
     floor: NoiseFloorState | None = None
     transition: Transition | None = None
     change: CandidateChange | None = None
+    notices: tuple[str, ...] = ()
+    not_armed: tuple[str, ...] = ()
 
 
 def fold(
@@ -58,7 +64,13 @@ def fold(
             return Folded(floor=floor)
         return Folded(floor=noise_floor.update(floor, metric_values(score.metrics)))
     decision: Decision = judge(policy, route_state, score, now, floor, noise_floor)
-    return Folded(route_state=decision.state, transition=decision.transition)
+    state, seen = observe_readiness(policy, decision.state, score, floor)
+    return Folded(
+        route_state=state,
+        transition=decision.transition,
+        notices=seen.notices,
+        not_armed=seen.not_armed,
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,9 +81,9 @@ class FoldedMany:
     else what ``scores[i]`` changed; there are ``consumed`` of them. ``state`` is the
     route's state after the prefix (None: no shadow pair folded), ``floors`` the
     floors it changed by decoding mode, ``marked`` the indices folded for the first
-    time. A prefix ends after its first transition or candidate change, so one
-    commit carries at most one command and one alert of each; the caller folds the
-    rest onto the new state.
+    time. A prefix ends after its first transition, candidate change or "not armed"
+    alert (``not_armed``), so one commit carries at most one command and one alert of
+    each; the caller folds the rest onto the new state.
     """
 
     consumed: int
@@ -81,6 +93,7 @@ class FoldedMany:
     marked: tuple[int, ...] = ()
     transition: Transition | None = None
     change: CandidateChange | None = None
+    not_armed: tuple[str, ...] = ()
 
 
 def fold_many(
@@ -131,13 +144,13 @@ def fold_many(
             base, change = observe(base, score, now)
         folded = fold(policy, base, floor, score, now, noise_floor)
         if change is not None:
-            folded = Folded(folded.route_state, folded.floor, folded.transition, change)
+            folded = replace(folded, change=change)
         outcomes.append(folded)
         if folded.floor is not None:
             new_floors[mode] = folded.floor
             continue
         new_state = folded.route_state
-        if folded.transition is not None or change is not None:
+        if folded.transition is not None or change is not None or folded.not_armed:
             break
     last = outcomes[-1] if outcomes else None
     return FoldedMany(
@@ -148,6 +161,7 @@ def fold_many(
         marked=tuple(marked),
         transition=last.transition if last is not None else None,
         change=last.change if last is not None else None,
+        not_armed=last.not_armed if last is not None else (),
     )
 
 
@@ -163,6 +177,15 @@ def is_echo(score: ScoreEvent) -> bool:
         and m.candidate_tokens is not None
         and m.candidate_tokens == m.reference_tokens
     )
+
+
+def last_pair_id(scores: Sequence[ScoreEvent], step: FoldedMany) -> str:
+    """The pair id of a prefix's last score: the one whose fold made its alert."""
+    return scores[step.consumed - 1].pair_id
+
+
+# Every decoding mode a floor is kept for (``floor_key_suffix``).
+DECODING_MODES = ("greedy", "sampled")
 
 
 def floor_key_suffix(score: ScoreEvent) -> str:

@@ -24,7 +24,13 @@ import redis.asyncio as aioredis
 from redis.exceptions import RedisError
 
 from quantdrift.breaker.machine import Decision, manual, tick
-from quantdrift.breaker.outbox import OutboxItem, alert_item, build_outbox, change_alert
+from quantdrift.breaker.outbox import (
+    OutboxItem,
+    alert_item,
+    build_outbox,
+    change_alert,
+    not_armed_alert,
+)
 from quantdrift.breaker.policy import RoutePolicy
 from quantdrift.breaker.protocol import (
     MAX_ATTEMPTS,
@@ -35,10 +41,10 @@ from quantdrift.breaker.protocol import (
     result_of,
 )
 from quantdrift.breaker.state import RouteState, Transition
-from quantdrift.breaker.step import floor_key_suffix, fold_many
+from quantdrift.breaker.step import DECODING_MODES, floor_key_suffix, fold_many, last_pair_id
 from quantdrift.detectors.noise_floor import NoiseFloor, NoiseFloorState
 from quantdrift.errors import BreakerStoreError
-from quantdrift.schemas.keys import route_key, routes_key
+from quantdrift.schemas.keys import noise_key, route_key, routes_key
 from quantdrift.schemas.score import ScoreEvent
 from quantdrift.schemas.signing import CommandSigner
 
@@ -91,7 +97,7 @@ class RedisBreakerStore(BreakerStore):
         return self._k(route, "command")
 
     def _floor_key(self, route: str, mode: str) -> str:
-        return self._k(route, f"noise:{mode}")
+        return noise_key(self._p, route, mode)
 
     # -- reads ----------------------------------------------------------------
     async def read(self, route: str) -> tuple[RouteState, int]:
@@ -176,16 +182,23 @@ class RedisBreakerStore(BreakerStore):
         new_floors, new_state = step.floors, step.state
         marked = [seen_keys[i] for i in step.marked]
         dups = step.outcomes.count(None)
-        outbox = alert = None
+        outbox = alert = unarmed = None
         if step.transition is not None:
             assert new_state is not None
             outbox = build_outbox(route, step.transition, new_state, self._signer, now, "breaker")
         if step.change is not None:
             assert new_state is not None
             alert = change_alert(route, step.change, new_state, now)
-        results = [result_of(o, outbox, alert) for o in step.outcomes]
+        if step.not_armed:
+            assert new_state is not None
+            unarmed = not_armed_alert(
+                route, step.not_armed, new_state, last_pair_id(batch, step), now
+            )
+        results = [result_of(o, outbox, alert, unarmed) for o in step.outcomes]
         # The change's alert goes first: it explains the state the transition left.
-        items = ((alert_item(alert),) if alert else ()) + (outbox.items() if outbox else ())
+        items = tuple(alert_item(a) for a in (alert, unarmed) if a is not None) + (
+            outbox.items() if outbox else ()
+        )
         if outbox is not None:
             self._failpoint("before_commit")
         keys = [
@@ -220,6 +233,20 @@ class RedisBreakerStore(BreakerStore):
         if items:
             await self._register(route, force=True)
         return Prefix(results, outbox if not step.outcomes else None)
+
+    async def read_floors(self, route: str) -> dict[str, NoiseFloorState]:
+        try:
+            pipe = self._r.pipeline(transaction=False)
+            for mode in DECODING_MODES:
+                pipe.hmget(self._floor_key(route, mode), "v", "s")
+            raw = await pipe.execute()
+        except RedisError as exc:
+            raise BreakerStoreError(f"redis: {exc}") from exc
+        floors = {
+            m: _decode(r, NoiseFloorState.from_json)[0]
+            for m, r in zip(DECODING_MODES, raw, strict=True)
+        }
+        return {m: f for m, f in floors.items() if f.values}
 
     async def seed_floor(
         self,

@@ -12,7 +12,7 @@ import asyncio
 import getpass
 import json
 import sys
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from quantdrift.cli.common import load_settings, signing_settings, with_stack
 from quantdrift.errors import InputError
@@ -50,8 +50,10 @@ async def _run(settings: Settings, args: argparse.Namespace) -> int:
                 print(
                     f"{r['route']}: {r['state']}{lock} target={r['target'] or '-'} "
                     f"epoch={r['epoch']} pairs={r['pairs_seen']} last={r['last_decision']}"
-                    f" ({r['reason']})"
+                    f" armed={'yes' if r['armed'] else 'no'} ({r['reason']})"
                 )
+                for line in readiness_lines(r["rules"]):
+                    print(f"  {line}")
             if not rows:
                 print("no routes yet")
         return 0
@@ -74,3 +76,15 @@ async def _run(settings: Settings, args: argparse.Namespace) -> int:
     else:
         print(step.summary())
     return 0
+
+
+def readiness_lines(rules: list[dict[str, Any]]) -> list[str]:
+    """One line per test: ``tolerance:tf_kl  abstains  no floor: 0 of 10 ...``."""
+    width = max((len(r["rule"]) for r in rules), default=0)
+    lines = []
+    for r in rules:
+        status = "can fire" if r["status"] == "can_fire" else "abstains"
+        note = "" if r["relied_on"] else " (not relied on)"
+        why = f"  {'; '.join(r['reasons'])}" if r["reasons"] else ""
+        lines.append(f"{r['rule']:<{width}}  {status}{note}{why}")
+    return lines

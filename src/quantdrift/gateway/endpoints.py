@@ -96,6 +96,7 @@ class Endpoints:
             f"{id_prefix}-{uuid.uuid4().hex}",
             self.gateway.directive,
             self.preflight.cap,
+            self.gateway.filling,
         )
         return body, incoming
 

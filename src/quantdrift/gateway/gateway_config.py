@@ -9,6 +9,7 @@ default_route: cs-agent/int4
 default_preference: cost_optimized   # or high_precision
 shadow_sample_rate: 0.05
 noise_sample_rate: 0.01
+noise_fill: {max_rate: 0.25, floor_pairs: 30}  # while a route's floor fills: at most 25 %
 routes:
   cs-agent/int4: {candidate: int4, reference: bf16, teacher_forced: true}
   # optional: until preflight.json verifies (go, two signers), at most 5 % on int4
@@ -81,6 +82,27 @@ class RouteConfig(_Frozen):
     noise_sample_rate: float | None = Field(default=None, ge=0, le=1)
     clear_prompts: bool = False
     preflight: PreflightGateConfig | None = None
+
+
+class NoiseFillConfig(_Frozen):
+    """While a route lacks its noise floor, raise its noise share, within a cap.
+
+    A divergence test abstains until the route's floor holds its minimum of noise
+    pairs (``breaker/readiness.py``); at a noise share of 1 % that takes thousands of
+    requests, during which the route is only partly armed. So the gateway reads each
+    route's *sampled* floor from Redis every ``refresh_s`` and, while it holds fewer
+    than ``floor_pairs`` noise pairs, samples that route's sampled requests for noise
+    at ``max_rate`` (never below the route's own rate). The cost is bounded: about
+    ``floor_pairs`` extra reference calls per route, then the share drops back. Greedy
+    requests are never raised: two greedy reference runs agree, so a greedy floor comes
+    from a blessed baseline (``quantdrift calibrate --blessed-label``). ``max_rate: 0``
+    turns it off. Set ``floor_pairs`` to the largest of the policies' ``min_floor_pairs``
+    and (with the sequential rule) ``min_noise_pairs``.
+    """
+
+    max_rate: float = Field(default=0.25, ge=0, le=1)
+    floor_pairs: int = Field(default=30, ge=1)
+    refresh_s: float = Field(default=5.0, gt=0)
 
 
 _SHA256 = r"^[0-9a-f]{64}$"
@@ -195,6 +217,7 @@ class GatewayConfig(_Frozen):
     default_preference: Literal["cost_optimized", "high_precision"] = "cost_optimized"
     shadow_sample_rate: float = Field(default=0.05, ge=0, le=1)
     noise_sample_rate: float = Field(default=0.0, ge=0, le=1)
+    noise_fill: NoiseFillConfig = NoiseFillConfig()
     # Secret: mixed into the mirror decision and the prompt hash. Empty = a random
     # salt per process (sampling then differs across gateway replicas).
     sample_salt: str = ""
@@ -299,9 +322,11 @@ class GatewayConfig(_Frozen):
         r = self.routes[route].shadow_sample_rate
         return self.shadow_sample_rate if r is None else r
 
-    def noise_rate(self, route: str) -> float:
+    def noise_rate(self, route: str, filling: bool = False) -> float:
+        """The route's noise share; ``filling``: its floor is short (``NoiseFillConfig``)."""
         r = self.routes[route].noise_sample_rate
-        return self.noise_sample_rate if r is None else r
+        rate = self.noise_sample_rate if r is None else r
+        return max(rate, self.noise_fill.max_rate) if filling else rate
 
 
 def parse_config(data: dict[str, Any]) -> GatewayConfig:

@@ -50,6 +50,10 @@ def health(gateway: Gateway, private: bool = True) -> dict[str, Any]:
         gate = gates.get(route)
         if gate is not None:
             routes[route]["preflight"] = gate
+        if gateway.floors is not None:
+            # Whether the route's divergence tests have their floor is the worker's to
+            # say (route status, the verdict API); this is how fast this gateway fills it.
+            routes[route]["noise_floor"] = gateway.floors.view(route)
     return {
         "status": "ok" if gateway.ready else "not_ready",
         "failed_tasks": sorted(gateway.supervisor.failed),

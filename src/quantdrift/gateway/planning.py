@@ -56,13 +56,18 @@ def _no_cap(_route: str) -> float | None:
     return None
 
 
+def _not_filling(_route: str) -> bool:
+    return False
+
+
 @dataclass(frozen=True, slots=True)
 class Incoming:
     """What planning reads of a request besides its body (chat and text completions alike).
 
     Who asks, the headers (lower-case keys), the gateway's own request id, and the
-    gateway's view of each route: its directive (``routing.RouteDirective``) and its
-    preflight cap.
+    gateway's view of each route: its directive (``routing.RouteDirective``), its
+    preflight cap, and whether its sampled noise floor is still filling
+    (``control/floors.py``: its sampled requests then get ``noise_fill.max_rate``).
     """
 
     headers: Mapping[str, str]
@@ -70,6 +75,7 @@ class Incoming:
     request_id: str
     directive_of: Callable[[str], RouteDirective | None]
     cap_of: Callable[[str], float | None] = _no_cap
+    filling: Callable[[str], bool] = _not_filling
 
 
 @dataclass(frozen=True, slots=True)
@@ -302,7 +308,9 @@ def plan_request(
     shadow = decision.pair_candidate is not None and sampled(
         request_id, cfg.shadow_rate(route), sample_salt
     )
-    noise = sampled(request_id, cfg.noise_rate(route), NOISE_SALT + sample_salt)
+    # A greedy request never fills a floor faster: two greedy reference runs agree.
+    filling = body.get("temperature") != 0 and incoming.filling(route)
+    noise = sampled(request_id, cfg.noise_rate(route, filling), NOISE_SALT + sample_salt)
     user_logprobs = bool(body.get("logprobs"))
     user_top = int(top or 0) if user_logprobs else 0
     if user_logprobs or shadow or noise or cfg.logprobs_on_user_calls:

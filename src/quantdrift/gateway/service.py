@@ -23,6 +23,7 @@ from quantdrift.gateway.attempts import Degradations
 from quantdrift.gateway.auth import Authenticator
 from quantdrift.gateway.capacity import RetryBudget
 from quantdrift.gateway.control.controller import RouteController
+from quantdrift.gateway.control.floors import FloorWatch
 from quantdrift.gateway.control.preflight_gate import PreflightGate
 from quantdrift.gateway.executor import FallbackExecutor
 from quantdrift.gateway.gateway_config import GatewayConfig
@@ -61,8 +62,10 @@ class Gateway:
         upstreams: Upstreams | None = None,
         shadow_upstreams: Upstreams | None = None,
         preflight_keys: Mapping[str, bytes] | None = None,
+        floors: FloorWatch | None = None,
     ) -> None:
         self.config = config
+        self.floors = floors
         self.publisher = publisher
         self.degradations = degradations
         self.controller = controller
@@ -105,7 +108,7 @@ class Gateway:
         # One supervisor for every long-lived task: crashes counted in /metrics, and a
         # task given up on makes /health answer 503.
         self.supervisor = Supervisor()
-        for part in (self.shadow, self.preflight, publisher, degradations, controller):
+        for part in (self.shadow, self.preflight, publisher, degradations, controller, floors):
             if part is not None:
                 part.supervisor = self.supervisor
         self.metrics.live(lambda: live_metrics(self))
@@ -144,11 +147,15 @@ class Gateway:
             for route in self.config.routes:
                 self.controller.watch(route)
             await self.controller.start()
+        if self.floors is not None:
+            await self.floors.start()
 
     async def stop(self, timeout: float | None = None) -> None:
         """Stop everything; shadow jobs get ``shadow_drain_s`` (or ``timeout``) to finish."""
         timeout = self.config.shadow_drain_s if timeout is None else timeout
         await self.preflight.stop()
+        if self.floors is not None:
+            await self.floors.stop()
         await self.shadow.stop(timeout)
         if self.controller is not None:
             await self.controller.stop()
@@ -170,6 +177,10 @@ class Gateway:
     def ready(self) -> bool:
         """False when a background task was given up on (see ``supervision.py``)."""
         return self.supervisor.ready
+
+    def filling(self, route: str) -> bool:
+        """Whether the route's sampled noise floor is still filling (``noise_fill``)."""
+        return self.floors is not None and self.floors.filling(route)
 
     def directive(self, route: str) -> RouteDirective | None:
         """The route's directive (``routing.RouteDirective``) as the controller knows it.

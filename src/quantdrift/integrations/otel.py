@@ -17,7 +17,12 @@ What is emitted (GenAI semantic conventions where they name a thing):
   (``quantdrift.shadow_pair``), ``gen_ai.evaluation.score.value`` (the pair's
   similarity, cosine else ROUGE-L), ``gen_ai.evaluation.score.label`` (the
   per-pair verdict: ok / drift / anomaly), ``gen_ai.evaluation.explanation``
-  (its reasons), and ``quantdrift.pair_id`` / ``quantdrift.route``;
+  (its reasons), ``quantdrift.pair_id`` / ``quantdrift.route``, and the route's
+  readiness as the judge left it after the pair (``breaker/readiness.py``):
+  ``quantdrift.route.armed`` (closed, unlocked, every relied-on test can fire) and
+  ``quantdrift.route.missing`` (each relied-on test that cannot, with why);
+* worker, once per candidate whose relied-on tests still abstain after the policy's
+  ``unarmed_alert_pairs``: event ``quantdrift.breaker.not_armed`` (body: the alert);
 * worker, per breaker transition: event ``quantdrift.breaker.transition``
   (route, from and to state, rule, epoch, action, target; body: the alert summary);
 * gateway, per served user call: a ``chat {model}`` span (kind CLIENT) with
@@ -49,15 +54,18 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from quantdrift.breaker.outbox import Outbox
     from quantdrift.breaker.protocol import FoldResult
+    from quantdrift.breaker.state import RouteState
     from quantdrift.gateway.attempts import Trace
     from quantdrift.gateway.openai_wire import Completion
     from quantdrift.gateway.planning import Plan
+    from quantdrift.schemas.alert import AlertEvent
     from quantdrift.schemas.score import ScoreEvent
 
 log = logging.getLogger(__name__)
 
 EVALUATION_EVENT = "gen_ai.evaluation.result"
 TRANSITION_EVENT = "quantdrift.breaker.transition"
+NOT_ARMED_EVENT = "quantdrift.breaker.not_armed"
 EVALUATION_NAME = "quantdrift.shadow_pair"
 SAMPLE_ENV = "QUANTDRIFT_OTEL__EVALUATION_SAMPLE"
 ENDPOINT_ENVS = (
@@ -84,8 +92,9 @@ def sampled(pair_id: str, rate: float) -> bool:
     return int.from_bytes(digest, "big") / 2**64 < rate
 
 
-def evaluation_attributes(score: ScoreEvent) -> dict[str, Any]:
-    """The ``gen_ai.evaluation.result`` attributes for one scored pair (pure).
+def evaluation_attributes(score: ScoreEvent, state: RouteState | None = None) -> dict[str, Any]:
+    """The ``gen_ai.evaluation.result`` attributes for one scored pair (pure); with the
+    route's state after the pair, whether the route is armed and what it misses.
 
     >>> from quantdrift.schemas import Metrics, ScoreEvent
     >>> s = ScoreEvent(pair_id="p", route="r/int4", kind="shadow", ts=0.0,
@@ -112,6 +121,12 @@ def evaluation_attributes(score: ScoreEvent) -> dict[str, Any]:
         attrs["gen_ai.evaluation.score.value"] = float(similarity)
     if score.candidate_precision:
         attrs["quantdrift.candidate_precision"] = score.candidate_precision
+    if state is not None:
+        ready = state.readiness
+        attrs["quantdrift.route.armed"] = bool(
+            ready.armed and state.state == "closed" and not state.locked
+        )
+        attrs["quantdrift.route.missing"] = list(ready.missing)
     return attrs
 
 
@@ -141,10 +156,20 @@ class Telemetry:
     sample: float = 1.0
     providers: list[Any] = field(default_factory=list)
 
-    def evaluation(self, score: ScoreEvent) -> None:
+    def evaluation(self, score: ScoreEvent, state: RouteState | None = None) -> None:
         if score.kind != "shadow" or not sampled(score.pair_id, self.sample):
             return
-        self.logger.emit(event_name=EVALUATION_EVENT, attributes=evaluation_attributes(score))
+        attrs = evaluation_attributes(score, state)
+        self.logger.emit(event_name=EVALUATION_EVENT, attributes=attrs)
+
+    def not_armed(self, alert: AlertEvent) -> None:
+        attrs = {
+            "quantdrift.route": alert.route,
+            "quantdrift.route.armed": False,
+            "quantdrift.route.missing": [str(m) for m in alert.evidence.get("missing", [])],
+            "quantdrift.alert.severity": alert.severity,
+        }
+        self.logger.emit(event_name=NOT_ARMED_EVENT, attributes=attrs, body=alert.summary)
 
     def transition(self, outbox: Outbox) -> None:
         self.logger.emit(
@@ -340,7 +365,9 @@ def judged(scores: Sequence[ScoreEvent], results: Sequence[FoldResult]) -> None:
     try:
         for score, result in zip(scores, results, strict=True):
             if result.status != "dup":
-                t.evaluation(score)
+                t.evaluation(score, result.state)
+            if result.not_armed is not None:
+                t.not_armed(result.not_armed)
             for outbox in result.outboxes:  # a cool-down tick may ride on a duplicate
                 t.transition(outbox)
     except Exception:

@@ -8,11 +8,19 @@ from a fresh computation, so the controller and the gateways see one decision:
 breaker state                               ``verdict``     Argo Rollouts measurement
 ==========================================  ==============  ==========================
 closed, fewer than ``min_pairs`` pairs      inconclusive    Inconclusive (pauses)
-closed, ``min_pairs`` pairs or more         pass            Successful
+closed, partly armed: a test the route      inconclusive    Inconclusive (pauses)
+relies on cannot fire (no floor, ...)
+closed and armed: every test it relies on   pass            Successful
+can fire, none fired
 open (tripped or manual rollback)           fail            Failed
 half_open (candidate on probation)          fail            Failed
 locked by an operator (either side)         fail            Failed
 ==========================================  ==============  ==========================
+
+*Armed* is the decision core's readiness (``breaker/readiness.py``), read from the
+route's state and floors: a route whose divergence tests abstain for want of a
+floor is watched by less than its policy says, so no controller may promote it on
+that route's silence.
 
 Half-open is a fail: users are on the reference while the candidate proves
 itself in shadow, so the route *is* rolled back. A lock is a fail too: an
@@ -37,11 +45,14 @@ gives each hook type the status whose meaning Flagger documents:
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from quantdrift.breaker.policy import RoutePolicy
+from quantdrift.breaker.readiness import Readiness, readiness
 from quantdrift.breaker.state import RouteState
+from quantdrift.detectors.noise_floor import NoiseFloorState
 from quantdrift.schemas.command import RouteCommand
 
 Verdict = Literal["pass", "fail", "inconclusive"]
@@ -64,8 +75,14 @@ class RouteVerdict:
     pairs_seen: int
     min_pairs: int
     known: bool
+    readiness: Readiness
     last_transition: dict[str, Any] | None = None
     worst_pairs: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def armed(self) -> bool:
+        """Closed, unlocked, and every test the route relies on can fire."""
+        return self.verdict == "pass"
 
     @property
     def pairs_needed(self) -> int:
@@ -84,6 +101,8 @@ class RouteVerdict:
             "pairs_needed": self.pairs_needed,
             "min_pairs": self.min_pairs,
             "known": self.known,
+            "armed": self.armed,
+            **self.readiness.as_json(),
             "last_transition": self.last_transition,
             "worst_pairs": self.worst_pairs,
             "worst_pairs_url": worst_pairs_url,
@@ -140,9 +159,12 @@ def route_verdict(
     version: int,
     policy: RoutePolicy,
     command: RouteCommand | None,
+    floors: Mapping[str, NoiseFloorState],
 ) -> RouteVerdict:
-    """The verdict for one route (the table in the module docstring)."""
+    """The verdict for one route (the table in the module docstring); ``floors`` are the
+    route's floors by decoding mode (``BreakerStore.read_floors``)."""
     known = version > 0
+    ready = readiness(policy, state, floors)
     if state.locked:
         side = "reference" if state.target == "reference" else "candidate"
         verdict: Verdict = "fail"
@@ -152,16 +174,12 @@ def route_verdict(
     elif state.state == "half_open":
         verdict = "fail"
         reason = "half-open: users are on the reference while the candidate runs in shadow"
-    elif state.pairs_seen < policy.min_pairs:
-        verdict = "inconclusive"
-        reason = (
-            f"warming: {state.pairs_seen} of {policy.min_pairs} shadow pairs seen"
-            if known
-            else "no shadow pairs seen for this route yet"
-        )
+    elif not known:
+        verdict, reason = "inconclusive", "no shadow pairs seen for this route yet"
+    elif not ready.armed:
+        verdict, reason = "inconclusive", ready.summary()
     else:
-        verdict = "pass"
-        reason = f"closed and armed: {state.pairs_seen} shadow pairs, no rule fired"
+        verdict, reason = "pass", f"closed and {ready.summary()}; no rule fired"
     return RouteVerdict(
         route=route,
         verdict=verdict,
@@ -173,6 +191,7 @@ def route_verdict(
         pairs_seen=state.pairs_seen,
         min_pairs=policy.min_pairs,
         known=known,
+        readiness=ready,
         last_transition=last_transition(command),
         worst_pairs=worst_pairs(state, command),
     )

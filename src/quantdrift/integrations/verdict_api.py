@@ -86,9 +86,9 @@ class VerdictService:
     async def verdict(self, route: str) -> RouteVerdict:
         state, version = await self.store.read(route)
         raw = await self.store.latest_command(route)
-        return route_verdict(
-            route, state, version, self.policy.for_route(route), self._command(route, raw)
-        )
+        floors = await self.store.read_floors(route)
+        command = self._command(route, raw)
+        return route_verdict(route, state, version, self.policy.for_route(route), command, floors)
 
     def _command(self, route: str, raw: bytes | None) -> RouteCommand | None:
         """The latest command, only if its signature holds: a forged one is not evidence."""

@@ -1,12 +1,15 @@
 """The gateway-side checks: ``probes`` (config only) and ``shadow-link``.
 
-``shadow-link`` proves three things a launch needs from the shadow path:
+``shadow-link`` proves four things a launch needs from the shadow path:
 the config mirrors the intended share; a pair published to the pairs topic
-comes back as a ScoreEvent (so a worker is really scoring); and scoring a
+comes back as a ScoreEvent (so a worker is really scoring); scoring a
 pair costs under 10 ms at p99 on the route's own recorded pairs (timed one
 pair at a time with the worker's own scorer, the worst case: the worker
-batches). The round-trip pair goes on a probe route, ``preflight-probe/<route>``,
-so the real route's breaker never sees it.
+batches); and **the route is armed**: every divergence test it relies on has the
+floor it needs to fire (``services.console.launch_readiness``), so the pairs the
+link carries are judged by more than the hard-failure and outcome tests. The
+round-trip pair goes on a probe route, ``preflight-probe/<route>``, so the real
+route's breaker never sees it.
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ from quantdrift.preflight.context import Context
 from quantdrift.preflight.report import Item, judged, skipped
 from quantdrift.schemas import PairEvent, unverified_score
 from quantdrift.schemas.record_keys import pair_record_key
+from quantdrift.services.console import launch_readiness
 
 if TYPE_CHECKING:
     from quantdrift.gateway.gateway_config import GatewayConfig
@@ -39,7 +43,8 @@ PROBES = "probes"
 SHADOW = "shadow-link"
 TITLES = {
     PROBES: "Streaming entropy and repetition probes and the JSON guard are on for the route",
-    SHADOW: "Shadow link: share mirrored, pair -> ScoreEvent, per-pair cost p99 < 10 ms",
+    SHADOW: "Shadow link: share mirrored, pair -> ScoreEvent, per-pair cost p99 < 10 ms, "
+    "the route armed",
 }
 
 
@@ -183,6 +188,19 @@ async def roundtrip(ctx: Context, pair: PairEvent, route: str, timeout_s: float)
         await consumer.stop()
 
 
+def expected_tests(cfg: GatewayConfig, route: str, ctx: Context) -> tuple[str, ...]:
+    """The divergence tests the route's pairs will carry evidence for (pure config)."""
+    rc = cfg.routes[route]
+    tests = ["lexical"]
+    if ctx.settings is not None and ctx.settings.embedding.tier != "none":
+        tests.append("dissimilarity")
+    if rc.teacher_forced:
+        tests.append("tf_kl")
+    if cfg.pool(rc.candidate).logprobs and cfg.pool(rc.reference).logprobs:
+        tests.append("entropy")
+    return tuple(tests)
+
+
 async def shadow_link(ctx: Context) -> Item:
     c = ctx.config.shadow_link
     cfg, route = _gateway_config(ctx)
@@ -214,6 +232,11 @@ async def shadow_link(ctx: Context) -> Item:
             problems.append(f"Kafka round trip failed: {exc!r}")
     else:
         problems.append("round trip not run (shadow_link.roundtrip: false)")
+
+    ctx.progress(f"{SHADOW}: reading whether the route's divergence tests can fire")
+    armed = await launch_readiness(ctx.settings, route, expected_tests(cfg, route, ctx))
+    if not armed["armed"]:
+        problems.append("the route is not armed: " + " | ".join(armed["missing"]))
     return judged(
         SHADOW,
         TITLES[SHADOW],
@@ -225,6 +248,8 @@ async def shadow_link(ctx: Context) -> Item:
             "pairs_timed": len(times),
             "roundtrip_s": None if rt is None else round(rt, 3),
             "scorer": getattr(ctx.settings.embedding, "tier", type(scorer).__name__),
+            "route_armed": armed["armed"],
+            "tests_missing": armed["missing"],
         },
         {"expected_share": c.expected_share, "p99_ms": c.p99_ms,
          "roundtrip_timeout_s": c.roundtrip_timeout_s},

@@ -9,7 +9,8 @@ gateway in another language reads ``route_key(prefix, route, "command")``.
   {prefix}route:{R}:outbox          list  commands and alerts still to publish
   {prefix}route:{R}:outbox:owner    str   the claim token of the publishing worker
   {prefix}route:{R}:seen:KIND:ID    str   dedupe of pair ids (TTL)
-  {prefix}route:{R}:noise:MODE      hash  noise floor per decoding mode
+  {prefix}route:{R}:noise:MODE      hash  noise floor per decoding mode (gateways read
+                                          its size to fill it: ``noise_key``)
   {prefix}route:{R}:audit           stream  verdict API: webhook answers and Flagger events
   {prefix}routes                    set   every route seen (outside any Lua step)
 """
@@ -29,6 +30,12 @@ def route_key(prefix: str, route: str, what: str) -> str:
 def command_key(prefix: str, route: str) -> str:
     """Where a route's latest signed command lives (gateways poll it)."""
     return route_key(prefix, route, "command")
+
+
+def noise_key(prefix: str, route: str, mode: str) -> str:
+    """A route's noise floor for one decoding mode: hash ``v`` (version), ``s`` (JSON:
+    metric -> the floor's values, as ``NoiseFloorState.to_json`` writes it)."""
+    return route_key(prefix, route, f"noise:{mode}")
 
 
 def routes_key(prefix: str) -> str:

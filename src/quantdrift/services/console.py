@@ -23,10 +23,12 @@ from aiokafka.errors import KafkaError
 
 from quantdrift.breaker.outbox import OutboxItem
 from quantdrift.breaker.policy import load_policy
+from quantdrift.breaker.readiness import readiness, rule_names
 from quantdrift.breaker.relay import OutboxRelay
 from quantdrift.breaker.state import RouteState
 from quantdrift.breaker.store import RedisBreakerStore
 from quantdrift.config import Settings, configured_redis_url
+from quantdrift.detectors.tolerance import DIVERGENCES
 from quantdrift.errors import BreakerStoreError, InputError
 from quantdrift.integrations import otel
 from quantdrift.integrations.verdict import route_verdict
@@ -65,9 +67,11 @@ async def route_status(settings: Settings, route: str | None = None) -> list[dic
     """One row per route (``route`` alone, else every route the store knows).
 
     A named route the store has never seen is an InputError: Redis answers a default
-    "closed" for any name, and a typo must not read as healthy. ``reason`` says whether
-    the route is armed (closed, ``min_pairs`` seen: a rule can fire) or still warming
-    and how many pairs it needs, in the words the verdict API gives rollout controllers.
+    "closed" for any name, and a typo must not read as healthy. ``armed`` is the decision
+    core's readiness (``breaker/readiness.py``): closed, and every test the route's policy
+    relies on can fire; ``readiness`` says ``armed``, ``warming`` or ``partly armed``,
+    ``missing`` names what a relied-on test lacks, ``rules`` has each test's readiness,
+    and ``reason`` is in the words the verdict API gives rollout controllers.
     """
     policies = load_policy(settings.policy_file)
     async with open_store(settings) as store:
@@ -80,7 +84,9 @@ async def route_status(settings: Settings, route: str | None = None) -> list[dic
         rows = []
         for name in routes:
             state, version = await store.read(name)
-            verdict = route_verdict(name, state, version, policies.for_route(name), None)
+            floors = await store.read_floors(name)
+            verdict = route_verdict(name, state, version, policies.for_route(name), None, floors)
+            ready = verdict.readiness.as_json()
             rows.append(
                 {
                     "route": name,
@@ -92,11 +98,44 @@ async def route_status(settings: Settings, route: str | None = None) -> list[dic
                     "last_decision": state.last_decision,
                     "last_similarity": state.last_similarity,
                     "min_pairs": verdict.min_pairs,
-                    "armed": verdict.verdict == "pass",
+                    "armed": verdict.armed,
+                    "readiness": ready["readiness"],
+                    "missing": ready["missing"],
+                    "rules": ready["rules"],
                     "reason": verdict.reason,
                 }
             )
         return rows
+
+
+async def launch_readiness(
+    settings: Settings, route: str, expected: tuple[str, ...]
+) -> dict[str, Any]:
+    """Whether the route's divergence tests can fire once it has ``min_pairs``: preflight's
+    "the route is armed" (the shadow link's item).
+
+    Before launch a route may have no shadow pairs, so nothing says yet which evidence
+    they will carry: ``expected`` names the divergence tests the gateway's config and the
+    worker's scorer will feed (``lexical`` always, ``dissimilarity`` with an embedder,
+    ``tf_kl`` with teacher forcing, ``entropy`` with logprobs), and they are relied on
+    until the route's own pairs say otherwise (``breaker/readiness.py``). ``min_pairs``
+    is not asked for: traffic brings it, a floor does not come by itself.
+    """
+    policy = load_policy(settings.policy_file).for_route(route)
+    async with open_store(settings) as store:
+        state, _ = await store.read(route)
+        floors = await store.read_floors(route)
+    if policy.relies_on is None and not state.readiness.carried:
+        names = [name.removeprefix("tolerance:") for name in rule_names(policy)]
+        relied = [n for n in names if n not in DIVERGENCES or n in expected]
+        policy = policy.model_copy(update={"relies_on": tuple(relied)})
+    ready = readiness(policy, state, floors)
+    return {
+        "armed": not ready.missing,
+        "missing": list(ready.missing),
+        "pairs_seen": state.pairs_seen,
+        "rules": ready.as_json()["rules"],
+    }
 
 
 async def manual_step(settings: Settings, route: str, action: str, who: str) -> ManualStep:

@@ -13,6 +13,7 @@ from pathlib import Path
 from quantdrift.config import Settings, configured_redis_url
 from quantdrift.errors import ConfigError
 from quantdrift.gateway.control.controller import RouteController
+from quantdrift.gateway.control.floors import FloorWatch
 from quantdrift.gateway.control.targets import resolver_for
 from quantdrift.gateway.gateway_config import GatewayConfig, load_config, parse_config
 from quantdrift.gateway.publisher import DegradationPublisher, ShadowPublisher
@@ -41,8 +42,9 @@ def build_gateway(
         queue_size=config.shadow_queue,
         hash_prompts=settings.hash_prompts,
     )
-    controller = None
+    controller = floors = None
     if control:
+        floors = FloorWatch(config, configured_redis_url(settings), settings.redis.key_prefix)
         controller = RouteController(
             settings.kafka,
             configured_redis_url(settings),
@@ -61,6 +63,7 @@ def build_gateway(
         degradations=DegradationPublisher(settings.kafka),
         controller=controller,
         preflight_keys=key_ring(settings.signing)[1],
+        floors=floors,
     )
 
 

@@ -18,6 +18,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 from prometheus_client.process_collector import ProcessCollector
 
+from quantdrift.breaker.readiness import Readiness
 from quantdrift.breaker.state import RouteState
 
 STATE_VALUE = {"closed": 0, "half_open": 1, "open": 2}
@@ -91,7 +92,11 @@ class History:
         ring.append((state.pairs_seen, round(float(state.last_similarity), 4)))
 
 
-def route_view(route: str, state: RouteState) -> dict[str, Any]:
+def route_view(route: str, state: RouteState, ready: Readiness | None = None) -> dict[str, Any]:
+    """One route's row; with its readiness (``breaker/readiness.py``), whether it is armed
+    (closed, unlocked, every relied-on test can fire) and what it misses."""
+    armed = ready is not None and ready.armed and state.state == "closed" and not state.locked
+    readiness = {} if ready is None else ready.as_json()
     return {
         "route": route,
         "state": state.state,
@@ -103,6 +108,10 @@ def route_view(route: str, state: RouteState) -> dict[str, Any]:
         "last_decision": state.last_decision,
         "last_similarity": state.last_similarity,
         "updated_at": state.updated_at,
+        "armed": armed,
+        "readiness": readiness.get("readiness", "unknown"),
+        "missing": readiness.get("missing", []),
+        "rules": readiness.get("rules", []),
     }
 
 
@@ -112,7 +121,9 @@ def status_json(
     history: History,
     now: float,
     lag: Mapping[str, int] | None = None,
+    readiness: Mapping[str, Readiness] | None = None,
 ) -> dict[str, Any]:
+    ready = readiness or {}
     return {
         "now": now,
         "worker": {
@@ -127,7 +138,10 @@ def status_json(
         },
         "consumer_lag": dict(lag or {}),
         "routes": [
-            {**route_view(r, s), "similarity": [v for _, v in history.points.get(r, ())]}
+            {
+                **route_view(r, s, ready.get(r)),
+                "similarity": [v for _, v in history.points.get(r, ())],
+            }
             for r, s in sorted(states.items())
         ],
     }
@@ -139,6 +153,7 @@ def metrics_text(
     latency: LatencyHistogram,
     lag: Mapping[str, int] | None = None,
     tiers: TierCounts | None = None,
+    readiness: Mapping[str, Readiness] | None = None,
 ) -> str:
     """Prometheus text exposition (version 0.0.4), written by ``prometheus_client``.
 
@@ -157,7 +172,7 @@ def metrics_text(
     """
     registry = CollectorRegistry(auto_describe=False)
     ProcessCollector(registry=registry)
-    registry.register(_WorkerCollector(stats, states, latency, lag, tiers))
+    registry.register(_WorkerCollector(stats, states, latency, lag, tiers, readiness))
     return generate_latest(registry).decode()
 
 
@@ -171,9 +186,11 @@ class _WorkerCollector:
         latency: LatencyHistogram,
         lag: Mapping[str, int] | None,
         tiers: TierCounts | None = None,
+        readiness: Mapping[str, Readiness] | None = None,
     ) -> None:
         self.stats, self.states, self.latency, self.lag = stats, states, latency, lag
         self.tiers = tiers
+        self.readiness = readiness or {}
 
     def collect(self) -> Iterable[Any]:
         counters = (
@@ -217,6 +234,22 @@ class _WorkerCollector:
             if s.last_similarity is not None:
                 similarity.add_metric([route], s.last_similarity)
         yield from (state, epoch, similarity)
+        if self.readiness:
+            armed = GaugeMetricFamily(
+                "quantdrift_route_armed",
+                "1 when every test the route relies on can fire (closed, unlocked), else 0",
+                labels=["route"],
+            )
+            abstaining = GaugeMetricFamily(
+                "quantdrift_route_tests_abstaining",
+                "relied-on tests that cannot fire, past min_pairs (no floor, no blessing, ...)",
+                labels=["route"],
+            )
+            for route, ready in self.readiness.items():
+                view = route_view(route, self.states.get(route, RouteState()), ready)
+                armed.add_metric([route], float(view["armed"]))
+                abstaining.add_metric([route], float(len(ready.missing)))
+            yield from (armed, abstaining)
         if self.lag:
             lag = GaugeMetricFamily(
                 "quantdrift_consumer_lag",
@@ -301,7 +334,7 @@ th{background:#f4f4f4} .closed{color:#117733} .open{color:#cc3311;font-weight:bo
 <h1>quantdrift worker</h1>
 <p id="meta">loading…</p>
 <table id="routes"><thead><tr><th>route</th><th>state</th><th>target</th><th>epoch</th>
-<th>pairs</th><th>last decision</th><th>similarity</th><th>trend</th></tr></thead>
+<th>pairs</th><th>armed</th><th>last decision</th><th>similarity</th><th>trend</th></tr></thead>
 <tbody></tbody></table>
 <script>
 "use strict";
@@ -327,10 +360,14 @@ async function refresh() {
     polls += 1;
     const rows = data.routes.map(x =>
       '<tr class="route" data-route="' + esc(x.route) + '" data-state="' + x.state +
-      '" data-pairs="' + x.pairs_seen + '" data-epoch="' + x.epoch + '">' +
+      '" data-pairs="' + x.pairs_seen + '" data-epoch="' + x.epoch +
+      '" data-armed="' + x.armed + '">' +
       "<td>" + esc(x.route) + "</td>" +
       '<td class="' + x.state + '">' + x.state + (x.locked ? " (locked)" : "") + "</td>" +
       "<td>" + esc(x.target) + "</td><td>" + x.epoch + "</td><td>" + x.pairs_seen +
+      '</td><td class="armed" title="' + esc(x.missing.join(" | ")) + '">' +
+      esc(x.armed ? "armed" : x.readiness) +
+      (x.missing.length ? " (" + x.missing.length + " abstaining)" : "") +
       "</td><td>" + esc(x.last_decision) + "</td><td>" +
       (x.last_similarity == null ? "–" : x.last_similarity.toFixed(3)) + "</td><td>" +
       spark(x.similarity) + "</td></tr>");

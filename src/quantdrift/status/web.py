@@ -15,6 +15,8 @@ from typing import Any
 
 import faust
 
+from quantdrift.breaker.policy import Policy
+from quantdrift.breaker.readiness import Readiness, readiness
 from quantdrift.breaker.state import RouteState
 from quantdrift.errors import BreakerStoreError
 from quantdrift.status.page import (
@@ -40,15 +42,19 @@ def attach_status(
     refresh_s: float = 1.0,
     stall_after_s: float = 60.0,
     tiers: Callable[[], TierCounts | None] = lambda: None,
+    policy: Policy | None = None,
 ) -> dict[str, Any]:
     """Register the views and the timers; returns the live snapshot (for tests).
 
     ``tiers`` gives the tiered scorer's agreement record once the scorer is
-    loaded (None before, and for the other scorers); /metrics exports it.
+    loaded (None before, and for the other scorers); /metrics exports it. With the
+    worker's ``policy``, each route's readiness is read with its floors and shown
+    (armed, or what its tests miss) on the page, in /status.json and in /metrics.
     """
     watch = StallWatch(stall_after_s=stall_after_s)
     snap: dict[str, Any] = {
         "states": {},
+        "readiness": {},
         "history": History(),
         "latency": LatencyHistogram(),
         "store_ok": None,
@@ -59,11 +65,16 @@ def attach_status(
         try:
             s = store()
             states: dict[str, RouteState] = {}
+            ready: dict[str, Readiness] = {}
             for route in await s.routes():
                 state, _ = await s.read(route)
                 states[route] = state
                 snap["history"].observe(route, state)
+                if policy is not None:
+                    floors = await s.read_floors(route)
+                    ready[route] = readiness(policy.for_route(route), state, floors)
             snap["states"] = states
+            snap["readiness"] = ready
             snap["store_ok"] = True
         except BreakerStoreError as exc:
             snap["store_ok"] = False
@@ -105,7 +116,9 @@ def attach_status(
 
     @app.page("/status.json")
     async def status_data(self: Any, request: Any) -> Any:
-        body = status_json(snap["states"], stats, snap["history"], clock(), watch.behind)
+        body = status_json(
+            snap["states"], stats, snap["history"], clock(), watch.behind, snap["readiness"]
+        )
         body["stalled"] = watch.report()
         return self.json(body, headers={"Cache-Control": "no-store"})
 
@@ -123,7 +136,9 @@ def attach_status(
     @app.page("/metrics")
     async def metrics(self: Any, request: Any) -> Any:
         snap["latency"].absorb(stats)
-        text = metrics_text(stats, snap["states"], snap["latency"], watch.behind, tiers())
+        text = metrics_text(
+            stats, snap["states"], snap["latency"], watch.behind, tiers(), snap["readiness"]
+        )
         return self.text(text, content_type=PROMETHEUS_TEXT)
 
     return snap

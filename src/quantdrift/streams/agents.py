@@ -342,6 +342,7 @@ def attach_agents(
         clock=clock,
         stall_after_s=stall_after_s,
         tiers=lambda: getattr(holder.get("embedder"), "agreement", None),
+        policy=policy,
     )
     return stats
 

@@ -47,7 +47,9 @@ class Judged:
     def routes(self) -> list[str]:
         """Routes whose outbox the batch filled, in order: only they need a flush."""
         routes = [
-            s.route for s, r in zip(self.scores, self.results, strict=True) if r.outboxes or r.alert
+            s.route
+            for s, r in zip(self.scores, self.results, strict=True)
+            if r.outboxes or r.alert or r.not_armed
         ]
         return list(dict.fromkeys(routes))
 
@@ -77,7 +79,28 @@ async def judge_records(
     if not scores:
         return Judged(tuple(dead))
     results = await fold_until_done(store, scores, policy, clock, on_store_error, sleep)
+    report_readiness(scores, results)
     return Judged(tuple(dead), tuple(scores), tuple(results))
+
+
+def report_readiness(scores: Sequence[ScoreEvent], results: Sequence[FoldResult]) -> None:
+    """Say it when a test the route relies on abstains for want of a floor.
+
+    Once per route and test, fleet-wide: the fold records in the route's state that
+    it reported the test (``readiness.noted``) in the commit that reports it, so no
+    other worker or redelivery says it again. The "not armed" alert is logged where
+    it was raised, as a transition's alert is.
+    """
+    for score, result in zip(scores, results, strict=True):
+        for notice in result.notices:
+            log.warning(
+                "route %s: %s; this test abstains on every pair until the floor is there "
+                "(raise the route's noise share, or quantdrift calibrate)",
+                score.route,
+                notice,
+            )
+        if result.not_armed is not None:
+            log.warning("%s", result.not_armed.summary)
 
 
 async def fold_until_done(
