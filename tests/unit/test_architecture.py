@@ -55,7 +55,9 @@ ALLOWED: dict[str, set[str]] = {
     # Preflight scores probe pairs through the one scorer factory (embedding), and
     # its switch drill runs the console's manual step exactly as on-call does.
     "preflight": BASE | KAFKA | MODELS | {"gateway", "services"},
-    "lab": BASE | PURE,
+    # The corpus recorder asks engines through the gateway's own upstream client (its
+    # pairs are what a gateway publishes) and starts engines on free ports.
+    "lab": BASE | PURE | {"gateway", "stack"},
     "alerts": BASE | KAFKA | BREAKER,
     "status": BASE | BREAKER,
     "stack": BASE,

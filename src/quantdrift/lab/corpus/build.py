@@ -18,6 +18,7 @@ from __future__ import annotations
 import gzip
 import hashlib
 import json
+import os
 import random
 from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
@@ -96,8 +97,6 @@ def generate(seed: int, count: int, measure: Measure) -> Iterator[CorpusPrompt]:
 
 def tokenizer_measure() -> Measure:
     """Token count of a chat as the served model sees it: its chat template, its tokenizer."""
-    import os
-
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
     # Deferred: transformers (the lab extra) only when prompts are measured.

@@ -23,6 +23,7 @@ from quantdrift.lab.corpus.families import CorpusPrompt
 from quantdrift.lab.corpus.record import REFERENCE, Progress, progress_line, record
 from quantdrift.lab.vllm_process import EngineProcess, start_engine, wait_ready
 from quantdrift.lab.vllm_server import default_model_dir
+from quantdrift.stack import free_port
 
 REFERENCE_VARIANT = "ref-f32"
 READY_TIMEOUT_S = 1500.0
@@ -87,8 +88,6 @@ class RecordingSession:
         return summary
 
     def _start(self, folder: Path, started: list[EngineProcess], log: TextIO) -> dict[str, str]:
-        from quantdrift.stack import free_port
-
         extra = ("--max-model-len", str(self.max_model_len))
         for name in (REFERENCE, *self.candidates):
             variant = REFERENCE_VARIANT if name == REFERENCE else name
