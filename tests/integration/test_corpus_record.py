@@ -8,8 +8,8 @@ SIGKILL, a crash with no chance to tidy up, while its second block is in flight.
 
 from __future__ import annotations
 
-import gzip
 import json
+import lzma
 import os
 import signal
 import subprocess
@@ -43,7 +43,7 @@ def _record(prompts: Path, out: Path, urls: dict[str, str]) -> subprocess.Popen[
 
 
 def _ids(path: Path) -> list[str]:
-    with gzip.open(path, "rt", encoding="utf-8") as f:
+    with lzma.open(path, "rt", encoding="utf-8") as f:
         return [json.loads(line)["pair_id"] for line in f if line.strip()]
 
 
@@ -65,7 +65,7 @@ def test_a_killed_recording_resumes_without_duplicate_or_missing_pairs(tmp_path:
     out = tmp_path / "pairs"
     try:
         first = _record(prompts, out, urls)
-        block0 = out / "block-00000.jsonl.gz"
+        block0 = out / "block-00000.jsonl.xz"
         deadline = time.monotonic() + 300
         while not block0.exists():
             assert first.poll() is None, first.stderr.read().decode()[-2000:]  # type: ignore[union-attr]
@@ -75,7 +75,7 @@ def test_a_killed_recording_resumes_without_duplicate_or_missing_pairs(tmp_path:
         os.killpg(first.pid, signal.SIGKILL)  # mid-run: block 1 is in flight
         first.wait(timeout=30)
         # The fault landed in the window that matters: blocks 1 and 2 were not written.
-        assert sorted(p.name for p in out.glob("block-*.jsonl.gz")) == ["block-00000.jsonl.gz"]
+        assert sorted(p.name for p in out.glob("block-*.jsonl.xz")) == ["block-00000.jsonl.xz"]
 
         second = _record(prompts, out, urls)
         stdout, stderr = second.communicate(timeout=400)
@@ -86,11 +86,11 @@ def test_a_killed_recording_resumes_without_duplicate_or_missing_pairs(tmp_path:
         for p in procs:
             stop_popen(p, timeout=10)
     assert block0.read_bytes() == written  # not redone
-    ids = [i for b in sorted(out.glob("block-*.jsonl.gz")) for i in _ids(b)]
+    ids = [i for b in sorted(out.glob("block-*.jsonl.xz")) for i in _ids(b)]
     expected = {f"{p.prompt_id}-{label}" for p in short for label in ("noise", "int8")}
     assert len(ids) == len(set(ids)) == 12
     assert set(ids) == expected
-    with gzip.open(out / "block-00002.jsonl.gz", "rt", encoding="utf-8") as f:
+    with lzma.open(out / "block-00002.jsonl.xz", "rt", encoding="utf-8") as f:
         pair = json.loads(f.readline())
     assert pair["tags"]["language"] in ("en", "es", "zh", "ja")
     assert pair["request"]["task"] == pair["tags"]["task"]

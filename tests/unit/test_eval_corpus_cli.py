@@ -1,6 +1,6 @@
 """`quantdrift eval --no-replay` on the first recorded block of the traffic corpus.
 
-The pairs are the recorder's own (corpus/pairs/block-00000.jsonl.gz, recorded on vLLM):
+The pairs are the recorder's own (corpus/pairs/block-00000.jsonl.xz, recorded on vLLM):
 no pair is hand-built. What the streams contain is counted here from the file, apart
 from the code under test: the complete prompts, the calibration pool cut from them, and
 so the healthy pairs a run of D draws must have judged (each evaluation prompt once a
@@ -9,8 +9,8 @@ stream).
 
 from __future__ import annotations
 
-import gzip
 import json
+import lzma
 import shutil
 from collections import defaultdict
 from pathlib import Path
@@ -19,7 +19,7 @@ import pytest
 
 from quantdrift.cli import main
 
-BLOCK = Path(__file__).resolve().parents[2] / "corpus" / "pairs" / "block-00000.jsonl.gz"
+BLOCK = Path(__file__).resolve().parents[2] / "corpus" / "pairs" / "block-00000.jsonl.xz"
 LABELS = ("noise", "int8", "int4-g64-gptq", "int3-g64")
 
 
@@ -33,7 +33,7 @@ def corpus(tmp_path: Path) -> Path:
 
 def complete_prompts() -> set[str]:
     labels: dict[str, set[str]] = defaultdict(set)
-    with gzip.open(BLOCK, "rt", encoding="utf-8") as f:
+    with lzma.open(BLOCK, "rt", encoding="utf-8") as f:
         for line in f:
             pair = json.loads(line)
             labels[pair["pair_id"][: -len(pair["label"]) - 1]].add(pair["label"])

@@ -8,6 +8,7 @@ refused the same way everywhere: one error naming the file and the line.
 from __future__ import annotations
 
 import gzip
+import lzma
 from importlib import resources
 from pathlib import Path
 
@@ -18,11 +19,15 @@ LAB_PAIRS = "lab_pairs.jsonl.gz"
 
 
 def read_pairs(path: Path | None = None) -> list[PairEvent]:
-    """PairEvents from JSONL (gzipped or not); a folder: every ``*.jsonl.gz`` in it, by
-    name (a recorded corpus's blocks); None reads the pairs shipped in the package."""
+    """PairEvents from JSONL (gzip, xz or plain); a folder: every ``*.jsonl.gz`` and
+    ``*.jsonl.xz`` in it, by name (a recorded corpus's blocks); None reads the pairs
+    shipped in the package."""
     if path is not None and path.is_dir():
-        return [p for f in sorted(path.glob("*.jsonl.gz")) for p in read_pairs(f)]
-    if path is None:
+        files = sorted([*path.glob("*.jsonl.gz"), *path.glob("*.jsonl.xz")])
+        return [p for f in files for p in read_pairs(f)]
+    if path is not None and path.suffix == ".xz":
+        raw = lzma.decompress(path.read_bytes())
+    elif path is None:
         ref = resources.files("quantdrift.data").joinpath(LAB_PAIRS)
         raw = gzip.decompress(ref.read_bytes())
     elif path.suffix == ".gz":

@@ -21,7 +21,7 @@ Each pair carries the engine identity of both sides, the prompt's tags
 (``{prompt}-{variant}``).
 
 **Resume.** Prompts are recorded in blocks (``--block`` prompts each); a block is
-written to ``block-NNNNN.jsonl.gz`` under the output folder by an atomic rename when
+written to ``block-NNNNN.jsonl.xz`` under the output folder by an atomic rename when
 every pair of it is in. A recording killed mid-block loses that block's work and
 nothing else; the next run skips the blocks on disk, so no pair is missing or twice.
 A block whose request failed is not written (the run stops with the error): it is
@@ -31,8 +31,8 @@ redone on the next run.
 from __future__ import annotations
 
 import asyncio
-import gzip
 import json
+import lzma
 import os
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -54,6 +54,7 @@ from quantdrift.schemas.pair import EngineInfo, ModelOutput
 REFERENCE = "ref"
 TOP_LOGPROBS = 5
 BLOCK_PREFIX = "block-"
+BLOCK_SUFFIX = ".jsonl.xz"
 RETRIES = 3
 
 
@@ -115,25 +116,27 @@ def recorder_config(
 
 
 def block_path(folder: Path, index: int) -> Path:
-    return folder / f"{BLOCK_PREFIX}{index:05d}.jsonl.gz"
+    return folder / f"{BLOCK_PREFIX}{index:05d}{BLOCK_SUFFIX}"
 
 
 def done_blocks(folder: Path) -> set[int]:
     """Blocks already on disk (complete by construction: written by rename)."""
     out = set()
-    for p in folder.glob(f"{BLOCK_PREFIX}*.jsonl.gz"):
-        stem = p.name[len(BLOCK_PREFIX) : -len(".jsonl.gz")]
+    for p in folder.glob(f"{BLOCK_PREFIX}*{BLOCK_SUFFIX}"):
+        stem = p.name[len(BLOCK_PREFIX) : -len(BLOCK_SUFFIX)]
         if stem.isdigit():
             out.add(int(stem))
     return out
 
 
 def write_block(folder: Path, index: int, pairs: Sequence[PairEvent]) -> Path:
-    """Write a block atomically (tmp file, fsync, rename)."""
+    """Write a block atomically (tmp file, fsync, rename). xz, not gzip: the corpus is
+    committed, and its per-token log-probs take 38 % less room (25 prompts: 308 KB
+    against 496 KB), which keeps 3,200 prompts near 40 MB."""
     folder.mkdir(parents=True, exist_ok=True)
     final = block_path(folder, index)
     tmp = final.with_name(final.name + ".tmp")
-    with gzip.open(tmp, "wt", encoding="utf-8", compresslevel=9) as sink:
+    with lzma.open(tmp, "wt", encoding="utf-8", preset=9 | lzma.PRESET_EXTREME) as sink:
         for p in pairs:
             sink.write(p.model_dump_json(exclude_none=True) + "\n")
     with open(tmp, "rb") as fh:
@@ -146,7 +149,7 @@ def read_pairs(folder: Path) -> list[PairEvent]:
     """Every recorded pair, block by block."""
     out: list[PairEvent] = []
     for index in sorted(done_blocks(folder)):
-        with gzip.open(block_path(folder, index), "rt", encoding="utf-8") as source:
+        with lzma.open(block_path(folder, index), "rt", encoding="utf-8") as source:
             out.extend(PairEvent.model_validate_json(line) for line in source if line.strip())
     return out
 
