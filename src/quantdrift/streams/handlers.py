@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import orjson
 
@@ -27,6 +28,12 @@ class RawRecord:
     topic: str
     partition: int | None
     offset: int | None
+
+    @classmethod
+    def of_event(cls, event: Any) -> RawRecord:
+        """A Faust event as the pure steps take it (with what the DLQ needs to locate it)."""
+        m = event.message
+        return cls(event.value, event.key, m.topic, m.partition, m.offset)
 
     def dead_letter(self, error: str, now: float, value: bytes | None = None) -> DeadLetter:
         """This record for the DLQ, where it came from and why; ``value`` replaces the
