@@ -1,4 +1,4 @@
-"""Pure steps of the agents: parse a batch, turn metrics into score events.
+"""Pure steps of the agents: parse a batch of pairs, open a score record.
 
 No Kafka, no Redis here: agents read records, call these, and write.
 """
@@ -11,10 +11,8 @@ from typing import Any
 
 import orjson
 
-from quantdrift.detectors import FailureThresholds
-from quantdrift.detectors.suite import score_event
 from quantdrift.errors import SchemaError, SignatureError
-from quantdrift.schemas import CommandVerifier, DeadLetter, Metrics, PairEvent, ScoreEvent
+from quantdrift.schemas import CommandVerifier, DeadLetter, PairEvent, ScoreEvent
 from quantdrift.schemas.privacy import prompt_hash
 from quantdrift.schemas.record_keys import pair_key_error
 
@@ -91,13 +89,6 @@ def redact_private_prompt(raw: bytes | None, salt: str = "") -> bytes | None:
     prompt = request.pop("prompt")
     request["prompt_hash"] = prompt_hash(str(prompt), salt)
     return orjson.dumps(data)
-
-
-def to_scores(
-    pairs: Sequence[PairEvent], metrics: Sequence[Metrics], thresholds: FailureThresholds
-) -> list[ScoreEvent]:
-    """Attach the per-pair verdict; the route-level decision is the judge's."""
-    return [score_event(p, m, thresholds) for p, m in zip(pairs, metrics, strict=True)]
 
 
 def parse_score(

@@ -15,15 +15,15 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, NoReturn
 
-from quantdrift.breaker.policy import Policy, thresholds_for
-from quantdrift.detectors import Embedder, FailureThresholds
-from quantdrift.embedding.factory import finish_pair_scores, score_with, stage_scores
+from quantdrift.breaker.policy import Policy
+from quantdrift.detectors import Embedder
+from quantdrift.embedding.batch import finish_batch, score_batch, stage_batch
 from quantdrift.embedding.tiered import Staged
 from quantdrift.failpoints import Failpoint, no_failpoint
-from quantdrift.schemas import CommandSigner, DeadLetter, Metrics, PairEvent, ScoreEvent
+from quantdrift.schemas import CommandSigner, DeadLetter, PairEvent, ScoreEvent
 from quantdrift.streams.app import Topics
 from quantdrift.streams.dead_letters import DeadLetterSink
-from quantdrift.streams.handlers import RawRecord, parse_batch, to_scores
+from quantdrift.streams.handlers import RawRecord, parse_batch
 from quantdrift.streams.lanes import Held, ScoreLanes, StagedScores, Waiting
 from quantdrift.streams.stats import WorkerStats
 
@@ -107,9 +107,7 @@ class ScoreStage:
         for p in pairs:
             self._failpoint(f"score:{p.pair_id}")
         started = time.perf_counter()
-        staged = stage_scores(self._embedder(), pairs)
-        by_route = self._thresholds(pairs)
-        ready = {i: _score(pairs[i], m, by_route) for i, m in staged.ready.items()}
+        ready, staged = stage_batch(self._embedder(), pairs, self._policy.thresholds)
         stats = self._stats
         stats.scoring_seconds.append((time.perf_counter() - started) / len(pairs))
         del stats.scoring_seconds[:-2048]
@@ -124,16 +122,13 @@ class ScoreStage:
             if not isinstance(w.staged.token, Staged):
                 raise TypeError("a pair waiting on the escalation lane was not staged by stage()")
             units.append((w.staged.token, w.index))
-        metrics = finish_pair_scores(self._embedder(), units)
-        pairs = [token.pairs[i] for token, i in units]
-        by_route = self._thresholds(pairs)
-        return [_score(p, m, by_route) for p, m in zip(pairs, metrics, strict=True)]
+        return finish_batch(self._embedder(), units, self._policy.thresholds)
 
     def alone(self, pair: PairEvent) -> ScoreEvent:
         """One pair scored whole, both tiers (a batch's step raised: find who did)."""
         self._failpoint(f"score:{pair.pair_id}")
-        (metrics,) = score_with(self._embedder(), [pair])
-        return _score(pair, metrics, self._thresholds([pair]))
+        (score,) = score_batch(self._embedder(), [pair], self._policy.thresholds)
+        return score
 
     async def emit(self, pair: PairEvent, outcome: ScoreEvent | Exception) -> None:
         """Send a pair's signed score, or dead-letter it with why scoring it failed."""
@@ -152,14 +147,3 @@ class ScoreStage:
         value = self._signer.seal_score(outcome, self._clock())
         await self._topics.scores.send(key=pair.route.encode(), value=value)
         self._stats.pairs_scored += 1
-
-    def _thresholds(self, pairs: list[PairEvent]) -> dict[str, FailureThresholds]:
-        by_route: dict[str, FailureThresholds] = {}
-        for p in pairs:
-            by_route.setdefault(p.route, thresholds_for(self._policy, p.route))
-        return by_route
-
-
-def _score(pair: PairEvent, metrics: Metrics, by_route: dict[str, FailureThresholds]) -> ScoreEvent:
-    (score,) = to_scores([pair], [metrics], by_route[pair.route])
-    return score
