@@ -26,5 +26,6 @@ class WorkerStats:
     store_errors: int = 0
     """Times the breaker store was unavailable (each retried)."""
     batches: int = 0
-    """Scored batches; ``scoring_seconds`` holds the per-pair time of the last 2048."""
+    """Static scoring steps (up to ``ScoreLanes.stage_chunk`` pairs of an agent's batch);
+    ``scoring_seconds`` holds the per-pair time of the last 2048."""
     scoring_seconds: list[float] = field(default_factory=list)
