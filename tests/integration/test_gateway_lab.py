@@ -23,13 +23,8 @@ from quantdrift.gateway.service import Gateway
 from quantdrift.schemas import PairEvent
 from quantdrift.stack import EmbeddedStack, free_port
 from quantdrift.stack.ports import stop_popen
-
-try:
-    from kafka_helpers import consume_n, unique_topic
-    from test_gateway import chat_body, content, serving
-except ImportError:
-    from tests.integration.kafka_helpers import consume_n, unique_topic
-    from tests.integration.test_gateway import chat_body, content, serving
+from support.gateway_upstream import chat_body, content, serving
+from support.kafka import consume_n, unique_topic
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(600)]
 
