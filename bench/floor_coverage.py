@@ -42,6 +42,7 @@ from common import policy_flag, write_section
 
 from quantdrift.breaker.policy import load_policy
 from quantdrift.breaker.rules import signal_arl
+from quantdrift.breaker.rules.reading import read
 from quantdrift.breaker.rules.tolerance import null_mean, observe
 from quantdrift.config import EmbeddingSettings
 from quantdrift.detectors.noise_floor import NoiseFloor, NoiseFloorState
@@ -120,7 +121,7 @@ def coverage(
         floors = {k: [floor_state(c, cache, decoding, rp) for c in v] for k, v in kinds.items()}
         whole = floor_state(calibration, cache, decoding, rp)
         for signal in DIVERGENCES:
-            xs = [x for s in scores if (x := observe(rp, signal, s)) is not None]
+            xs = [x for s in scores if (x := observe(rp, signal, read(rp, s, None))) is not None]
             if not xs:
                 continue
             mean = float(np.mean(xs))
@@ -136,7 +137,7 @@ def coverage(
             }
             arl = signal_arl(rp, signal) or float("inf")
             for label, bs in broken_scores.items():
-                bx = [x for b in bs if (x := observe(rp, signal, b)) is not None]
+                bx = [x for b in bs if (x := observe(rp, signal, read(rp, b, None))) is not None]
                 row[f"{label}_mean"] = round(float(np.mean(bx)), 4) if bx else None
                 row[f"{label}_pairs"] = wald_pairs(bx, null[0], arl)
             for kind, states in floors.items():

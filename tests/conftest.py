@@ -5,6 +5,10 @@ also holds every module's doctests) and the contract checks that need no server.
 ``make test`` runs every tier. A contract test that needs a real server (Redis, a
 gateway process) is marked ``integration`` as well, so the fast tier leaves it out:
 the files are listed below, and the breaker-store contract is split per store.
+
+What the tests share (the stack, a Redis store, worker processes, the scripted
+upstreams, ``ask``) is the ``support`` package beside this file, registered here as
+a plugin; ``pyproject.toml`` puts ``tests/`` on pytest's ``pythonpath`` for it.
 """
 
 from __future__ import annotations
@@ -12,6 +16,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+
+pytest_plugins = ["support.plugin"]
 
 TESTS = Path(__file__).resolve().parent
 

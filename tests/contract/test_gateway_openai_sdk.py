@@ -2,7 +2,7 @@
 refusals, ``top_logprobs``, JSON mode, errors, precision preference, auth.
 
 The gateway runs on uvicorn in front of the scripted upstream of
-``tests/integration/test_gateway.py`` (a behaviour per URL path); every call here
+``support.gateway_upstream`` (a behaviour per URL path); every call here
 goes through ``openai.AsyncOpenAI``, streaming and not, so a field the SDK cannot
 parse fails the test the way it would fail a user.
 """
@@ -11,35 +11,30 @@ from __future__ import annotations
 
 import hashlib
 import json
-import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 
-openai = pytest.importorskip("openai")
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "integration"))
-from test_gateway import (  # noqa: E402
+from quantdrift.gateway.service import Gateway
+from quantdrift.stack import free_port
+from support.gateway_upstream import (
     GOOD,
     ROOMY,
     ROUTE,
     Scripted,
     make_config,
-    scripted,  # noqa: F401  (the module-scoped fixture)
     serving,
 )
 
-from quantdrift.gateway.service import Gateway  # noqa: E402
-from quantdrift.stack import free_port  # noqa: E402
+openai = pytest.importorskip("openai")
 
 pytestmark = [pytest.mark.timeout(120)]
 
 
-def config_for(scripted: Scripted, modes: dict[str, Any], **extra: Any) -> Any:  # noqa: F811
+def config_for(scripted: Scripted, modes: dict[str, Any], **extra: Any) -> Any:
     """The shared test config with roomy timeouts: these tests are about the wire, not time.
 
     A read gap of 0.5 s (the shared timeout) in this process, which also runs the
@@ -116,7 +111,7 @@ async def collect(stream: Any) -> tuple[dict[int, str], list[Any]]:
 # -- the API ------------------------------------------------------------------------------
 
 
-async def test_models_list_and_retrieve(scripted: Scripted) -> None:  # noqa: F811
+async def test_models_list_and_retrieve(scripted: Scripted) -> None:
     async with sdk(Gateway(config_for(scripted, GOOD))) as client:
         models = await client.models.list()
         assert [m.id for m in models.data] == [ROUTE]
@@ -125,7 +120,7 @@ async def test_models_list_and_retrieve(scripted: Scripted) -> None:  # noqa: F8
             await client.models.retrieve("no/such")
 
 
-async def test_usage_without_and_with_streaming(scripted: Scripted) -> None:  # noqa: F811
+async def test_usage_without_and_with_streaming(scripted: Scripted) -> None:
     async with sdk(Gateway(config_for(scripted, GOOD))) as client:
         reply = await client.chat.completions.create(model=ROUTE, messages=user())
         assert reply.choices[0].message.content == "Hello from int4, the answer is forty two."
@@ -147,7 +142,7 @@ async def test_usage_without_and_with_streaming(scripted: Scripted) -> None:  # 
 
 
 @pytest.mark.parametrize("stream", [False, True], ids=["plain", "stream"])
-async def test_n_choices_are_kept_by_index(scripted: Scripted, stream: bool) -> None:  # noqa: F811
+async def test_n_choices_are_kept_by_index(scripted: Scripted, stream: bool) -> None:
     async with sdk(Gateway(config_for(scripted, GOOD))) as client:
         if stream:
             texts, _ = await collect(
@@ -161,7 +156,7 @@ async def test_n_choices_are_kept_by_index(scripted: Scripted, stream: bool) -> 
         assert texts[1] == "[1] Hello from int4, the answer is forty two."
 
 
-async def test_n_choices_of_a_json_answer(scripted: Scripted) -> None:  # noqa: F811
+async def test_n_choices_of_a_json_answer(scripted: Scripted) -> None:
     async with sdk(Gateway(config_for(scripted, GOOD))) as client:
         reply = await client.chat.completions.create(
             model=ROUTE, messages=user("json"), n=2, response_format={"type": "json_object"}
@@ -173,7 +168,7 @@ async def test_n_choices_of_a_json_answer(scripted: Scripted) -> None:  # noqa: 
         }
 
 
-async def test_tool_call_deltas_and_refusal(scripted: Scripted) -> None:  # noqa: F811
+async def test_tool_call_deltas_and_refusal(scripted: Scripted) -> None:
     config = config_for(scripted, {**GOOD, "int4": "tools", "bf16": "refusal"})
     tools = [
         {
@@ -203,7 +198,7 @@ async def test_tool_call_deltas_and_refusal(scripted: Scripted) -> None:  # noqa
 
 
 @pytest.mark.parametrize("stream", [False, True], ids=["plain", "stream"])
-async def test_top_logprobs_as_asked(scripted: Scripted, stream: bool) -> None:  # noqa: F811
+async def test_top_logprobs_as_asked(scripted: Scripted, stream: bool) -> None:
     async with sdk(Gateway(config_for(scripted, GOOD))) as client:
         kw: dict[str, Any] = {"model": ROUTE, "messages": user(), "stream": stream}
         if stream:
@@ -223,7 +218,7 @@ async def test_top_logprobs_as_asked(scripted: Scripted, stream: bool) -> None: 
 
 
 @pytest.mark.parametrize("stream", [False, True], ids=["plain", "stream"])
-async def test_json_mode_falls_back_silently(scripted: Scripted, stream: bool) -> None:  # noqa: F811
+async def test_json_mode_falls_back_silently(scripted: Scripted, stream: bool) -> None:
     async with sdk(Gateway(config_for(scripted, {**GOOD, "int4": "badjson"}))) as client:
         raw = await client.chat.completions.with_raw_response.create(
             model=ROUTE,
@@ -241,7 +236,7 @@ async def test_json_mode_falls_back_silently(scripted: Scripted, stream: bool) -
 
 
 async def test_a_json_answer_cut_by_max_tokens_is_reported_not_retried(
-    scripted: Scripted,  # noqa: F811
+    scripted: Scripted,
 ) -> None:
     gw = Gateway(config_for(scripted, {**GOOD, "int4": "length"}))
     async with sdk(gw) as client:
@@ -263,7 +258,7 @@ async def test_a_json_answer_cut_by_max_tokens_is_reported_not_retried(
 # -- errors -----------------------------------------------------------------------------
 
 
-async def test_errors_have_openai_shape_and_no_internal_hosts(scripted: Scripted) -> None:  # noqa: F811
+async def test_errors_have_openai_shape_and_no_internal_hosts(scripted: Scripted) -> None:
     async with sdk(Gateway(config_for(scripted, {**GOOD, "int4": "e400url"}))) as client:
         with pytest.raises(openai.BadRequestError) as bad:
             await client.chat.completions.create(model=ROUTE, messages=user())
@@ -293,7 +288,7 @@ async def test_errors_have_openai_shape_and_no_internal_hosts(scripted: Scripted
             assert "127.0.0.1" not in json.dumps(failed.value.body)
 
 
-async def test_allowlisted_extra_fields_pass(scripted: Scripted) -> None:  # noqa: F811
+async def test_allowlisted_extra_fields_pass(scripted: Scripted) -> None:
     config = config_for(scripted, GOOD, extra_body_fields=["top_k"])
     async with sdk(Gateway(config)) as client:
         marker = "allow-top-k"
@@ -307,7 +302,7 @@ async def test_allowlisted_extra_fields_pass(scripted: Scripted) -> None:  # noq
 # -- precision preference and auth --------------------------------------------------------
 
 
-def auth_config(scripted: Scripted, **extra: Any) -> Any:  # noqa: F811
+def auth_config(scripted: Scripted, **extra: Any) -> Any:
     return config_for(
         scripted,
         GOOD,
@@ -322,7 +317,7 @@ def auth_config(scripted: Scripted, **extra: Any) -> Any:  # noqa: F811
     )
 
 
-async def test_auth_refusals_are_401_and_403(scripted: Scripted) -> None:  # noqa: F811
+async def test_auth_refusals_are_401_and_403(scripted: Scripted) -> None:
     gw = Gateway(auth_config(scripted))
     async with serving(gw) as http:
         nobody, team, ops = (sdk_client(http, k) for k in ("sk-wrong", TEAM_KEY, OPS_KEY))
@@ -354,7 +349,7 @@ async def test_auth_refusals_are_401_and_403(scripted: Scripted) -> None:  # noq
             await c.close()
 
 
-async def test_a_key_sees_and_uses_only_its_routes(scripted: Scripted) -> None:  # noqa: F811
+async def test_a_key_sees_and_uses_only_its_routes(scripted: Scripted) -> None:
     data = auth_config(scripted).model_dump()
     data["routes"][OTHER_ROUTE] = dict(data["routes"][ROUTE])
     from quantdrift.gateway.gateway_config import parse_config
@@ -371,7 +366,7 @@ async def test_a_key_sees_and_uses_only_its_routes(scripted: Scripted) -> None: 
 
 
 async def test_a_pool_without_logprobs_serves_and_shadows_text_only(
-    scripted: Scripted,  # noqa: F811
+    scripted: Scripted,
 ) -> None:
     publisher = FakePublisher()
     config = config_for(
@@ -403,7 +398,7 @@ async def test_a_pool_without_logprobs_serves_and_shadows_text_only(
     assert not [b for b in scripted.calls_to("bf16") if "logprobs" in b and "nolp" in json.dumps(b)]
 
 
-async def test_the_caller_cannot_steer_sampling(scripted: Scripted) -> None:  # noqa: F811
+async def test_the_caller_cannot_steer_sampling(scripted: Scripted) -> None:
     publisher = FakePublisher()
     gw = Gateway(config_for(scripted, GOOD, shadow_sample_rate=0.5), publisher=publisher)  # type: ignore[arg-type]
     async with sdk(gw) as client:
@@ -421,7 +416,7 @@ async def test_the_caller_cannot_steer_sampling(scripted: Scripted) -> None:  # 
 
 
 async def test_prompts_leave_as_a_salted_hash_unless_the_route_opts_in(
-    scripted: Scripted,  # noqa: F811
+    scripted: Scripted,
 ) -> None:
     hashed, clear = FakePublisher(), FakePublisher()
     for publisher, opt_in in ((hashed, False), (clear, True)):
@@ -444,7 +439,7 @@ async def test_prompts_leave_as_a_salted_hash_unless_the_route_opts_in(
     assert len(secret) == 1 and secret[0].request.prompt is None  # private wins over opt-in
 
 
-async def test_a_buffered_json_stream_keeps_choices_and_usage(scripted: Scripted) -> None:  # noqa: F811
+async def test_a_buffered_json_stream_keeps_choices_and_usage(scripted: Scripted) -> None:
     async with sdk(Gateway(config_for(scripted, GOOD))) as client:
         stream = await client.chat.completions.create(
             model=ROUTE,
@@ -460,7 +455,7 @@ async def test_a_buffered_json_stream_keeps_choices_and_usage(scripted: Scripted
     assert chunks[-1].choices == [] and chunks[-1].usage.prompt_tokens == 7
 
 
-async def test_text_completions_with_fallback_and_usage(scripted: Scripted) -> None:  # noqa: F811
+async def test_text_completions_with_fallback_and_usage(scripted: Scripted) -> None:
     async with sdk(Gateway(config_for(scripted, {**GOOD, "int4": "e500"}))) as client:
         raw = await client.completions.with_raw_response.create(
             model=ROUTE, prompt="Say hi", max_tokens=5

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import json
 import math
-import sys
 from collections import Counter
 from collections.abc import Sequence
 from itertools import pairwise
@@ -23,6 +22,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from common import long_pairs  # bench/ is not a package
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from rouge_score import rouge_scorer
@@ -41,9 +41,6 @@ from quantdrift.embedding.static import StaticEmbedder
 from quantdrift.embedding.tiered import TieredScorer
 from quantdrift.schemas import Metrics, ModelOutput, PairEvent
 from quantdrift.services.pairs import read_pairs
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
-from common import long_pairs  # bench/ is not a package
 
 SACREBLEU = {tok: BLEU(effective_order=True, tokenize=tok) for tok in ("13a", "zh")}
 ROUGE = rouge_scorer.RougeScorer(["rouge1", "rougeL"], use_stemmer=False)

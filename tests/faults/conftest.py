@@ -11,11 +11,12 @@ import uuid
 from collections.abc import Iterator
 
 import pytest
-from faults_support import isolated_settings, make_topics, wait_scored
 
 from quantdrift.config import Settings
 from quantdrift.demo.workers import WorkerProcess
 from quantdrift.stack import EmbeddedStack
+from support.guard import isolated_settings, make_topics, wait_scored
+from support.workers import start_worker
 
 
 @pytest.fixture(scope="session")
@@ -30,7 +31,7 @@ def fault_worker(fault_stack: EmbeddedStack) -> Iterator[tuple[Settings, WorkerP
     prefix = f"qdfault:{uuid.uuid4().hex}:"
     settings = isolated_settings(fault_stack, prefix, partitions=2)
     asyncio.run(make_topics(settings))
-    worker = WorkerProcess(settings, fault_stack.redis_url).start()
+    worker = start_worker(settings, fault_stack.redis_url)
     try:
         asyncio.run(wait_scored(settings, worker))
         yield settings, worker

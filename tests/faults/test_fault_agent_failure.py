@@ -20,7 +20,10 @@ import re
 import uuid
 
 import pytest
-from faults_support import (
+
+from quantdrift.demo import synthetic
+from quantdrift.schemas import DeadLetter, PairEvent
+from support.faults import (
     consume_n,
     isolated_settings,
     make_topics,
@@ -31,10 +34,7 @@ from faults_support import (
     until_seen,
     wait_scored,
 )
-from transition_support import FailpointWorker
-
-from quantdrift.demo import synthetic
-from quantdrift.schemas import DeadLetter, PairEvent
+from support.transitions import FailpointWorker
 
 pytestmark = [
     pytest.mark.integration,

@@ -14,7 +14,11 @@ from concurrent.futures import ThreadPoolExecutor
 from types import SimpleNamespace
 
 import pytest
-from faults_support import (
+
+from quantdrift.demo import synthetic
+from quantdrift.gateway.publisher import ShadowPublisher
+from quantdrift.stack import TansuBroker, free_port
+from support.faults import (
     isolated_settings,
     make_topics,
     on_route,
@@ -23,11 +27,7 @@ from faults_support import (
     until_seen,
     wait_scored,
 )
-
-from quantdrift.demo import synthetic
-from quantdrift.demo.workers import WorkerProcess
-from quantdrift.gateway.publisher import ShadowPublisher
-from quantdrift.stack import TansuBroker, free_port
+from support.workers import start_worker
 
 pytestmark = [
     pytest.mark.integration,
@@ -56,7 +56,7 @@ async def test_broker_restart_worker_and_publisher_carry_on(fault_stack) -> None
     await make_topics(settings)
     pairs = on_route(shadow_only(synthetic.healthy(ROUTE, seed=51), 60), ROUTE, "b")
     before, during, after = pairs[:20], pairs[20:40], pairs[40:]
-    worker = WorkerProcess(settings, fault_stack.redis_url).start()
+    worker = start_worker(settings, fault_stack.redis_url)
     # A small in-flight window: most pairs offered during the outage stay in the
     # publisher's own queue, the rest are in aiokafka's hands when the broker goes.
     publisher = ShadowPublisher(settings.kafka, 1.0, max_in_flight=IN_FLIGHT)

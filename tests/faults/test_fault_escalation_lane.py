@@ -19,7 +19,12 @@ import json
 import uuid
 
 import pytest
-from faults_support import (
+
+from quantdrift.demo import synthetic
+from quantdrift.failpoints import SLEEP_S
+from quantdrift.schemas import PairEvent
+from quantdrift.schemas.record_keys import pair_record_key
+from support.faults import (
     consume_n,
     isolated_settings,
     make_topics,
@@ -30,12 +35,7 @@ from faults_support import (
     until_seen,
     wait_scored,
 )
-from transition_support import FailpointWorker
-
-from quantdrift.demo import synthetic
-from quantdrift.failpoints import SLEEP_S
-from quantdrift.schemas import PairEvent
-from quantdrift.schemas.record_keys import pair_record_key
+from support.transitions import FailpointWorker
 
 pytestmark = [
     pytest.mark.integration,

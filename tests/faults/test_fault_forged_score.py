@@ -16,7 +16,10 @@ import time
 import uuid
 
 import pytest
-from faults_support import (
+
+from quantdrift.demo import synthetic
+from quantdrift.schemas import CommandSigner, DeadLetter, Metrics, ScoreEvent
+from support.faults import (
     commands_on,
     consume_n,
     on_route,
@@ -26,9 +29,6 @@ from faults_support import (
     shadow_only,
     until_seen,
 )
-
-from quantdrift.demo import synthetic
-from quantdrift.schemas import CommandSigner, DeadLetter, Metrics, ScoreEvent
 
 pytestmark = [
     pytest.mark.integration,

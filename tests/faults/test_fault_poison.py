@@ -18,7 +18,6 @@ import time
 from typing import Any
 
 import pytest
-from faults_support import consume_n, on_route, send_pairs, shadow_only, until_seen
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
@@ -26,6 +25,7 @@ from quantdrift.demo import synthetic
 from quantdrift.schemas import DeadLetter, unverified_score
 from quantdrift.schemas.pair import MAX_TEXT_CHARS
 from quantdrift.streams.handlers import RawRecord, parse_batch
+from support.faults import consume_n, on_route, send_pairs, shadow_only, until_seen
 
 pytestmark = [
     pytest.mark.integration,

@@ -18,8 +18,9 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
-from faults_support import make_topics, send_pairs, wait_scored
-from transition_support import (
+
+from support.faults import make_topics, send_pairs, wait_scored
+from support.transitions import (
     FailpointWorker,
     Follower,
     RouteKeys,

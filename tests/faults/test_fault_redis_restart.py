@@ -8,7 +8,12 @@ import uuid
 from types import SimpleNamespace
 
 import pytest
-from faults_support import (
+
+from quantdrift.demo import synthetic
+from quantdrift.gateway.control.controller import RouteController
+from quantdrift.schemas.record_keys import pair_record_key
+from quantdrift.schemas.signing import verifier_from_settings
+from support.faults import (
     PersistentRedis,
     commands_on,
     isolated_settings,
@@ -21,12 +26,7 @@ from faults_support import (
     until_seen,
     wait_scored,
 )
-
-from quantdrift.demo import synthetic
-from quantdrift.demo.workers import WorkerProcess
-from quantdrift.gateway.control.controller import RouteController
-from quantdrift.schemas.record_keys import pair_record_key
-from quantdrift.schemas.signing import verifier_from_settings
+from support.workers import start_worker
 
 pytestmark = [
     pytest.mark.integration,
@@ -51,7 +51,7 @@ async def test_redis_restart_under_load_loses_no_decision(fault_stack) -> None: 
     await make_topics(settings)
     kafka = settings.kafka
     before, during = "redis/before", "redis/during"
-    worker = WorkerProcess(settings, server.url).start()
+    worker = start_worker(settings, server.url)
     controller = RouteController(
         kafka,
         server.url,

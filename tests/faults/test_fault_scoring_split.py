@@ -15,7 +15,9 @@ import uuid
 from collections import defaultdict
 
 import pytest
-from faults_support import (
+
+from quantdrift.schemas import ScoreEvent, unverified_score
+from support.faults import (
     commands_on,
     consume_n,
     isolated_settings,
@@ -23,7 +25,7 @@ from faults_support import (
     records_for,
     route_state,
 )
-from scoring_split_support import (
+from support.scoring_split import (
     PacedProducer,
     healthy_then_drifted,
     judged,
@@ -32,8 +34,6 @@ from scoring_split_support import (
     worker_counts,
     worker_with_web,
 )
-
-from quantdrift.schemas import ScoreEvent, unverified_score
 
 pytestmark = [
     pytest.mark.integration,
@@ -91,8 +91,6 @@ async def test_one_route_is_scored_by_two_workers_and_decided_once(fault_stack) 
     settings = isolated_settings(fault_stack, f"qdfault:{uuid.uuid4().hex}:", partitions=2)
     await make_topics(settings)
     workers = [worker_with_web(settings, fault_stack.redis_url) for _ in range(2)]
-    for worker, _ in workers:
-        worker.start()
     try:
         await warm_all(settings, workers)
         before = [(await worker_counts(port))["pairs_scored"] for _, port in workers]
@@ -154,8 +152,6 @@ async def test_two_scoring_workers_killed_in_turn_every_pair_judged_once(fault_s
     interleaved = [p for group in zip(*stream, strict=True) for p in group]
     total = len(interleaved)
     workers = [worker_with_web(settings, fault_stack.redis_url) for _ in range(3)]
-    for worker, _ in workers:
-        worker.start()
     kills: list[dict[str, int]] = []
     try:
         await warm_all(settings, workers)

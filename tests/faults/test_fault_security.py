@@ -15,7 +15,6 @@ import uuid
 
 import pytest
 import redis.asyncio as aioredis
-from faults_support import consume_n, on_route, send_pairs, shadow_only, until_seen
 
 from quantdrift.demo import synthetic
 from quantdrift.errors import SchemaError
@@ -24,6 +23,7 @@ from quantdrift.gateway.publisher import ShadowPublisher
 from quantdrift.schemas import CommandSigner, DeadLetter, PairEvent, RouteCommand
 from quantdrift.schemas.pair import RequestInfo
 from quantdrift.schemas.signing import signer_from_settings, verifier_from_settings
+from support.faults import consume_n, on_route, send_pairs, shadow_only, until_seen
 
 pytestmark = [
     pytest.mark.integration,

@@ -21,7 +21,11 @@ from typing import Any
 
 import httpx
 import pytest
-from faults_support import (
+
+from quantdrift.demo import synthetic
+from quantdrift.failpoints import SLEEP_S
+from quantdrift.stack import free_port
+from support.faults import (
     isolated_settings,
     make_topics,
     on_route,
@@ -31,11 +35,7 @@ from faults_support import (
     until_seen,
     wait_scored,
 )
-from transition_support import FailpointWorker
-
-from quantdrift.demo import synthetic
-from quantdrift.failpoints import SLEEP_S
-from quantdrift.stack import free_port
+from support.transitions import FailpointWorker
 
 pytestmark = [
     pytest.mark.integration,

@@ -20,8 +20,9 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-from faults_support import make_topics, send_pairs, wait_scored
-from transition_support import (
+
+from support.faults import make_topics, send_pairs, wait_scored
+from support.transitions import (
     FailpointWorker,
     Follower,
     RouteKeys,

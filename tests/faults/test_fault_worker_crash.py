@@ -7,7 +7,11 @@ import time
 import uuid
 
 import pytest
-from faults_support import (
+
+from quantdrift.demo import synthetic
+from quantdrift.demo.workers import WorkerProcess
+from quantdrift.schemas.record_keys import pair_record_key
+from support.faults import (
     commands_on,
     isolated_settings,
     make_topics,
@@ -19,10 +23,7 @@ from faults_support import (
     until_seen,
     wait_scored,
 )
-
-from quantdrift.demo import synthetic
-from quantdrift.demo.workers import WorkerProcess
-from quantdrift.schemas.record_keys import pair_record_key
+from support.workers import start_worker
 
 pytestmark = [
     pytest.mark.integration,
@@ -50,7 +51,7 @@ async def test_kill_9_mid_stream_then_restart_loses_nothing_and_repeats_nothing(
         stream += [(pair_record_key(p), p.dumps()) for p in pairs]
     # Interleave routes so the crash cuts every route's stream, not one after the other.
     stream = [stream[j] for k in range(35) for j in range(k, len(stream), 35)]
-    first = WorkerProcess(settings, fault_stack.redis_url).start()
+    first = start_worker(settings, fault_stack.redis_url)
     second: WorkerProcess | None = None
     try:
         await wait_scored(settings, first)
@@ -69,7 +70,7 @@ async def test_kill_9_mid_stream_then_restart_loses_nothing_and_repeats_nothing(
             await asyncio.sleep(0.05)
         first.kill()
         killed_at = sum(seen)
-        second = WorkerProcess(settings, fault_stack.redis_url).start()
+        second = start_worker(settings, fault_stack.redis_url)
         await producing
         for route in ROUTES:
             await until_seen(settings, route, per_route[route], second, timeout=90)

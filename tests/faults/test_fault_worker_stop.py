@@ -16,10 +16,11 @@ import uuid
 from types import SimpleNamespace
 
 import pytest
-from faults_support import isolated_settings, make_topics, wait_scored
 
 from quantdrift.demo.workers import WorkerProcess
 from quantdrift.stack import TansuBroker, kafka_metadata_ok
+from support.faults import isolated_settings, make_topics, wait_scored
+from support.workers import start_worker
 
 pytestmark = [
     pytest.mark.integration,
@@ -70,7 +71,7 @@ async def test_sigterm_stops_the_worker_within_the_grace_period(
         partitions=2,
     )
     await make_topics(settings)
-    worker = WorkerProcess(settings, fault_stack.redis_url).start()
+    worker = start_worker(settings, fault_stack.redis_url)
     try:
         await wait_scored(settings, worker)  # in its group, with a partition to commit
         if broker_gone:

@@ -21,11 +21,7 @@ from quantdrift.cli import main
 from quantdrift.config import KafkaSettings
 from quantdrift.kafka_clients import consumer_kwargs, producer_kwargs
 from quantdrift.schemas import AlertEvent, DeadLetter
-
-try:
-    from kafka_helpers import consume_n, produce, unique_topic
-except ImportError:  # pragma: no cover
-    from tests.integration.kafka_helpers import consume_n, produce, unique_topic
+from support.kafka import consume_n, produce, unique_topic
 
 
 class Receiver:

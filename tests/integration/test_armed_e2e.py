@@ -40,13 +40,9 @@ from quantdrift.config import Settings
 from quantdrift.demo.workers import WorkerProcess, settings_env
 from quantdrift.stack import EmbeddedStack, free_port
 from quantdrift.stack.ports import stop_popen
-
-try:
-    from guard import isolated_settings, make_topics, records_for, until_seen
-    from scripted_llm import ScriptedLLM
-except ImportError:  # pragma: no cover - when tests/ is imported as a package
-    from tests.integration.guard import isolated_settings, make_topics, records_for, until_seen
-    from tests.integration.scripted_llm import ScriptedLLM
+from support.guard import isolated_settings, make_topics, records_for, until_seen
+from support.scripted_llm import ScriptedLLM
+from support.workers import start_worker
 
 openai = pytest.importorskip("openai")
 
@@ -154,7 +150,7 @@ def world(
     llm = ScriptedLLM().start()
     llm.texts["int4"] = ANSWERS[0]
     llm.variants["bf16"] = ANSWERS
-    worker = WorkerProcess(settings, stack.redis_url).start()
+    worker = start_worker(settings, stack.redis_url)
     try:
         yield settings, worker, env, llm
     finally:

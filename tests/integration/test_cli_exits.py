@@ -19,11 +19,7 @@ from pathlib import Path
 import pytest
 
 from quantdrift.stack.ports import free_port
-
-try:
-    from guard import isolated_settings, make_topics
-except ImportError:  # pragma: no cover
-    from tests.integration.guard import isolated_settings, make_topics
+from support.guard import isolated_settings, make_topics
 
 pytestmark = pytest.mark.integration
 

@@ -17,13 +17,8 @@ from quantdrift.cli import main
 from quantdrift.schemas.keys import command_key
 from quantdrift.schemas.score import Metrics, ScoreEvent
 from quantdrift.schemas.signing import signer_from_settings, verifier_from_settings
-
-try:
-    from guard import isolated_settings, make_topics
-    from kafka_helpers import consume_n
-except ImportError:  # pragma: no cover
-    from tests.integration.guard import isolated_settings, make_topics
-    from tests.integration.kafka_helpers import consume_n
+from support.guard import isolated_settings, make_topics
+from support.kafka import consume_n
 
 pytestmark = pytest.mark.integration
 

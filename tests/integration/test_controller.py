@@ -16,11 +16,7 @@ from quantdrift.errors import UnmappableCommand
 from quantdrift.gateway.control.controller import RouteController, command_key
 from quantdrift.schemas import CommandSigner, CommandVerifier, RouteCommand
 from quantdrift.stack import EmbeddedStack, create_topics, free_port
-
-try:
-    from kafka_helpers import produce, unique_topic
-except ImportError:
-    from tests.integration.kafka_helpers import produce, unique_topic
+from support.kafka import produce, unique_topic
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(60)]
 

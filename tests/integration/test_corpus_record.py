@@ -21,11 +21,7 @@ import pytest
 
 from quantdrift.lab.corpus import build
 from quantdrift.stack.ports import stop_popen
-
-try:
-    from test_gateway_lab import start_lab
-except ImportError:
-    from tests.integration.test_gateway_lab import start_lab
+from support.lab import start_lab
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(600)]
 

@@ -40,11 +40,7 @@ from hypothesis import strategies as st
 from quantdrift.schemas import CommandSigner, RouteCommand
 from quantdrift.stack import EmbeddedStack, create_topics, free_port
 from quantdrift.stack.ports import stop_popen
-
-try:
-    from kafka_helpers import consume_n, produce, unique_topic
-except ImportError:
-    from tests.integration.kafka_helpers import consume_n, produce, unique_topic
+from support.kafka import consume_n, produce, unique_topic
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
 

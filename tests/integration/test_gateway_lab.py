@@ -7,8 +7,6 @@ and a reference killed mid-run, which must change nothing for users.
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -21,51 +19,13 @@ from quantdrift.gateway.gateway_config import parse_config
 from quantdrift.gateway.publisher import ShadowPublisher
 from quantdrift.gateway.service import Gateway
 from quantdrift.schemas import PairEvent
-from quantdrift.stack import EmbeddedStack, free_port
+from quantdrift.stack import EmbeddedStack
 from quantdrift.stack.ports import stop_popen
-
-try:
-    from kafka_helpers import consume_n, unique_topic
-    from test_gateway import chat_body, content, serving
-except ImportError:
-    from tests.integration.kafka_helpers import consume_n, unique_topic
-    from tests.integration.test_gateway import chat_body, content, serving
+from support.gateway_upstream import chat_body, content, serving
+from support.kafka import consume_n, unique_topic
+from support.lab import start_lab
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(600)]
-
-
-def start_lab(
-    variants: dict[str, str], logs: Path
-) -> tuple[list[subprocess.Popen[bytes]], dict[str, str]]:
-    """``quantdrift lab serve`` per variant, healthy; (processes, {name: url})."""
-    procs, urls = [], {}
-    for name, variant in variants.items():
-        port = free_port()
-        log = (logs / f"{name}.log").open("wb")
-        procs.append(
-            subprocess.Popen(
-                [sys.executable, "-m", "quantdrift", "lab", "serve", "--precision", variant,
-                 "--port", str(port), "--threads", "1"],
-                stdout=log,
-                stderr=subprocess.STDOUT,
-            )
-        )  # fmt: skip
-        urls[name] = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 300
-    for name, url in urls.items():
-        while True:
-            try:
-                if httpx.get(f"{url}/health", timeout=1).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            if time.monotonic() > deadline or any(p.poll() is not None for p in procs):
-                for p in procs:
-                    stop_popen(p, timeout=10)
-                tail = Path(logs / f"{name}.log").read_text()[-2000:]
-                pytest.fail(f"lab serve {name} did not come up:\n{tail}")
-            time.sleep(0.5)
-    return procs, urls
 
 
 @pytest.fixture(scope="module")

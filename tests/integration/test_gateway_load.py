@@ -24,24 +24,13 @@ from typing import Any
 import httpx
 import pytest
 
-try:
-    from test_gateway import (
-        Scripted,
-        chat_body,
-        make_config,
-        scripted,
-        serving,
-    )
-except ImportError:
-    from tests.integration.test_gateway import (
-        Scripted,
-        chat_body,
-        make_config,
-        scripted,  # noqa: F401
-        serving,
-    )
-
 from quantdrift.gateway.service import Gateway
+from support.gateway_upstream import (
+    Scripted,
+    chat_body,
+    make_config,
+    serving,
+)
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
 

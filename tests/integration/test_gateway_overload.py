@@ -24,20 +24,9 @@ import aiohttp
 import httpx
 import pytest
 
-try:
-    from test_gateway import GOOD, Scripted, chat_body, make_config, scripted, serving
-except ImportError:
-    from tests.integration.test_gateway import (
-        GOOD,
-        Scripted,
-        chat_body,
-        make_config,
-        scripted,  # noqa: F401
-        serving,
-    )
-
 from quantdrift.gateway.service import Gateway
 from quantdrift.gateway.upstreams import Upstreams
+from support.gateway_upstream import GOOD, Scripted, chat_body, make_config, serving
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
 

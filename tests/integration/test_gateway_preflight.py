@@ -27,20 +27,11 @@ import openai
 import pytest
 import yaml
 
-try:
-    from test_gateway import ROUTE, Scripted, scripted, serving
-except ImportError:
-    from tests.integration.test_gateway import (
-        ROUTE,
-        Scripted,
-        scripted,  # noqa: F401
-        serving,
-    )
-
 from quantdrift.config import Settings
 from quantdrift.gateway.observability import health
 from quantdrift.services.gateway import build_gateway
 from quantdrift.stack import free_port
+from support.gateway_upstream import ROUTE, Scripted, serving
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
 

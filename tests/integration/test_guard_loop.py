@@ -21,29 +21,17 @@ from quantdrift.schemas import AlertEvent, DeadLetter, PairEvent
 from quantdrift.schemas.keys import route_key
 from quantdrift.schemas.pair import EngineInfo
 from quantdrift.schemas.signing import unverified_command, verifier_from_settings
-
-try:
-    from guard import (
-        isolated_settings,
-        make_topics,
-        on_route,
-        records_for,
-        route_state,
-        shadow_only,
-        until_seen,
-    )
-    from kafka_helpers import consume_n
-except ImportError:  # pragma: no cover - when tests/ is imported as a package
-    from tests.integration.guard import (
-        isolated_settings,
-        make_topics,
-        on_route,
-        records_for,
-        route_state,
-        shadow_only,
-        until_seen,
-    )
-    from tests.integration.kafka_helpers import consume_n
+from support.guard import (
+    isolated_settings,
+    make_topics,
+    on_route,
+    records_for,
+    route_state,
+    shadow_only,
+    until_seen,
+)
+from support.kafka import consume_n
+from support.workers import start_worker
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -61,7 +49,7 @@ def guard(stack) -> Iterator[tuple[Settings, WorkerProcess]]:  # type: ignore[no
     prefix = f"qdtest:{uuid.uuid4().hex}:"
     settings = isolated_settings(stack, prefix)
     asyncio.run(make_topics(settings))
-    worker = WorkerProcess(settings, stack.redis_url).start()
+    worker = start_worker(settings, stack.redis_url)
     yield settings, worker
     worker.stop()
     _cleanup(stack.redis_url, prefix)
@@ -246,31 +234,26 @@ async def test_poisoned_stream_dead_letters_every_bad_message(guard) -> None:  #
     assert worker.alive()
 
 
-async def test_two_workers_and_a_redelivered_batch_give_one_command_per_transition(stack) -> None:  # type: ignore[no-untyped-def]
-    prefix = f"qdtest:{uuid.uuid4().hex}:"
-    settings = isolated_settings(stack, prefix, partitions=4)
+async def test_two_workers_and_a_redelivered_batch_give_one_command_per_transition(
+    stack, redis_prefix, worker_process
+) -> None:  # type: ignore[no-untyped-def]
+    # Teardown stops the workers (worker_process), then deletes the prefix's keys.
+    settings = isolated_settings(stack, redis_prefix, partitions=4)
     await make_topics(settings)
-    workers = [WorkerProcess(settings, stack.redis_url).start() for _ in range(2)]
+    workers = [worker_process(settings) for _ in range(2)]
     routes = [f"test/pool-{i}" for i in range(3)]
-    try:
-        batch = []
-        for route in routes:
-            pairs = on_route(shadow_only(synthetic.healthy(route, seed=1), 20), route, route)
-            pairs += on_route(shadow_only(synthetic.drifted(route, seed=2), 8), route, route)
-            batch += [(route.encode(), p.dumps()) for p in pairs]
-        await send(settings, batch)
-        await send(settings, batch)  # the same pair ids again: a redelivery
-        for route in routes:
-            state = await until_seen(settings, route, 28, workers[0], timeout=180)
-            assert state.pairs_seen == 28, "a redelivered pair was counted twice"
-            assert (state.state, state.trips) == ("open", 1), (route, state.last_decision)
-        for route in routes:
-            commands = [
-                unverified_command(r.value) for r in await on_topic(settings, "control", route)
-            ]
-            assert [c.action for c in commands] == ["rollback"], route
-        assert all(w.alive() for w in workers)
-    finally:
-        for w in workers:
-            w.stop()
-        _cleanup(stack.redis_url, prefix)
+    batch = []
+    for route in routes:
+        pairs = on_route(shadow_only(synthetic.healthy(route, seed=1), 20), route, route)
+        pairs += on_route(shadow_only(synthetic.drifted(route, seed=2), 8), route, route)
+        batch += [(route.encode(), p.dumps()) for p in pairs]
+    await send(settings, batch)
+    await send(settings, batch)  # the same pair ids again: a redelivery
+    for route in routes:
+        state = await until_seen(settings, route, 28, workers[0], timeout=180)
+        assert state.pairs_seen == 28, "a redelivered pair was counted twice"
+        assert (state.state, state.trips) == ("open", 1), (route, state.last_decision)
+    for route in routes:
+        commands = [unverified_command(r.value) for r in await on_topic(settings, "control", route)]
+        assert [c.action for c in commands] == ["rollback"], route
+    assert all(w.alive() for w in workers)

@@ -27,15 +27,11 @@ from aiokafka.errors import KafkaConnectionError
 
 from quantdrift.config import KafkaSettings
 from quantdrift.demo import synthetic
-from quantdrift.demo.workers import WorkerProcess
 from quantdrift.kafka_clients import consumer_kwargs, producer_kwargs
 from quantdrift.stack import free_port, kafka_metadata_ok, resolve_tansu_bin
 from quantdrift.stack.ports import stop_popen
-
-try:
-    from guard import isolated_settings, on_route, shadow_only, until_seen
-except ImportError:  # pragma: no cover
-    from tests.integration.guard import isolated_settings, on_route, shadow_only, until_seen
+from support.guard import isolated_settings, on_route, shadow_only, until_seen
+from support.workers import start_worker
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(180)]
 
@@ -173,7 +169,7 @@ async def test_clients_and_a_worker_speak_tls_from_settings(  # type: ignore[no-
             monkeypatch.setenv("QUANTDRIFT_KAFKA__SECURITY_PROTOCOL", "SSL")
             monkeypatch.setenv("QUANTDRIFT_KAFKA__SSL_CAFILE", str(cert))
             monkeypatch.setenv("QUANTDRIFT_EMBEDDING__TIER", "none")
-            worker = WorkerProcess(settings, stack.redis_url).start()
+            worker = start_worker(settings, stack.redis_url)
             try:
                 route = "tls/int4"
                 pairs = on_route(shadow_only(synthetic.healthy(route, seed=5), 3), route, "tls")

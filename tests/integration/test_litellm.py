@@ -34,20 +34,15 @@ import redis
 import yaml
 
 from quantdrift.config import Settings
-from quantdrift.demo.workers import WorkerProcess, settings_env
+from quantdrift.demo.workers import settings_env
 from quantdrift.schemas import PairEvent
 from quantdrift.schemas.keys import command_key
 from quantdrift.schemas.signing import unverified_command
 from quantdrift.stack import EmbeddedStack, free_port
-
-try:
-    from guard import isolated_settings, make_topics, until_seen
-    from kafka_helpers import consume_n
-    from scripted_llm import ScriptedLLM
-except ImportError:  # pragma: no cover - when tests/ is imported as a package
-    from tests.integration.guard import isolated_settings, make_topics, until_seen
-    from tests.integration.kafka_helpers import consume_n
-    from tests.integration.scripted_llm import ScriptedLLM
+from support.guard import isolated_settings, make_topics, until_seen
+from support.kafka import consume_n
+from support.scripted_llm import ScriptedLLM
+from support.workers import start_worker
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
 
@@ -227,7 +222,7 @@ async def test_mirrors_become_pairs_and_a_worker_judges_them(
     assert len(upstream.calls_to("bf16")) == 5
 
     monkeypatch.setenv("QUANTDRIFT_EMBEDDING__TIER", "static")  # no model load: fast start
-    worker = WorkerProcess(proxy.settings, proxy.settings.redis.url or "").start()
+    worker = start_worker(proxy.settings)
     try:
         state = await until_seen(proxy.settings, ROUTE, 5, worker, timeout=120)
     finally:

@@ -18,7 +18,7 @@ import sys
 import threading
 import time
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -26,7 +26,6 @@ from typing import Any
 
 import openai
 import pytest
-import redis.asyncio as aioredis
 import uvicorn
 from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import (
     ExportLogsServiceRequest,
@@ -43,31 +42,18 @@ from quantdrift.breaker.policy import RoutePolicy
 from quantdrift.breaker.store import RedisBreakerStore
 from quantdrift.config import KafkaSettings, TopicNames
 from quantdrift.demo import synthetic
-from quantdrift.demo.workers import WorkerProcess
 from quantdrift.gateway.app import create_app
 from quantdrift.gateway.gateway_config import parse_config
 from quantdrift.gateway.publisher import ShadowPublisher
 from quantdrift.gateway.service import Gateway
 from quantdrift.integrations import otel
 from quantdrift.schemas import Metrics, PairEvent, ScoreEvent
-from quantdrift.schemas.signing import CommandSigner
 from quantdrift.stack import EmbeddedStack, free_port
 from quantdrift.stack.broker import create_topics
-
-try:
-    from guard import isolated_settings, make_topics, on_route, send_pairs, shadow_only
-    from kafka_helpers import consume_n
-    from scripted_llm import ScriptedLLM
-except ImportError:  # pragma: no cover - when tests/ is imported as a package
-    from tests.integration.guard import (
-        isolated_settings,
-        make_topics,
-        on_route,
-        send_pairs,
-        shadow_only,
-    )
-    from tests.integration.kafka_helpers import consume_n
-    from tests.integration.scripted_llm import ScriptedLLM
+from support.guard import isolated_settings, make_topics, on_route, send_pairs, shadow_only
+from support.kafka import consume_n
+from support.scripted_llm import ScriptedLLM
+from support.workers import start_worker
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
 
@@ -126,23 +112,16 @@ def test_off_by_default() -> None:
         otel.from_env({"OTEL_EXPORTER_OTLP_ENDPOINT": "http://c:4318", otel.SAMPLE_ENV: "2"})
 
 
-@pytest.fixture
-async def store(stack: EmbeddedStack, redis_prefix: str) -> AsyncIterator[RedisBreakerStore]:
-    client = aioredis.Redis.from_url(stack.redis_url)
-    yield RedisBreakerStore(client, CommandSigner("k", b"otel-test-key"), redis_prefix)
-    await client.aclose()
-
-
 POLICY = RoutePolicy(rules=("consecutive",), consecutive_failures=3, min_pairs=3)
 
 
-async def test_a_route_without_its_floor_says_so_once(store: RedisBreakerStore) -> None:
+async def test_a_route_without_its_floor_says_so_once(redis_store: RedisBreakerStore) -> None:
     """Default policy, no floor: every event names the missing floor, and the one
     "not armed" alert becomes one event."""
     memory = in_memory()
     policy = RoutePolicy(min_pairs=3, unarmed_alert_pairs=4)
     scores = [score(i) for i in range(1, 9)]
-    results = await store.fold_batch(scores, lambda _: policy, time.time())
+    results = await redis_store.fold_batch(scores, lambda _: policy, time.time())
     otel.judged(scores, results)
     events = memory.events(otel.EVALUATION_EVENT)
     assert len(events) == 8 and not any(e["quantdrift.route.armed"] for e in events)
@@ -153,11 +132,11 @@ async def test_a_route_without_its_floor_says_so_once(store: RedisBreakerStore) 
     assert alert["quantdrift.route"] == ROUTE and alert["quantdrift.alert.severity"] == "P2"
 
 
-async def test_one_event_per_judged_pair_and_per_transition(store: RedisBreakerStore) -> None:
+async def test_one_event_per_judged_pair_and_per_transition(redis_store: RedisBreakerStore) -> None:
     memory = in_memory()
     scores = [score(1), score(2), score(3, ok=False), score(4, ok=False), score(5, ok=False)]
     scores.append(score(6, kind="noise"))  # the floor's pairs evaluate no response
-    results = await store.fold_batch(scores, lambda _: POLICY, time.time())
+    results = await redis_store.fold_batch(scores, lambda _: POLICY, time.time())
     otel.judged(scores, results)
 
     events = memory.events(otel.EVALUATION_EVENT)
@@ -173,46 +152,39 @@ async def test_one_event_per_judged_pair_and_per_transition(store: RedisBreakerS
     assert len(transitions) == 1
     assert transitions[0]["quantdrift.breaker.rule"] == "consecutive"
     assert transitions[0]["quantdrift.breaker.to_state"] == "open"
-    state, _ = await store.read(ROUTE)
+    state, _ = await redis_store.read(ROUTE)
     assert transitions[0]["quantdrift.breaker.epoch"] == state.epoch
 
     # A redelivered batch folds as duplicates: no second event for any pair.
-    again = await store.fold_batch(scores, lambda _: POLICY, time.time())
+    again = await redis_store.fold_batch(scores, lambda _: POLICY, time.time())
     otel.judged(scores, again)
     assert len(memory.events(otel.EVALUATION_EVENT)) == 5
     assert len(memory.events(otel.TRANSITION_EVENT)) == 1
 
 
-async def test_sampling_is_by_pair_id(store: RedisBreakerStore) -> None:
+async def test_sampling_is_by_pair_id(redis_store: RedisBreakerStore) -> None:
     memory = in_memory(sample=0.5)
     scores = [score(i) for i in range(200)]
-    results = await store.fold_batch(scores, lambda _: POLICY, time.time())
+    results = await redis_store.fold_batch(scores, lambda _: POLICY, time.time())
     otel.judged(scores, results)
     got = {e["quantdrift.pair_id"] for e in memory.events(otel.EVALUATION_EVENT)}
     assert got == {s.pair_id for s in scores if otel.sampled(s.pair_id, 0.5)}
     assert 70 <= len(got) <= 130
 
 
-async def test_a_failing_exporter_never_reaches_the_caller(store: RedisBreakerStore) -> None:
+async def test_a_failing_exporter_never_reaches_the_caller(redis_store: RedisBreakerStore) -> None:
     class Broken:
         def emit(self, **_: Any) -> None:
             raise RuntimeError("collector down")
 
     otel.install(otel.Telemetry(logger=Broken(), tracer=None))
     scores = [score(1)]
-    results = await store.fold_batch(scores, lambda _: POLICY, time.time())
+    results = await redis_store.fold_batch(scores, lambda _: POLICY, time.time())
     otel.judged(scores, results)  # logged, not raised
 
 
-@pytest.fixture
-def upstream() -> Iterator[ScriptedLLM]:
-    llm = ScriptedLLM().start()
-    yield llm
-    llm.stop()
-
-
 async def test_gateway_span_joins_the_pair_on_the_broker(
-    stack: EmbeddedStack, upstream: ScriptedLLM
+    stack: EmbeddedStack, scripted_llm: ScriptedLLM
 ) -> None:
     memory = in_memory()
     topics = TopicNames(pairs=f"otel-{uuid.uuid4().hex[:8]}.pairs")
@@ -220,7 +192,7 @@ async def test_gateway_span_joins_the_pair_on_the_broker(
     await create_topics(stack.bootstrap, [topics.pairs])
     config = parse_config(
         {
-            "precisions": {tag: [f"{upstream.url}/{tag}"] for tag in ("int4", "bf16")},
+            "precisions": {tag: [f"{scripted_llm.url}/{tag}"] for tag in ("int4", "bf16")},
             "routes": {ROUTE: {"candidate": "int4", "reference": "bf16"}},
             "shadow_sample_rate": 1.0,
         }
@@ -345,7 +317,7 @@ async def test_worker_exports_evaluations_over_otlp_http(
     monkeypatch.setenv("QUANTDRIFT_EMBEDDING__TIER", "static")  # no model load: fast start
     settings = isolated_settings(stack, redis_prefix)
     await make_topics(settings)
-    worker = WorkerProcess(settings, stack.redis_url).start()
+    worker = start_worker(settings, stack.redis_url)
     try:
         route = "otel/int4"
         # The plumbing policy: three failing pairs in a row trip, after min_pairs (20).

@@ -29,7 +29,6 @@ from quantdrift.breaker.policy import RoutePolicy
 from quantdrift.breaker.protocol import BreakerStore
 from quantdrift.breaker.relay import OutboxRelay
 from quantdrift.breaker.store import RedisBreakerStore
-from quantdrift.demo.workers import WorkerProcess
 from quantdrift.schemas.keys import route_key
 from quantdrift.schemas.signing import (
     CommandSigner,
@@ -38,11 +37,8 @@ from quantdrift.schemas.signing import (
     verifier_from_settings,
 )
 from quantdrift.stack import start_redis_server
-
-try:
-    from guard import isolated_settings, make_topics, records_for
-except ImportError:  # pragma: no cover - when tests/ is imported as a package
-    from tests.integration.guard import isolated_settings, make_topics, records_for
+from support.guard import isolated_settings, make_topics, records_for
+from support.workers import start_worker
 
 pytestmark = pytest.mark.integration
 
@@ -174,7 +170,7 @@ async def test_worker_sigstopped_mid_publish_cannot_trim_the_next_transition(
     await make_topics(settings)
     kafka = settings.kafka
     monkeypatch.setenv("QUANTDRIFT_EMBEDDING__TIER", "none")  # no pairs here: no model
-    worker = WorkerProcess(settings, server.url).start()
+    worker = start_worker(settings, server.url)
     client = aioredis.Redis.from_url(server.url)
     pubsub = client.pubsub()
     producer = AIOKafkaProducer(bootstrap_servers=kafka.bootstrap_servers, acks="all")

@@ -9,11 +9,8 @@ from quantdrift.preflight.config import parse
 from quantdrift.preflight.context import Context
 from quantdrift.preflight.drill import route_status
 from quantdrift.preflight.runner import run
-
-try:
-    from guard import isolated_settings, make_topics
-except ImportError:  # pragma: no cover
-    from tests.integration.guard import isolated_settings, make_topics
+from support.guard import isolated_settings, make_topics
+from support.workers import start_worker
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
 
@@ -56,7 +53,6 @@ async def test_drill_refuses_an_open_route(stack, redis_prefix) -> None:  # type
 
 async def test_shadow_link_round_trip_through_a_real_worker(stack, redis_prefix, tmp_path) -> None:  # type: ignore[no-untyped-def]
     """A pair published on the probe route comes back as a ScoreEvent from `quantdrift worker`."""
-    from quantdrift.demo.workers import WorkerProcess
 
     settings = isolated_settings(stack, redis_prefix)
     await make_topics(settings)
@@ -65,7 +61,7 @@ async def test_shadow_link_round_trip_through_a_real_worker(stack, redis_prefix,
         "precisions: {int4: ['http://127.0.0.1:9'], bf16: ['http://127.0.0.1:9']}\n"
         "routes: {lab/int8: {candidate: int4, reference: bf16, shadow_sample_rate: 0.05}}\n"
     )
-    worker = WorkerProcess(settings, stack.redis_url).start()
+    worker = start_worker(settings, stack.redis_url)
     try:
         cfg = parse(
             {

@@ -14,11 +14,7 @@ from quantdrift.gateway.publisher import ShadowPublisher
 from quantdrift.schemas import ModelOutput, PairEvent, RequestInfo
 from quantdrift.schemas.privacy import prompt_hash
 from quantdrift.stack import EmbeddedStack, create_topics, free_port
-
-try:
-    from kafka_helpers import consume_n, unique_topic
-except ImportError:
-    from tests.integration.kafka_helpers import consume_n, unique_topic
+from support.kafka import consume_n, unique_topic
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(60)]
 

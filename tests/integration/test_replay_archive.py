@@ -15,11 +15,7 @@ from quantdrift.demo import synthetic
 from quantdrift.kafka_clients import consumer_kwargs
 from quantdrift.replay.archive import ArchiveWriter, run_archive
 from quantdrift.replay.sources import TopicRange, archive_files, split_records, topic_values
-
-try:
-    from kafka_helpers import unique_topic
-except ImportError:  # pragma: no cover
-    from tests.integration.kafka_helpers import unique_topic
+from support.kafka import unique_topic
 
 pytestmark = [pytest.mark.integration]
 

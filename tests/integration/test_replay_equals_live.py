@@ -20,32 +20,20 @@ import redis
 
 from quantdrift.cli import main
 from quantdrift.demo import synthetic
-from quantdrift.demo.workers import WorkerProcess, settings_env
+from quantdrift.demo.workers import settings_env
 from quantdrift.schemas import unverified_score
 from quantdrift.schemas.signing import unverified_command
-
-try:
-    from guard import (
-        isolated_settings,
-        make_topics,
-        on_route,
-        records_for,
-        send_pairs,
-        shadow_only,
-        until_seen,
-        wait_scored,
-    )
-except ImportError:  # pragma: no cover - when tests/ is imported as a package
-    from tests.integration.guard import (
-        isolated_settings,
-        make_topics,
-        on_route,
-        records_for,
-        send_pairs,
-        shadow_only,
-        until_seen,
-        wait_scored,
-    )
+from support.guard import (
+    isolated_settings,
+    make_topics,
+    on_route,
+    records_for,
+    send_pairs,
+    shadow_only,
+    until_seen,
+    wait_scored,
+)
+from support.workers import start_worker
 
 # The worker loads MiniLM for its tiered scorer, and so does the replay.
 pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(420)]
@@ -83,7 +71,7 @@ def test_replay_of_a_live_run_gives_its_transitions_at_its_pairs(
     )
     asyncio.run(make_topics(settings))
     monkeypatch.delenv("QUANTDRIFT_EMBEDDING__TIER", raising=False)  # the default tier
-    worker = WorkerProcess(settings, stack.redis_url).start()
+    worker = start_worker(settings, stack.redis_url)
     try:
         asyncio.run(wait_scored(settings, worker))
         asyncio.run(

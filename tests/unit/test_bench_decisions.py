@@ -4,14 +4,11 @@
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 from typing import Any
 
-import pytest
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
 import decisions  # bench/ is not a package
+import pytest
 
 
 def scorer(fr: int, **delays: tuple[float | None, float | None, int]) -> dict[str, Any]:

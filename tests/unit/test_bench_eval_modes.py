@@ -4,16 +4,13 @@ int8 pairs the healthy streams were drawn (a few seconds of CPU with the static 
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
+import eval_modes  # bench/ is not a package
 import pytest
 
 from quantdrift.evaluation.modes import select
 from quantdrift.services.pairs import read_pairs
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
-import eval_modes  # bench/ is not a package
 
 
 @pytest.mark.slow  # scores the lab set: CI's `make test` runs it, `make test-fast` does not

@@ -24,6 +24,7 @@ from scipy.stats import beta as beta_dist
 
 from quantdrift.breaker.policy import RoutePolicy
 from quantdrift.breaker.rules import signal_arl
+from quantdrift.breaker.rules.reading import read
 from quantdrift.breaker.rules.tolerance import null_mean, step
 from quantdrift.detectors.noise_floor import NoiseFloor, NoiseFloorState
 from quantdrift.detectors.tolerance import CALIBRATION_ALPHA, CALIBRATION_MIX_RATIO
@@ -136,7 +137,7 @@ def streams_with_a_false_rollback(
         floor = calibrated_floor(blessed(rng, CALIBRATION_PAIRS, CALIBRATION_MIX))
         tests: dict[str, tuple[float, ...]] = {}
         for i, m in enumerate(candidate(rng, LENGTH, TRAFFIC_MIX)):
-            tests, crossed = step(policy, tests, score(i, m), floor)
+            tests, crossed = step(policy, tests, read(policy, score(i, m), floor))
             if crossed:
                 hits += 1
                 break

@@ -29,14 +29,17 @@ POLICY = RoutePolicy(
 
 
 def score(i: int, cosine: float, verdict: str = "ok", kind: str = "shadow") -> ScoreEvent:
+    """A score whose metrics show its verdict (the judge reads the metrics, not the
+    verdict on the wire): an ``anomaly`` has a looping tail the reference lacks."""
     reasons = [] if verdict == "ok" else [f"cosine {cosine:.2f} < 0.88"]
+    loop = {"looping": True} if verdict == "anomaly" else {}
     return ScoreEvent(
         pair_id=f"p{i}",
         route="r",
         kind=kind,
         ts=float(i),
         decoding="greedy",  # unknown decoding counts as sampled
-        metrics=Metrics(cosine=cosine),
+        metrics=Metrics(cosine=cosine, **loop),
         verdict=verdict,
         reasons=reasons,
     )

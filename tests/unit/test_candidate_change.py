@@ -13,9 +13,9 @@ from quantdrift.breaker.outbox import change_alert
 from quantdrift.breaker.step import fold_many
 from quantdrift.detectors import FailureThresholds
 from quantdrift.detectors.noise_floor import NoiseFloor
+from quantdrift.embedding.batch import score_events
 from quantdrift.schemas import Metrics, ModelOutput, PairEvent, ScoreEvent
 from quantdrift.schemas.pair import EngineInfo
-from quantdrift.streams.handlers import to_scores
 
 POLICY = RoutePolicy(min_pairs=3, consecutive_failures=3, rules=("consecutive",))
 FLOOR = NoiseFloor()
@@ -151,7 +151,7 @@ def test_the_score_handler_carries_the_candidates_engine() -> None:
         )
         for i in range(2)
     ]
-    scores = to_scores(pairs, [Metrics(cosine=1.0)] * 2, FailureThresholds())
+    scores = score_events(pairs, [Metrics(cosine=1.0)] * 2, lambda _route: FailureThresholds())
     # The reference's engine is not the candidate's; the fingerprint is left out.
     assert [s.candidate_engine for s in scores] == ["vllm/0.7.0/m", None]
     assert ScoreEvent.parse(scores[0].dumps()).candidate_engine == "vllm/0.7.0/m"

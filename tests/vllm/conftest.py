@@ -1,35 +1,20 @@
 """The vLLM tier: real vLLM engines (``.venv-vllm``, built by ``make vllm``).
 
-Session fixtures: the integration tier's embedded stack and Redis prefixes (the
-same fixture functions, loaded from ``tests/integration/conftest.py``), and two
-engines started *concurrently* through ``quantdrift lab vllm``, once per session:
-each takes about two minutes to warm up on a 2-core machine.
+Session fixtures: the embedded stack and Redis prefixes come from the ``support``
+plugin, as for every tier; this file adds two engines started *concurrently*
+through ``quantdrift lab vllm``, once per session: each takes about two minutes
+to warm up on a 2-core machine.
 """
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
 from quantdrift.lab.vllm_process import EngineProcess, start_engine, wait_ready
 from quantdrift.lab.vllm_server import find_python, int4_candidate
 from quantdrift.stack import free_port
-
-_HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(_HERE.parent / "integration"))  # guard.py, test_rollback_e2e.py
-
-_spec = importlib.util.spec_from_file_location(
-    "quantdrift_integration_fixtures", _HERE.parent / "integration" / "conftest.py"
-)
-assert _spec is not None and _spec.loader is not None
-_fixtures = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(_fixtures)
-stack = _fixtures.stack
-redis_prefix = _fixtures.redis_prefix
 
 # Export (the GGUF load) plus engine warm-up, both engines at once on 2 shared cores.
 READY_TIMEOUT_S = 1200.0

@@ -27,13 +27,8 @@ import yaml
 
 from quantdrift.demo.workers import settings_env
 from quantdrift.stack import EmbeddedStack, free_port
-
-try:
-    from guard import isolated_settings, make_topics
-    from test_rollback_e2e import Child, child_env
-except ImportError:  # pragma: no cover - when tests/ is imported as a package
-    from tests.integration.guard import isolated_settings, make_topics
-    from tests.integration.test_rollback_e2e import Child, child_env
+from support.guard import isolated_settings, make_topics
+from support.rollback import Child, child_env
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(900)]
 

@@ -30,23 +30,13 @@ import httpx
 import pytest
 import yaml
 
-from quantdrift.demo.workers import WorkerProcess, settings_env
+from quantdrift.demo.workers import settings_env
 from quantdrift.schemas import AlertEvent, PairEvent, unverified_score
 from quantdrift.schemas.signing import verifier_from_settings
 from quantdrift.stack import EmbeddedStack, free_port
-
-try:
-    from guard import isolated_settings, make_topics, records_for
-    from test_rollback_e2e import Child, ControlWatch, Reply, gateway_route, until_gateway
-except ImportError:  # pragma: no cover - when tests/ is imported as a package
-    from tests.integration.guard import isolated_settings, make_topics, records_for
-    from tests.integration.test_rollback_e2e import (
-        Child,
-        ControlWatch,
-        Reply,
-        gateway_route,
-        until_gateway,
-    )
+from support.guard import isolated_settings, make_topics, records_for
+from support.rollback import Child, ControlWatch, Reply, ask, gateway_route, until_gateway
+from support.workers import start_worker
 
 openai = pytest.importorskip("openai")
 
@@ -118,30 +108,12 @@ async def ask_shadowed(
     command the loop is waiting for, rollback or restore).
     """
     before = await pairs_sent(http)
-    reply = await ask(client, prompt)
+    reply = await ask(client, prompt, MAX_TOKENS)
     deadline = time.monotonic() + 240
     while await pairs_sent(http) <= before and not rolled_back.done():
         assert time.monotonic() < deadline, (await http.get("/metrics")).text[-3000:]
         await asyncio.sleep(0.2)
     return reply
-
-
-async def ask(client: Any, prompt: str) -> Reply:
-    sent = time.time()
-    raw = await client.chat.completions.with_raw_response.create(
-        model=ROUTE,
-        messages=[{"role": "user", "content": prompt}],
-        max_tokens=MAX_TOKENS,
-        temperature=0,
-    )
-    completion = raw.parse()
-    return Reply(
-        raw.http_response.status_code,
-        raw.headers.get("x-quantdrift-precision", ""),
-        completion.choices[0].message.content or "",
-        sent,
-        time.time(),
-    )
 
 
 async def test_rollback_on_teacher_forced_evidence_from_vllm(
@@ -158,7 +130,7 @@ async def test_rollback_on_teacher_forced_evidence_from_vllm(
     gw_port = free_port()
     config = tmp_path / "gateway.yaml"
     write_config(config, cand.url, cand.variant, ref.url)
-    worker = WorkerProcess(settings, stack.redis_url).start()
+    worker = start_worker(settings, stack.redis_url)
     gateway = Child(
         "gateway", ["gateway", "--config", str(config), "--port", str(gw_port)], tmp_path, env
     ).start()
@@ -229,7 +201,7 @@ async def test_rollback_on_teacher_forced_evidence_from_vllm(
 
         # Users now get the reference.
         await until_gateway(http, lambda r: r["serving"] == "bf16", 30, "bf16")
-        after = [await ask(client, p) for p in PROMPTS[:2]]
+        after = [await ask(client, p, MAX_TOKENS) for p in PROMPTS[:2]]
         assert [(r.status, r.precision) for r in after] == [(200, "bf16")] * 2
 
         # The team redeploys the candidate on a healthy build; the gateway restarts on

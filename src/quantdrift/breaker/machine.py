@@ -78,7 +78,7 @@ def judge(
         pairs_seen=state.pairs_seen + 1,
         last_similarity=pair.similarity,
         updated_at=now,
-        worst=_worst(state.worst, score, pair.similarity, policy.worst_pairs_kept),
+        worst=_worst(state.worst, pair, policy.worst_pairs_kept),
     )
     if state.locked or state.state == "open":
         # Locked routes follow the operator; open routes serve the reference, and
@@ -96,7 +96,7 @@ def _closed(
     alarm in the policy's order trips the route."""
     evidence, fired = rules.run(rules.closed_rules(policy, noise_floor), state.rules, pair)
     score = pair.score
-    state = state.evolve(rules=evidence, last_decision="ok" if not pair.failing else score.verdict)
+    state = state.evolve(rules=evidence, last_decision="ok" if not pair.failing else pair.verdict)
     if state.pairs_seen < policy.min_pairs or fired is None:
         return Decision(state)
     effects = {}
@@ -267,13 +267,11 @@ def _reset_counters(state: RouteState) -> RouteState:
     return state.evolve(rules=RuleStates(), worst=())
 
 
-def _worst(
-    worst: tuple[WorstPair, ...], score: ScoreEvent, similarity: float | None, keep: int
-) -> tuple[WorstPair, ...]:
+def _worst(worst: tuple[WorstPair, ...], pair: rules.Pair, keep: int) -> tuple[WorstPair, ...]:
     """Keep the ``keep`` worst pairs since the last transition: alerts show them."""
-    if keep == 0 or (score.verdict == "ok" and similarity is None):
+    if keep == 0 or (pair.verdict == "ok" and pair.similarity is None):
         return worst
-    entry = WorstPair(score.pair_id, similarity, tuple(score.reasons))
+    entry = WorstPair(pair.score.pair_id, pair.similarity, pair.reasons)
 
     def badness(w: WorstPair) -> tuple[int, float]:
         return (0 if w.reasons else 1, w.similarity if w.similarity is not None else 1.0)

@@ -168,8 +168,8 @@ def fold_many(
 def is_echo(score: ScoreEvent) -> bool:
     """Both sides tokenized the same (no divergence, same length): an echo, not noise.
 
-    The one test of it: the live fold leaves echoes out of a floor, and so must
-    ``quantdrift calibrate`` (``evaluation/calibration.py``, which may import it).
+    The one test of it: the live fold leaves echoes out of a floor, and so does
+    ``quantdrift calibrate`` (``evaluation/calibration.py`` imports it).
     """
     m = score.metrics
     return (

@@ -2,8 +2,9 @@
 
 Metrics do not depend on the policy, the per-pair verdict does (its
 similarity threshold and entropy floor come from the route's policy), and it
-is cheap: so the cache holds metrics, and :func:`to_score` builds the
-ScoreEvent a worker would have produced under a given policy.
+is cheap: so the cache holds metrics (the scorer's half of
+``embedding.batch.score_batch``), and :func:`to_score` builds the ScoreEvent a
+worker would have produced under a given policy (its other half, ``score_events``).
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ import orjson
 
 from quantdrift.breaker.policy import RoutePolicy, failure_thresholds
 from quantdrift.detectors import Embedder
-from quantdrift.detectors.suite import score_event
+from quantdrift.embedding.batch import score_events
 from quantdrift.embedding.factory import score_with
 from quantdrift.schemas import Metrics, PairEvent, ScoreEvent
 
@@ -26,7 +27,9 @@ def to_score(
     pair: PairEvent, metrics: Metrics, policy: RoutePolicy, route: str | None = None
 ) -> ScoreEvent:
     """The ScoreEvent of ``pair`` under ``policy``, optionally on another route."""
-    return score_event(pair, metrics, failure_thresholds(policy), route)
+    thresholds = failure_thresholds(policy)
+    (score,) = score_events([pair], [metrics], lambda _route: thresholds, route)
+    return score
 
 
 # What a pair's metrics depend on: everything but its identity, time and labels.

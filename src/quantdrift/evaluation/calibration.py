@@ -24,6 +24,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 
 from quantdrift.breaker.policy import RoutePolicy, failure_thresholds
+from quantdrift.breaker.step import is_echo
 from quantdrift.detectors.noise_floor import metric_values
 from quantdrift.detectors.suite import DEFAULT_THRESHOLDS, FailureThresholds
 from quantdrift.detectors.tolerance import (
@@ -38,16 +39,6 @@ from quantdrift.schemas import PairEvent
 from quantdrift.schemas.score import ScoreEvent
 
 MODES = ("greedy", "sampled")
-
-
-def identical(score: ScoreEvent) -> bool:
-    """Both sides tokenized the same (no divergence, same length): an echo, not noise."""
-    m = score.metrics
-    return (
-        m.first_divergence is None
-        and m.candidate_tokens is not None
-        and m.candidate_tokens == m.reference_tokens
-    )
 
 
 def floor_seed(
@@ -77,7 +68,7 @@ def floor_seed(
     """
     own: dict[str, list[dict[str, float]]] = {mode: [] for mode in MODES}
     for score in scores:
-        if score.kind != "noise" or identical(score):
+        if score.kind != "noise" or is_echo(score):
             continue
         values = metric_values(score.metrics)
         if values:

@@ -1,8 +1,8 @@
 """Re-score pairs and fold them through an in-memory breaker: no I/O, no side effects.
 
-``rescore`` turns pairs into ScoreEvents the way the score agent does (one
-``embedding.score_with`` call per batch, so a tiered scorer escalates as it does
-live, and the per-pair verdict with each route's thresholds);
+``rescore`` turns pairs into ScoreEvents the way the score agent does (through
+``embedding.batch.score_batch``, the worker's own path, so a tiered scorer escalates
+as it does live);
 ``build_report`` folds scores through the breaker's in-memory store under a
 policy (:class:`~quantdrift.breaker.offline.StreamFold`, the driver eval shares)
 and returns plain numbers: trips per rule, false rollbacks against labels,
@@ -18,10 +18,9 @@ from dataclasses import dataclass, field
 
 from quantdrift.breaker.machine import similarity_of
 from quantdrift.breaker.offline import StreamFold, offline_store
-from quantdrift.breaker.policy import Policy, thresholds_for
+from quantdrift.breaker.policy import Policy
 from quantdrift.detectors import Embedder
-from quantdrift.detectors.suite import score_event
-from quantdrift.embedding.factory import score_with
+from quantdrift.embedding.batch import score_batch
 from quantdrift.schemas import PairEvent, ScoreEvent
 
 # Labels the lab and the demo give pairs that are known not to have drifted.
@@ -35,11 +34,7 @@ def rescore(
     pairs: Sequence[PairEvent], embedder: Embedder | None, policy: Policy
 ) -> list[ScoreEvent]:
     """ScoreEvents for one batch of pairs, as the score agent would publish them."""
-    metrics = score_with(embedder, pairs)
-    return [
-        score_event(pair, m, thresholds_for(policy, pair.route))
-        for pair, m in zip(pairs, metrics, strict=True)
-    ]
+    return score_batch(embedder, pairs, policy.thresholds)
 
 
 def rescore_stream(

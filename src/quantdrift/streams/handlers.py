@@ -1,4 +1,4 @@
-"""Pure steps of the agents: parse a batch, turn metrics into score events.
+"""Pure steps of the agents: parse a batch of pairs, open a score record.
 
 No Kafka, no Redis here: agents read records, call these, and write.
 """
@@ -7,13 +7,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import orjson
 
-from quantdrift.detectors import FailureThresholds
-from quantdrift.detectors.suite import score_event
 from quantdrift.errors import SchemaError, SignatureError
-from quantdrift.schemas import CommandVerifier, DeadLetter, Metrics, PairEvent, ScoreEvent
+from quantdrift.schemas import CommandVerifier, DeadLetter, PairEvent, ScoreEvent
 from quantdrift.schemas.privacy import prompt_hash
 from quantdrift.schemas.record_keys import pair_key_error
 
@@ -27,6 +26,12 @@ class RawRecord:
     topic: str
     partition: int | None
     offset: int | None
+
+    @classmethod
+    def of_event(cls, event: Any) -> RawRecord:
+        """A Faust event as the pure steps take it (with what the DLQ needs to locate it)."""
+        m = event.message
+        return cls(event.value, event.key, m.topic, m.partition, m.offset)
 
     def dead_letter(self, error: str, now: float, value: bytes | None = None) -> DeadLetter:
         """This record for the DLQ, where it came from and why; ``value`` replaces the
@@ -84,13 +89,6 @@ def redact_private_prompt(raw: bytes | None, salt: str = "") -> bytes | None:
     prompt = request.pop("prompt")
     request["prompt_hash"] = prompt_hash(str(prompt), salt)
     return orjson.dumps(data)
-
-
-def to_scores(
-    pairs: Sequence[PairEvent], metrics: Sequence[Metrics], thresholds: FailureThresholds
-) -> list[ScoreEvent]:
-    """Attach the per-pair verdict; the route-level decision is the judge's."""
-    return [score_event(p, m, thresholds) for p, m in zip(pairs, metrics, strict=True)]
 
 
 def parse_score(

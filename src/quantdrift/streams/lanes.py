@@ -6,8 +6,10 @@ waiting 200-400 ms for MiniLM on some *other* pair the tiered scorer escalated,
 while the pair itself was final after the static tier. So a batch is scored in
 two steps, on two single-thread executors:
 
-* the *static* lane stages the batch (:func:`~quantdrift.embedding.factory.stage_scores`):
-  every pair that does not escalate gets its final score, which is sent at once;
+* the *static* lane stages the batch (:func:`~quantdrift.embedding.batch.stage_batch`),
+  shortest pairs first, ``stage_chunk`` pairs per step: every pair that does not
+  escalate gets its final score, which is sent as soon as its step is done (see
+  "Judge input first" below);
 * the *escalation* lane finishes the escalated pairs, oldest first, ``chunk``
   pairs per full-model call (one by default: each escalated pair, and the pairs
   of its route behind it, leave as soon as its own embedding is done), while the
@@ -23,6 +25,19 @@ that moment (~100-250 ms a long pair on one core), which alone spends the
 same total work, and MiniLM runs slower while the static lane holds the GIL
 (2.3x in one measurement on a shared machine with the static lane busy all the
 time; staging costs ~1.6 ms a long pair, so at 40 pairs/s it is busy ~6 % of it).
+
+Judge input first. A pair that settles a route is usually a short one (a broken
+answer, a loop cut at ``max_tokens`` is the exception and is long anyway), and the
+judge can only act once its score is on the scores topic. Staged whole, a batch of
+64 sent its first score after the last long pair of the batch was staged (~1.6 ms
+each on one core, 2-3x that while MiniLM holds the other thread): ~100-250 ms a
+short pair waited behind long ones *of other routes*, which spends most of the
+250 ms switch budget. So a batch is staged shortest first, ``stage_chunk`` pairs
+at a time, and each step's settled scores leave before the next step starts; the
+escalated pairs of a step join the escalation queue then. The order the judge
+folds a route's scores in does not move: the sequencer below still releases each
+route's scores in arrival order, so sorting by size only reorders routes against
+each other, which decides nothing.
 
 What this must not change:
 
@@ -42,7 +57,8 @@ What this must not change:
   :func:`~quantdrift.embedding.factory.score_with` gives it (they are its two
   halves), so live, replay and eval still agree.
 * **A poison pair costs only itself.** A lane whose step raises scores that step's
-  pairs one by one (``alone``); only the pairs that still fail are dead-lettered.
+  pairs one by one (``alone``); only the pairs that still fail are dead-lettered
+  (a static step is ``stage_chunk`` pairs, not the whole batch).
   Anything else failing in a lane (a send the broker refuses) is handed to
   ``crash``, which exits before the waiting pairs are acknowledged: no lane task
   dies silently.
@@ -95,11 +111,20 @@ class Waiting:
     index: int
 
 
+Ticket = tuple[int, int]
+"""(batch, index in the batch): a pair's place in the sequencer."""
+
+
 @dataclass(frozen=True, slots=True)
 class _Unit:
-    ticket: tuple[int, int]
+    ticket: Ticket
     held: Held
     waiting: Waiting
+
+
+def pair_size(pair: PairEvent) -> int:
+    """What staging a pair costs, roughly: the characters of both answers."""
+    return len(pair.candidate.text) + len(pair.reference.text)
 
 
 @dataclass
@@ -120,6 +145,8 @@ class ScoreLanes:
     """Escalated pairs waiting at most; the agent takes no new batch beyond that."""
     chunk: int = 1
     """Pairs per full-model call: what a batch staged meanwhile waits for at most."""
+    stage_chunk: int = 16
+    """Pairs per static step, shortest first: what a short pair waits for at most."""
     _sequencer: RouteSequencer[tuple[Held, Outcome]] = field(default_factory=RouteSequencer)
     _batches: int = 0
     _unacked: int = 0
@@ -153,17 +180,25 @@ class ScoreLanes:
         self._unacked += len(held)
         for i, h in enumerate(held):
             self._sequencer.add((batch, i), h.pair.route)
-        pairs = [h.pair for h in held]
+        order = sorted(range(len(held)), key=lambda i: pair_size(held[i].pair))
+        for start in range(0, len(order), self.stage_chunk):
+            step = order[start : start + self.stage_chunk]
+            await self._stage([((batch, i), held[i]) for i in step])
+
+    async def _stage(self, work: list[tuple[Ticket, Held]]) -> None:
+        """One static step: send what it settles, queue what it escalates."""
+        pairs = [h.pair for _, h in work]
         loop = asyncio.get_running_loop()
         staged: StagedScores | None = None
         try:
             staged = await loop.run_in_executor(self.static_lane, self.stage, pairs)
         except Exception:
             log.exception("scoring failed for a batch of %d pairs; scoring each alone", len(pairs))
-            await self._alone([((batch, i), h) for i, h in enumerate(held)], self.static_lane)
+            await self._alone(work, self.static_lane)
         if staged is not None:
             for i, score in staged.ready.items():
-                self._sequencer.settle((batch, i), (held[i], score))
+                ticket, h = work[i]
+                self._sequencer.settle(ticket, (h, score))
         await self._send_released()
         if staged is None or not staged.waiting:
             return
@@ -171,7 +206,8 @@ class ScoreLanes:
             self._space.clear()
             await self._space.wait()
         for i in staged.waiting:
-            self._queue.append(_Unit((batch, i), held[i], Waiting(staged, i)))
+            ticket, h = work[i]
+            self._queue.append(_Unit(ticket, h, Waiting(staged, i)))
         if self._escalator is None or self._escalator.done():
             self._escalator = asyncio.create_task(self._escalate_forever())
         self._wake.set()
@@ -207,7 +243,7 @@ class ScoreLanes:
                 self._sequencer.settle(unit.ticket, (unit.held, score))
         await self._send_released()
 
-    async def _alone(self, work: Sequence[tuple[tuple[int, int], Held]], lane: Executor) -> None:
+    async def _alone(self, work: Sequence[tuple[Ticket, Held]], lane: Executor) -> None:
         """Score each pair on its own: one poison pair must not cost its neighbours."""
         loop = asyncio.get_running_loop()
         for ticket, held in work:

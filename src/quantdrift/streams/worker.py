@@ -6,23 +6,44 @@ import logging
 import os
 import sys
 import threading
+from collections.abc import Callable
 from typing import Any
 
 import faust
+import redis.asyncio as aioredis
 
 from quantdrift.breaker.policy import Policy, load_policy
+from quantdrift.breaker.protocol import BreakerStore
+from quantdrift.breaker.store import RedisBreakerStore
 from quantdrift.config import Settings
 from quantdrift.detectors import Embedder
 from quantdrift.embedding.factory import build_scorer
-from quantdrift.failpoints import failpoints
+from quantdrift.failpoints import Failpoint, failpoints, no_failpoint
+from quantdrift.schemas import CommandSigner
 from quantdrift.schemas.signing import signer_from_settings, verifier_from_settings
-from quantdrift.streams.agents import WorkerStats, attach_agents, redis_store_factory
+from quantdrift.streams.agents import WorkerStats, attach_agents
 from quantdrift.streams.app import Topics, create_app
 
 
 def make_embedder(settings: Settings) -> Embedder | None:
     """The configured scorer (``embedding.tier``: tiered, minilm, static, none)."""
     return build_scorer(settings.embedding)
+
+
+def redis_store_factory(
+    url: str, signer: CommandSigner, key_prefix: str, ttl: int, failpoint: Failpoint = no_failpoint
+) -> Callable[[], BreakerStore]:
+    """The worker's store: Redis, behind the protocol the stages are typed to."""
+
+    def make() -> BreakerStore:
+        client = aioredis.Redis.from_url(
+            url, socket_timeout=2.0, socket_connect_timeout=2.0, health_check_interval=5
+        )
+        return RedisBreakerStore(
+            client, signer, key_prefix=key_prefix, seen_ttl_s=ttl, failpoint=failpoint
+        )
+
+    return make
 
 
 def build_worker_app(

@@ -21,11 +21,13 @@ class Consecutive:
 
     Examples
     --------
+    >>> from quantdrift.breaker.policy import RoutePolicy
+    >>> from quantdrift.breaker.rules.reading import read
     >>> from quantdrift.schemas import Metrics, ScoreEvent
     >>> def pair(ok):
-    ...     s = ScoreEvent(pair_id="p", route="r", kind="shadow", ts=0, metrics=Metrics(),
-    ...                    verdict="ok" if ok else "drift")
-    ...     return Pair(s, None, not ok, None, None, False, None)
+    ...     s = ScoreEvent(pair_id="p", route="r", kind="shadow", ts=0, decoding="greedy",
+    ...                    metrics=Metrics(cosine=0.99 if ok else 0.5))
+    ...     return read(RoutePolicy(), s, None)
     >>> rule, state, alarms = Consecutive(k=2), ConsecutiveState(), []
     >>> for i, ok in enumerate([False, True, False, False, False]):
     ...     state, fired = rule.update(state, pair(ok))
@@ -47,5 +49,5 @@ class Consecutive:
         return ConsecutiveState(n), Fired(
             "consecutive",
             f"{n} consecutive failing pairs (K={self.k})",
-            {"consecutive": n, "last_reasons": list(pair.score.reasons)},
+            {"consecutive": n, "last_reasons": list(pair.reasons)},
         )

@@ -23,10 +23,10 @@ class HalfOpenProbe:
         return ProbeState()
 
     def update(self, state: ProbeState, pair: Pair) -> tuple[ProbeState, Fired | None]:
-        score = pair.score
         if pair.failing:
-            reason = "half-open probe failed: " + ", ".join(score.reasons or [score.verdict])
-            return state, Fired("half_open_probe", reason, {"decisive_pair_id": score.pair_id})
+            reason = "half-open probe failed: " + ", ".join(pair.reasons or [pair.verdict])
+            evidence = {"decisive_pair_id": pair.score.pair_id}
+            return state, Fired("half_open_probe", reason, evidence)
         return ProbeState(state.passes + 1), None
 
     def proven(self, state: ProbeState) -> bool:

@@ -19,7 +19,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from quantdrift.breaker.policy import RoutePolicy, failure_thresholds
+from quantdrift.breaker.policy import RoutePolicy
 from quantdrift.breaker.rules.reading import Fired, Pair
 from quantdrift.detectors.noise_floor import NoiseFloorState
 from quantdrift.detectors.tolerance import (
@@ -32,7 +32,6 @@ from quantdrift.detectors.tolerance import (
     divergence_x,
     floor_mean,
     floor_metric,
-    hard_x,
     outcome_x,
 )
 from quantdrift.schemas.score import ScoreEvent
@@ -125,32 +124,34 @@ def _scale(policy: RoutePolicy, signal: str) -> tuple[float, float]:
     return 1.0, policy.tolerance_dissimilarity
 
 
-def observe(policy: RoutePolicy, signal: str, score: ScoreEvent) -> float | None:
-    """The pair's x in [0, 1] for ``signal``, None when the pair carries no evidence."""
-    m = score.metrics
+def observe(policy: RoutePolicy, signal: str, pair: Pair) -> float | None:
+    """The pair's x in [0, 1] for ``signal``, None when the pair carries no evidence.
+
+    The hard failure is the judge's reading of the pair (``reading.read``), where the
+    policy's thresholds are applied once.
+    """
+    m = pair.score.metrics
     if signal == "outcomes":
         return outcome_x(m)
     if signal == "hard":
-        return hard_x(m, failure_thresholds(policy))
+        return 1.0 if pair.hard else 0.0
     if signal == "tf_kl" and not policy.teacher_forced:
         return None
     return divergence_x(m, signal, policy.tf_kl_clip, policy.entropy_clip)
 
 
 def step(
-    policy: RoutePolicy,
-    tests: Mapping[str, tuple[float, ...]],
-    score: ScoreEvent,
-    floor: NoiseFloorState | None,
+    policy: RoutePolicy, tests: Mapping[str, tuple[float, ...]], pair: Pair
 ) -> tuple[dict[str, tuple[float, ...]], list[Crossing]]:
     """Fold one shadow pair into every signal's test; the signals that crossed, in order."""
+    score, floor = pair.score, pair.floor
     out = {k: tuple(v) for k, v in tests.items()}
     fired: list[Crossing] = []
     for signal in SIGNALS:
         arl = signal_arl(policy, signal)
         if arl is None:
             continue
-        x = observe(policy, signal, score)
+        x = observe(policy, signal, pair)
         if x is None:
             continue
         null = null_mean(policy, signal, score, floor)
@@ -219,7 +220,7 @@ class Tolerance:
         return ToleranceState()
 
     def update(self, state: ToleranceState, pair: Pair) -> tuple[ToleranceState, Fired | None]:
-        tests, crossed = step(self.policy, state.tests, pair.score, pair.floor)
+        tests, crossed = step(self.policy, state.tests, pair)
         early = state.early or (crossed[0].signal if crossed else "")
         new = ToleranceState(tests, early)
         if crossed:

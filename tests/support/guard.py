@@ -23,12 +23,7 @@ from quantdrift.schemas.keys import route_key
 from quantdrift.schemas.signing import unverified_command
 from quantdrift.stack import EmbeddedStack
 from quantdrift.stack.broker import create_topics
-
-try:
-    from kafka_helpers import consume_n
-except ImportError:  # pragma: no cover - when tests/ is imported as a package
-    from tests.integration.kafka_helpers import consume_n
-
+from support.kafka import consume_n
 
 PLUMBING_POLICY = Path(__file__).with_name("plumbing_policy.yaml")
 

@@ -14,7 +14,6 @@ from typing import Any
 
 import httpx
 from aiokafka import AIOKafkaProducer
-from faults_support import on_route, route_state, shadow_only
 from prometheus_client.parser import text_string_to_metric_families
 
 from quantdrift.config import Settings
@@ -23,16 +22,16 @@ from quantdrift.demo.workers import WorkerProcess
 from quantdrift.schemas import PairEvent
 from quantdrift.schemas.record_keys import pair_record_key
 from quantdrift.stack import free_port
+from support.faults import on_route, route_state, shadow_only
+from support.workers import start_worker
 
 WARM_ROUTE = "warmup/int4"
 
 
 def worker_with_web(settings: Settings, redis_url: str) -> tuple[WorkerProcess, int]:
+    """A started worker whose status page serves on a port of its own."""
     port = free_port()
-    own = settings.model_copy(
-        update={"worker": settings.worker.model_copy(update={"web_port": port})}
-    )
-    return WorkerProcess(own, redis_url), port
+    return start_worker(settings, redis_url, web_port=port), port
 
 
 async def worker_counts(port: int) -> dict[str, Any]:

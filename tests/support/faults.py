@@ -1,25 +1,20 @@
-"""Helpers for fault tests: isolated settings, pacing, waiting on Redis state, a restartable Redis.
+"""Helpers for fault tests: a restartable Redis, and the guard-loop helpers they use.
 
-The guard-loop helpers in ``tests/integration`` are reused by path (``guard``,
-``kafka_helpers``); the few that live inside a test module there are small
-enough to restate here rather than import a test module.
+The guard-loop helpers (:mod:`support.guard`, :mod:`support.kafka`) are re-exported
+so a fault test imports what it needs from one place.
 """
 
 from __future__ import annotations
 
 import os
 import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
 
 from quantdrift.stack import default_server_bin, free_port, redis_ping
 from quantdrift.stack.ports import stop_popen
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "integration"))
-
-from guard import (  # noqa: F401 - re-exported for the fault tests
+from support.guard import (  # noqa: F401 - re-exported for the fault tests
     commands_on,
     isolated_settings,
     make_topics,
@@ -31,7 +26,7 @@ from guard import (  # noqa: F401 - re-exported for the fault tests
     until_seen,
     wait_scored,
 )
-from kafka_helpers import consume_n
+from support.kafka import consume_n
 
 __all__ = [
     "PersistentRedis",
