@@ -60,11 +60,8 @@ class RecordingSession:
         signal.signal(signal.SIGTERM, _raise_interrupt)
         started: list[EngineProcess] = []
         summary: dict[str, Any] = {"out": str(self.out), "error": None}
-        # The engines' logs outlive the run: a recording that failed is read by its logs.
-        logs = Path(tempfile.mkdtemp(prefix="qd-corpus-"))
-        summary["engine_logs"] = str(logs)
         try:
-            urls = dict(self.engines) or self._start(logs, started, log)
+            urls = dict(self.engines) or self._start(started, log, summary)
             missing = [c for c in self.candidates if c not in urls]
             if missing:
                 raise ValueError(f"no engine for candidate(s): {', '.join(missing)}")
@@ -87,7 +84,12 @@ class RecordingSession:
                 e.stop()
         return summary
 
-    def _start(self, folder: Path, started: list[EngineProcess], log: TextIO) -> dict[str, str]:
+    def _start(
+        self, started: list[EngineProcess], log: TextIO, summary: dict[str, Any]
+    ) -> dict[str, str]:
+        # The engines' logs outlive the run: a recording that failed is read by its logs.
+        folder = Path(tempfile.mkdtemp(prefix="qd-corpus-"))
+        summary["engine_logs"] = str(folder)
         extra = ("--max-model-len", str(self.max_model_len))
         for name in (REFERENCE, *self.candidates):
             variant = REFERENCE_VARIANT if name == REFERENCE else name
