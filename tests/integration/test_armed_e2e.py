@@ -13,6 +13,9 @@ embedded stack. One gateway, one walk:
 3. ``quantdrift calibrate --topic --since T --route R --blessed-label int4`` blesses the
    build now serving from the route's own greedy shadow pairs, read from the live pairs
    topic where the gateway published them: the same commands say *armed* and ``pass``.
+4. The candidate breaks (its upstream answers something else entirely): the route rolls
+   back on a divergence test (``tolerance:lexical`` or ``:dissimilarity`` in the
+   evidence), and the next SDK request is served by the reference.
 
 The upstreams are scripted (``scripted_llm.py``): the reference answers in turn with
 one of four paraphrases, as a model sampled at temperature 0.7 would, so two reference
@@ -64,6 +67,7 @@ ANSWERS = [
     "France's capital city is Paris, on the river Seine.",
     "The French capital is Paris, which lies on the Seine.",
 ]
+BROKEN = "Bananas ripen faster in a paper bag because they release ethylene gas."
 SAMPLED, GREEDY = 7, 7  # requests of each phase
 # The default rule (tolerance), warming, flooring and alerting sooner than the defaults
 # (20, 10, 100): the alert comes on the second greedy pair.
@@ -264,7 +268,9 @@ async def alerts_on(settings: Settings) -> list[dict[str, Any]]:
     return [json.loads(r.value) for r in records]
 
 
-def test_a_route_is_armed_from_its_own_pairs(world: Any, verdict_api: str, tmp_path: Path) -> None:
+def test_a_route_armed_from_its_own_pairs_catches_a_broken_candidate(
+    world: Any, verdict_api: str, tmp_path: Path
+) -> None:
     settings, worker, env, llm = world
     t0 = time.monotonic()
     config = example_config(
@@ -311,10 +317,32 @@ def test_a_route_is_armed_from_its_own_pairs(world: Any, verdict_api: str, tmp_p
         body = ask(verdict_api)
         assert (body["verdict"], body["armed"], body["missing"]) == ("pass", True, [])
 
+        print(f"\n[{time.monotonic() - t0:.1f} s] armed by calibrate --topic")
+        # 4. The candidate breaks: a divergence test rolls the route back.
+        llm.texts["int4"] = BROKEN
+        n = SAMPLED + GREEDY
+        while True:
+            (reply,) = chat(gw, 1, temperature=0.0, first=n)
+            assert (reply.text, reply.precision) == (BROKEN, "int4")
+            n += 1
+            state = asyncio.run(until_seen(settings, ROUTE, n, worker, timeout=30))
+            if state.state != "closed":
+                break
+            assert n < SAMPLED + GREEDY + 30, "no rollback after 30 broken answers"
+        print(f"\nrolled back after {n - SAMPLED - GREEDY} broken answers: {state.state}")
+        deadline = time.monotonic() + 10
+        while httpx.get(gw.url + "/health", timeout=5).json()["routes"][ROUTE]["serving"] != "bf16":
+            assert time.monotonic() < deadline, "the gateway did not apply the rollback"
+            time.sleep(0.05)
+        (reply,) = chat(gw, 1, temperature=0.0, first=n)
+        assert reply.precision == "bf16" and reply.text in ANSWERS, reply
     finally:
         gw.stop()
     alerts = asyncio.run(alerts_on(settings))
     (alert,) = [a for a in alerts if a["kind"] == "breaker.not_armed"]
     assert alert["severity"] == "P2" and alert["evidence"]["pairs_seen"] == 9
     assert "tolerance:lexical: no blessing" in alert["summary"], alert
+    (opened,) = [a for a in alerts if a["kind"] == "breaker.open"]
+    print(f"\nrollback alert: {opened['summary']}")
+    assert opened["evidence"]["rule"] in ("tolerance:lexical", "tolerance:dissimilarity"), opened
     print(f"\nwhole walk: {time.monotonic() - t0:.1f} s")
