@@ -17,6 +17,12 @@ from quantdrift.schemas import ModelOutput, PairEvent, RequestInfo
 from quantdrift.schemas.keys import route_key
 from quantdrift.schemas.pair import EngineInfo
 from quantdrift.schemas.signing import CommandSigner
+from quantdrift.stack.ports import free_port
+
+try:
+    from guard import isolated_settings, make_topics
+except ImportError:  # pragma: no cover - when tests/ is imported as a package
+    from tests.integration.guard import isolated_settings, make_topics
 
 pytestmark = pytest.mark.integration
 
@@ -146,3 +152,38 @@ def test_a_baseline_is_blessed_from_gateway_pairs_by_the_build_that_served_it(  
     assert (row["route"], row["mode"], row["seeded"]) == ("cs-agent/int4", "greedy", 30)
     _, floor = floor_hash(stack.redis_url, route_key(redis_prefix, "cs-agent/int4", "noise:greedy"))
     assert len(floor["blessed:rougeL"]) == 30
+
+
+def test_calibrate_from_a_topic_says_what_it_cannot_read(  # type: ignore[no-untyped-def]
+    stack, redis_prefix, tmp_path, monkeypatch, capsys
+) -> None:
+    """The broker unreachable (exit 3, as every command), a topic that does not exist,
+    an empty range, a partition the topic lacks (exit 2): one line each, nothing written.
+    Reading gateway-made pairs from the live topic is ``test_armed_e2e.py``'s step 3."""
+    settings = isolated_settings(stack, redis_prefix)
+    asyncio.run(make_topics(settings))
+    monkeypatch.chdir(tmp_path)  # no .quantdrift/stack.json here
+    monkeypatch.setenv("QUANTDRIFT_REDIS__URL", stack.redis_url)
+    monkeypatch.setenv("QUANTDRIFT_REDIS__KEY_PREFIX", redis_prefix)
+    topic = settings.kafka.topics.pairs
+
+    def refused(bootstrap: str, *argv: str) -> tuple[int, str]:
+        monkeypatch.setenv("QUANTDRIFT_KAFKA__BOOTSTRAP_SERVERS", bootstrap)
+        code = main(["calibrate", "--topic", *argv, "--embedder", "none", "--timeout-s", "5"])
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and err.startswith("quantdrift: error: "), err
+        return code, err
+
+    port = free_port()
+    code, err = refused(f"127.0.0.1:{port}", topic)
+    assert code == 3 and f"cannot reach the Kafka broker at 127.0.0.1:{port}" in err
+    code, err = refused(stack.bootstrap, f"{topic}-missing")
+    assert code == 2 and f"topic '{topic}-missing' not found" in err
+    code, err = refused(stack.bootstrap, topic, "--route", "cs-agent/int4")
+    assert code == 2 and f"nothing to calibrate from topic {topic} @ {stack.bootstrap}" in err
+    assert "the whole topic: no pairs in the range" in err
+    code, err = refused(stack.bootstrap, topic, "--from-offset", "100", "--to-offset", "200")
+    assert code == 2 and "offsets [100, 200): no pairs in the range" in err
+    code, err = refused(stack.bootstrap, topic, "--partition", "7")
+    assert code == 2 and f"topic '{topic}' has no partition 7 (it has 0, 1)" in err
+    assert not list(redis.Redis.from_url(stack.redis_url).scan_iter(match=f"{redis_prefix}*"))

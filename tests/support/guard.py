@@ -115,7 +115,7 @@ async def send_pairs(
 
 
 async def route_state(redis_url: str, prefix: str, route: str) -> RouteState:
-    client = aioredis.Redis.from_url(redis_url, socket_connect_timeout=1.0, socket_timeout=1.0)
+    client = aioredis.Redis.from_url(redis_url, socket_connect_timeout=5.0, socket_timeout=5.0)
     try:
         raw = await client.hget(route_key(prefix, route, "state"), "s")
     finally:

@@ -1,14 +1,18 @@
-"""``quantdrift calibrate PAIRS.jsonl[.gz] [--route R] [--redis-url URL] [--key-prefix P]``.
+"""``quantdrift calibrate (PAIRS.jsonl[.gz] | --topic [T] RANGE) [--route R] [--redis-url URL]``.
 
-Seeds the noise floor in Redis, per route and decoding mode, from the file's
-``noise`` pairs (reference vs reference): they are scored like the worker
-scores them, and each mode's floor is written with the breaker store's
-compare-and-set (``BreakerStore.seed_floor``, which ``quantdrift eval`` calls on its
-in-memory store; the keys the worker reads, ``{prefix}route:{ROUTE}:noise:MODE``).
+Seeds the noise floor in Redis, per route and decoding mode, from ``noise`` pairs
+(reference vs reference): they are scored like the worker scores them, and each
+mode's floor is written with the breaker store's compare-and-set
+(``BreakerStore.seed_floor``, which ``quantdrift eval`` calls on its in-memory store;
+the keys the worker reads, ``{prefix}route:{ROUTE}:noise:MODE``).
 
-Without ``--route`` each route calibrates from its own noise pairs; with
-``--route R`` (repeatable) all the file's noise pairs calibrate R, e.g. the
-lab's ``lab/noise`` pairs for a gateway's ``cs-agent/int4``. Each mode's floor
+The pairs come from a file, or with ``--topic`` from the live pairs topic (another
+topic by name), bounded like ``quantdrift replay`` bounds it: ``--since`` /
+``--until`` and/or ``--from-offset`` / ``--to-offset``, read by replay's group-less
+consumer (nothing committed). Without ``--route`` each route calibrates from its own
+noise pairs. With ``--route R`` (repeatable) a topic's pairs are filtered to R's own,
+while all of a file's noise pairs calibrate R, e.g. the lab's ``lab/noise`` pairs for
+a gateway's ``cs-agent/int4``. Each mode's floor
 comes from that mode's pairs only: identical greedy runs say nothing, and a
 greedy floor is never borrowed from sampled pairs. ``--blessed-label L`` adds
 the file's shadow pairs of candidate L (a candidate run the operator approved:
@@ -25,15 +29,36 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from pathlib import Path
+
+from quantdrift.cli.common import add_seconds, non_negative_int
 
 EMBEDDERS = ("minilm", "tiered", "static", "none")
 
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("calibrate", help="seed the per-route noise floor in Redis from noise pairs")
-    p.add_argument("pairs", type=Path, help="PairEvent JSONL(.gz) holding noise pairs")
-    p.add_argument("--route", action="append", default=None, help="route to calibrate (repeat)")
+    p.add_argument("pairs", type=Path, nargs="?", help="PairEvent JSONL(.gz) holding noise pairs")
+    p.add_argument(
+        "--topic",
+        nargs="?",
+        const="",
+        default=None,
+        help="read the pairs from a topic range instead (default topic: the pairs topic)",
+    )
+    p.add_argument("--since", help="topic: start, 1h (ago), ISO time or epoch seconds")
+    p.add_argument("--until", help="topic: end (exclusive), same forms as --since")
+    p.add_argument("--from-offset", type=non_negative_int, help="topic: first offset per partition")
+    p.add_argument("--to-offset", type=non_negative_int, help="topic: stop before this offset")
+    p.add_argument("--partition", type=non_negative_int, action="append", help="topic: only these")
+    add_seconds(p, "timeout", 60.0, "topic read deadline in seconds")
+    p.add_argument(
+        "--route",
+        action="append",
+        default=None,
+        help="route to calibrate (repeat); from a topic, from its own pairs only",
+    )
     p.add_argument("--redis-url", default=None, help="default: settings or the running stack")
     p.add_argument("--key-prefix", default=None, help="default: settings (qd:)")
     p.add_argument(
@@ -56,13 +81,39 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     # Deferred: the service loads the scorers and redis, which `quantdrift --help` never needs.
-    from quantdrift.cli.common import load_settings, with_stack
+    from quantdrift.cli.common import load_settings, parse_time, with_stack
     from quantdrift.cli.progress import self_closing
     from quantdrift.services.calibration import CalibrationRequest, calibrate
 
+    ranged = [
+        f
+        for f in ("since", "until", "from_offset", "to_offset", "partition")
+        if getattr(args, f) is not None
+    ]
+    if args.pairs is None and args.topic is None:
+        raise SystemExit("quantdrift: error: calibrate: give a pairs file, or --topic to read one")
+    if args.pairs is not None and args.topic is not None:
+        raise SystemExit("quantdrift: error: calibrate: give a pairs file or --topic, not both")
+    if args.topic is None and ranged:
+        flags = ", ".join("--" + f.replace("_", "-") for f in ranged)
+        raise SystemExit(f"quantdrift: error: calibrate: {flags} bound a topic; add --topic")
     settings = with_stack(load_settings())
+    topic_range = None
+    if args.topic is not None:
+        from quantdrift.replay.sources import TopicRange
+
+        topic_range = TopicRange(
+            args.from_offset,
+            args.to_offset,
+            parse_time(args.since),
+            parse_time(args.until),
+            tuple(args.partition) if args.partition else None,
+        )
     request = CalibrationRequest(
         pairs=args.pairs,
+        topic=args.topic,
+        range=topic_range,
+        timeout=args.timeout,
         routes=tuple(args.route or ()),
         blessed=tuple(v.strip() for v in (args.blessed_label or "").split(",") if v.strip()),
         part=args.part,
@@ -75,13 +126,18 @@ def run(args: argparse.Namespace) -> int:
         args.redis_url,
         args.key_prefix,
         progress=self_closing(not args.no_progress, "score pairs"),
+        warn=_warn,
     )
     if args.json:
         print(json.dumps(rows))
         return 0
     for row in rows:
         print(
-            f"{row['route']} {row['mode']}: {row['seeded']} noise pairs "
+            f"{row['route']} {row['mode']}: {row['seeded']} pairs "
             f"({row['source']}), floor now {row['floor_pairs']}"
         )
     return 0
+
+
+def _warn(line: str) -> None:
+    sys.stderr.write(f"quantdrift: warning: {line}\n")

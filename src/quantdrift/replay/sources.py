@@ -22,7 +22,7 @@ from typing import Any
 import orjson
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
-from quantdrift.errors import ConfigError, SchemaError
+from quantdrift.errors import ConfigError, InputError, SchemaError
 from quantdrift.kafka_clients import start_client
 from quantdrift.schemas import PairEvent, ScoreEvent, unverified_score
 
@@ -111,13 +111,70 @@ def archive_lines(
 
 @dataclass(frozen=True, slots=True)
 class TopicRange:
-    """Which records of a topic: offsets [start, stop) per partition, and/or a time range."""
+    """Which records of a topic: offsets [start, stop) per partition, and/or a time range.
+
+    A range that can hold nothing is refused when it is made, so no command reads a
+    topic to the end only to say it found nothing:
+
+    >>> TopicRange(start_offset=20, stop_offset=10)
+    Traceback (most recent call last):
+    ...
+    quantdrift.errors.InputError: empty offset range: --from-offset 20 is not below --to-offset 10
+    """
 
     start_offset: int | None = None
     stop_offset: int | None = None
     since: float | None = None  # seconds since the epoch
     until: float | None = None
     partitions: tuple[int, ...] | None = None
+
+    def __post_init__(self) -> None:
+        for flag, offset in (
+            ("--from-offset", self.start_offset),
+            ("--to-offset", self.stop_offset),
+        ):
+            if offset is not None and offset < 0:
+                raise InputError(f"{flag} must be >= 0, got {offset}")
+        if (
+            self.start_offset is not None
+            and self.stop_offset is not None
+            and self.start_offset >= self.stop_offset
+        ):
+            raise InputError(
+                f"empty offset range: --from-offset {self.start_offset} is not below "
+                f"--to-offset {self.stop_offset}"
+            )
+        if self.since is not None and self.until is not None and self.since >= self.until:
+            raise InputError(
+                f"empty time range: --since {_iso(self.since)} is not before "
+                f"--until {_iso(self.until)}"
+            )
+        if self.partitions is not None and any(p < 0 for p in self.partitions):
+            raise InputError(f"--partition must be >= 0, got {list(self.partitions)}")
+
+    def describe(self) -> str:
+        """The range in the flags' words, for a message that says what was read."""
+        parts = []
+        if self.start_offset is not None or self.stop_offset is not None:
+            lo = "" if self.start_offset is None else self.start_offset
+            hi = "" if self.stop_offset is None else self.stop_offset
+            parts.append(f"offsets [{lo}, {hi})")
+        if self.since is not None or self.until is not None:
+            lo = "" if self.since is None else _iso(self.since)
+            hi = "" if self.until is None else _iso(self.until)
+            parts.append(f"time [{lo}, {hi})")
+        if self.partitions is not None:
+            parts.append("partitions " + ",".join(map(str, self.partitions)))
+        return ", ".join(parts) or "the whole topic"
+
+
+def _iso(ts: float) -> str:
+    """Epoch seconds as UTC ISO 8601, to the second.
+
+    >>> _iso(1700000000.4)
+    '2023-11-14T22:13:20Z'
+    """
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(ts))
 
 
 async def topic_values(
@@ -146,6 +203,11 @@ async def topic_values(
         if not parts:
             raise ConfigError(f"topic {topic!r} not found")
         wanted = sorted(parts if rng.partitions is None else set(parts) & set(rng.partitions))
+        if not wanted:
+            raise InputError(
+                f"topic {topic!r} has no partition {', '.join(map(str, rng.partitions or ()))} "
+                f"(it has {', '.join(map(str, sorted(parts)))})"
+            )
         tps = [TopicPartition(topic, p) for p in wanted]
         consumer.assign(tps)
         begins = await consumer.beginning_offsets(tps)
@@ -192,7 +254,7 @@ async def topic_values(
                     todo.discard(tp)
         if todo:
             raise ConfigError(
-                f"replay of {topic!r} timed out after {timeout:g}s with "
+                f"reading {topic!r} timed out after {timeout:g}s with "
                 f"{len(todo)} partition(s) unread"
             )
     finally:

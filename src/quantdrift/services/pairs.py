@@ -1,19 +1,29 @@
-"""Reading recorded pairs: one reader for every command that takes a pairs file.
+"""Reading recorded pairs: one reader for every command that takes a pairs file, and
+one for a range of a live topic.
 
 Calibrate, eval, score, the lab's reports, distillation and the demo all read
 PairEvent JSONL (gzipped or not) through :func:`read_pairs`, so a bad line is
 refused the same way everywhere: one error naming the file and the line.
+Replay and calibrate read a topic range through :func:`read_topic`, the one
+group-less consumer of :func:`quantdrift.replay.sources.topic_values`.
 """
 
 from __future__ import annotations
 
+import asyncio
 import gzip
 import lzma
+from collections.abc import Callable
 from importlib import resources
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from quantdrift.errors import ConfigError
 from quantdrift.schemas import PairEvent
+
+if TYPE_CHECKING:
+    from quantdrift.config import Settings
+    from quantdrift.replay.sources import TopicRange
 
 LAB_PAIRS = "lab_pairs.jsonl.gz"
 
@@ -42,3 +52,35 @@ def read_pairs(path: Path | None = None) -> list[PairEvent]:
             except ValueError as exc:
                 raise ConfigError(f"{path or LAB_PAIRS} line {n}: {exc}") from exc
     return pairs
+
+
+def read_topic(
+    settings: Settings,
+    topic: str | None,
+    rng: TopicRange,
+    timeout: float = 60.0,
+    progress: Callable[..., None] | None = None,
+) -> tuple[list[bytes], str]:
+    """The raw values of ``topic`` (None or "": the settings' pairs topic) in ``rng``, and
+    a one-line description of where they came from.
+
+    Its own consumer without a group: nothing is committed, so reading a live topic
+    moves no worker's offsets. A broker that cannot be reached is a BrokerError; a
+    topic that does not exist, a ConfigError.
+    """
+    # Deferred: aiokafka is loaded only by the commands that read a topic.
+    from quantdrift.kafka_clients import consumer_kwargs
+    from quantdrift.replay.sources import topic_values
+
+    name = topic or settings.kafka.topics.pairs
+
+    def read_progress(total: int | None = None, advance: int = 0) -> None:
+        if progress is not None:
+            progress(desc="read topic", total=total, advance=advance)
+
+    lines = asyncio.run(
+        topic_values(
+            consumer_kwargs(settings.kafka), name, rng, timeout=timeout, progress=read_progress
+        )
+    )
+    return lines, f"topic {name} @ {settings.kafka.bootstrap_servers}"

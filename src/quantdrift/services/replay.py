@@ -10,7 +10,6 @@ replay with no ``embedder`` named reproduces the worker's decisions on the same 
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,10 +19,10 @@ from quantdrift.breaker.policy import load_policy
 from quantdrift.config import Settings
 from quantdrift.detectors import verdict
 from quantdrift.errors import InputError
-from quantdrift.kafka_clients import consumer_kwargs
 from quantdrift.replay import ReplayReport, build_report, render, rescore_stream, score_rows
 from quantdrift.replay import sources as src
 from quantdrift.schemas import ScoreEvent
+from quantdrift.services.pairs import read_topic
 from quantdrift.services.scoring import build_embedder
 
 # progress(desc=..., total=..., advance=...): a bar, or a no-op.
@@ -113,22 +112,8 @@ def read_lines(
         topic = req.archive_topic or settings.kafka.topics.pairs
         lines = list(src.archive_lines(req.archive, topic, req.since, req.until))
         return lines, f"archive {req.archive} topic={topic}"
-    topic = req.topic or settings.kafka.topics.pairs
     rng = src.TopicRange(req.from_offset, req.to_offset, req.since, req.until, req.partitions)
-
-    def read_progress(total: int | None = None, advance: int = 0) -> None:
-        progress(desc="read topic", total=total, advance=advance)
-
-    lines = asyncio.run(
-        src.topic_values(
-            consumer_kwargs(settings.kafka),
-            topic,
-            rng,
-            timeout=req.timeout,
-            progress=read_progress,
-        )
-    )
-    return lines, f"topic {topic} @ {settings.kafka.bootstrap_servers}"
+    return read_topic(settings, req.topic, rng, timeout=req.timeout, progress=progress)
 
 
 def run_replay(
