@@ -169,6 +169,11 @@ class Gateway:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._lag_task
 
+    def on_linger(self, end: str, discarded: int) -> None:
+        """Count a lingering close (``lingering.py``): how it ended, what it discarded."""
+        self.metrics.lingering_closes.labels(end).inc()
+        self.metrics.lingered_bytes.inc(discarded)
+
     async def wait_shadows(self, timeout: float) -> None:
         """Wait until the shadow queue is empty and idle (tests, benchmarks)."""
         await self.shadow.wait_idle(timeout)
