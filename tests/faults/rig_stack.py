@@ -175,7 +175,8 @@ class Load:
     """The openai SDK against one gateway from the observer, paced, until stopped.
 
     Each answer is recorded as (monotonic time, HTTP status, precision served); a
-    connection error as status 0. No retries: every failure is seen.
+    connection error as status 0, anything else as -1 with its repr. No retries:
+    every failure is seen, and the loop never dies silently.
     """
 
     url: str
@@ -208,6 +209,8 @@ class Load:
                 self.seen.append((t, exc.status_code, ""))
             except openai.APIConnectionError:
                 self.seen.append((t, 0, ""))
+            except Exception as exc:  # anything else is a failure the test must see
+                self.seen.append((t, -1, repr(exc)))
             self._stop.wait(max(0.0, self.every_s - (time.monotonic() - t)))
 
     def since(self, t: float) -> list[tuple[float, int, str]]:

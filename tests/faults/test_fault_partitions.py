@@ -9,14 +9,21 @@ proves it met traffic (the rule's packet counter moved) in the window that matte
 * gateway <-> Redis: the gateway follows the control topic, keeps the last verified
   state; cut from the broker too, it keeps that state ``control_stale_s`` then fails
   closed to the reference; no user sees a 5xx; healed, it serves the candidate again.
+* gateway <-> broker: users are served; the pairs the publisher cannot send are
+  dropped with a reason, and every mirrored request is a pair on the topic (once)
+  or a counted drop.
 """
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Iterator
 
+import orjson
 import pytest
+from faults_support import consume_n
+from gateway_process import GatewayProcess
 from netrig import Rig, sweep
 from rig_stack import Load, RigStack, wait
 
@@ -96,3 +103,68 @@ def test_gateway_cut_from_redis_then_from_both_control_sources(parts: RigStack) 
         f"{len(load.seen)} requests, all 200"
     )
     assert back <= RECOVER_S, f"verified again {back:.2f}s after the links came back"
+
+
+def pairs_accounted(gw: GatewayProcess) -> dict[str, float]:
+    """The gateway's own pair counters: sampled, offered, sent, dropped by stage."""
+    m = gw.metric
+    return {
+        "sampled": m("quantdrift_gateway_shadow_sampled_total"),
+        "offered": m("quantdrift_gateway_pairs_offered_total"),
+        "sent": m("quantdrift_gateway_pairs_sent_total"),
+        "dropped_queue": m("quantdrift_gateway_shadow_dropped_total", stage="queue"),
+        "dropped_publish": m("quantdrift_gateway_shadow_dropped_total", stage="publish"),
+        "errors": m("quantdrift_gateway_shadow_errors_total"),
+        "depth": m("quantdrift_gateway_pairs_queue_depth"),
+    }
+
+
+def test_gateway_cut_from_the_broker_serves_users_and_counts_the_pairs_it_drops(
+    parts: RigStack,
+) -> None:
+    parts.start_redis().start_broker().start_upstream()
+    # Every request mirrored; a small publish queue, so the partition overflows it soon.
+    gw = parts.start_gateway(shadow_sample_rate=1.0, shadow_queue=8)
+    wait(lambda: gw.health()["kafka_connected"], 30, "the publisher connected")
+    load = Load(gw.url).start()
+    try:
+        wait(lambda: pairs_accounted(gw)["sent"] >= 5, 30, "pairs reaching the broker")
+        cut = parts.rig.partition("gateway", "broker")
+        before = pairs_accounted(gw)
+        wait(
+            lambda: pairs_accounted(gw)["dropped_publish"] > before["dropped_publish"],
+            30,
+            "pairs dropped while the broker is unreachable",
+        )
+        assert cut.packets() > 0, "the gateway never tried the broker while cut off"
+        during = pairs_accounted(gw)
+        cut.heal()
+        healed = time.monotonic()
+        wait(lambda: pairs_accounted(gw)["sent"] > during["sent"], 60, "pairs sent again")
+        recovered = time.monotonic() - healed
+    finally:
+        load.stop()
+    wait(
+        lambda: gw.health()["shadow_queue"] == 0 and gw.health()["shadow_in_flight"] == 0,
+        30,
+        "idle",
+    )
+    wait(lambda: pairs_accounted(gw)["depth"] == 0, 60, "the publish queue drained")
+    end = pairs_accounted(gw)
+    statuses = {status for _, status, _ in load.seen}
+    assert statuses == {200}, f"users saw {statuses} while the broker was cut off"
+    # Every mirrored request is a pair sent, or a drop counted with its reason.
+    assert end["sampled"] == end["offered"] + end["dropped_queue"] + end["errors"], end
+    assert end["offered"] == end["sent"] + end["dropped_publish"], end
+    # And what was sent is on the topic, each pair once.
+    assert parts.settings is not None
+    records = asyncio.run(
+        consume_n(parts.bootstrap, parts.settings.kafka.topics.pairs, int(end["sent"]), timeout=30)
+    )
+    ids = [orjson.loads(r.value)["pair_id"] for r in records]
+    assert len(set(ids)) == len(ids) == end["sent"], (len(set(ids)), len(ids), end)
+    print(
+        f"\nbroker cut {during['dropped_publish'] - before['dropped_publish']:.0f} pairs dropped "
+        f"(counted); healed: pairs sent again after {recovered:.2f}s; {len(load.seen)} "
+        f"requests, all 200; {end}"
+    )
