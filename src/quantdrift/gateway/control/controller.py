@@ -477,8 +477,9 @@ class RouteController:
                     log.warning(
                         "route keys unreadable (%d tries), keeping targets: %r", failures, exc
                     )
-                # Back off up to 10 polls while Redis is down; targets stay as they are.
-                await asyncio.sleep(self._poll_interval * min(10, 2 ** min(failures, 4)))
+                # Back off to 2 polls at most while Redis is down (targets stay as they
+                # are): a healed link must be read again within the 2 s recovery target.
+                await asyncio.sleep(self._poll_interval * min(2, 2 ** min(failures, 4)))
                 continue
             if failures:
                 log.info("route keys readable again after %d failed polls", failures)
