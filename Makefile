@@ -7,7 +7,7 @@ STAMP_DEV := $(VENV)/.installed-dev
 PYTEST_ARGS ?=
 FAST_WORKERS ?= auto
 
-.PHONY: help install dev demo browser promtool docs test test-fast test-faults lint typecheck bench bench-long bench-litellm lab-pairs settings-docs clean litellm vllm
+.PHONY: help install dev demo browser promtool netrig docs test test-fast test-faults lint typecheck bench bench-long bench-litellm lab-pairs settings-docs clean litellm vllm
 MINUTES ?= 30
 
 help:  ## list the targets
@@ -51,6 +51,13 @@ promtool:  ## install promtool for the alert-rule tests (needs root and Debian's
 	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus >/dev/null; \
 	  else echo "promtool missing: install it (e.g. apt-get install prometheus) for the alert-rule test"; fi; }
 
+# The multi-host fault rig cuts links with nftables inside network namespaces: Debian's nftables.
+netrig:  ## install nft for the partition tests (needs root and Debian's packages)
+	@command -v nft >/dev/null 2>&1 || { \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends nftables >/dev/null; \
+	  else echo "nft missing: install it (e.g. apt-get install nftables) for the partition tests"; fi; }
+
 docs: $(STAMP_DEV)  ## the documentation site, built strict into site/
 	$(BIN)/mkdocs build --strict --site-dir site
 
@@ -90,7 +97,7 @@ $(STAMP_VLLM):
 
 vllm: $(STAMP_VLLM)  ## create .venv-vllm with vLLM (CPU build) for the real-engine path
 
-test: $(STAMP_DEV) $(STAMP_VLLM) browser promtool $(STAMP_LITELLM)  ## the whole suite (with the vLLM tier: builds .venv-vllm), on the real embedded broker and Redis
+test: $(STAMP_DEV) $(STAMP_VLLM) browser promtool netrig $(STAMP_LITELLM)  ## the whole suite (with the vLLM tier: builds .venv-vllm), on the real embedded broker and Redis
 	$(BIN)/pytest -q $(PYTEST_ARGS)
 
 # Tiers are marked by folder in tests/conftest.py.

@@ -44,6 +44,7 @@ def run(args: argparse.Namespace) -> int:
     import uvicorn
 
     from quantdrift.gateway.app import create_admin_app, create_app
+    from quantdrift.gateway.lingering import lingering_protocol
     from quantdrift.services.gateway import build_gateway
 
     settings = signing_settings(with_stack(load_settings()))
@@ -51,6 +52,8 @@ def run(args: argparse.Namespace) -> int:
     # Open requests get this long after SIGTERM; then the lifespan drains shadow jobs
     # (shadow_drain_s) and the publisher. Keep stop_grace_period above the sum.
     grace = GRACEFUL_S
+    # A client still sending a body the gateway answered early reads the answer.
+    http = lingering_protocol(gateway.on_linger)
     api = uvicorn.Server(
         uvicorn.Config(
             create_app(gateway),
@@ -58,6 +61,7 @@ def run(args: argparse.Namespace) -> int:
             port=args.port,
             log_level=args.log_level,
             timeout_graceful_shutdown=grace,
+            http=http,
         )
     )
     servers = [api]
@@ -72,6 +76,7 @@ def run(args: argparse.Namespace) -> int:
                     log_level=args.log_level,
                     lifespan="off",
                     timeout_graceful_shutdown=grace,
+                    http=http,
                 )
             )
         )

@@ -22,6 +22,7 @@ from fastapi.responses import JSONResponse, Response
 
 from quantdrift.gateway import observability
 from quantdrift.gateway.endpoints import Endpoints
+from quantdrift.gateway.lingering import CloseUnread
 from quantdrift.gateway.openai_errors import error_response, openai_errors, refuse_auth
 from quantdrift.gateway.service import Gateway
 from quantdrift.gateway.telemetry import CONTENT_TYPE
@@ -71,6 +72,9 @@ def create_app(gateway: Gateway) -> FastAPI:
         openapi_url=None,
     )
     app.state.gateway = gateway
+    # An answer sent before the body was read (413, 401, 503) closes the connection,
+    # and the server's lingering close lets the client read it (``lingering.py``).
+    app.add_middleware(CloseUnread)
     openai_errors(app)
     endpoints = Endpoints(gateway)
 

@@ -34,7 +34,13 @@ from quantdrift.gateway.completions import (
     plan_completion,
 )
 from quantdrift.gateway.executor import StreamStart
-from quantdrift.gateway.http_io import ClientGone, json_object, response_headers, until_gone
+from quantdrift.gateway.http_io import (
+    ClientGone,
+    declared_too_large,
+    json_object,
+    response_headers,
+    until_gone,
+)
 from quantdrift.gateway.observability import served
 from quantdrift.gateway.openai_errors import (
     all_failed,
@@ -42,6 +48,7 @@ from quantdrift.gateway.openai_errors import (
     error_response,
     overloaded,
     refuse_auth,
+    too_large,
 )
 from quantdrift.gateway.openai_wire import (
     DONE,
@@ -83,12 +90,20 @@ class Endpoints:
         principal = self.principal(request)
         if principal is None:
             return refuse_auth(self.metrics)
+        max_bytes = self.config.limits.max_body_bytes
+        if declared_too_large(request, max_bytes):
+            # Before shedding: a 503 asks the client to retry, and an SDK that does would
+            # upload a body that can never be served again.
+            self.metrics.requests.labels("-", "-", "too_large").inc()
+            return too_large(max_bytes)
         if self.gateway.loop_lag.overloaded(time.monotonic()):
             # Shed at the door, before the body is read: refusing costs little, and every
             # request let in while the loop runs late makes every other one later.
             return self._overloaded("admission")
-        body = await json_object(request, self.config.limits.max_body_bytes)
+        body = await json_object(request, max_bytes)
         if isinstance(body, Response):
+            outcome = "too_large" if body.status_code == 413 else "bad_request"
+            self.metrics.requests.labels("-", "-", outcome).inc()
             return body
         incoming = Incoming(
             {k.lower(): v for k, v in request.headers.items()},

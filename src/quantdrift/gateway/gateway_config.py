@@ -250,6 +250,9 @@ class GatewayConfig(_Frozen):
     # Ask upstreams for logprobs on user calls too, for the entropy probe.
     logprobs_on_user_calls: bool = True
     top_logprobs: int = Field(default=5, ge=0, le=20)
+    # Fail closed: past this many seconds with neither control source answering (Redis
+    # keys, control topic), every route serves its reference until one answers again.
+    control_stale_s: float = Field(default=30.0, gt=0)
     # How often gated routes re-read their preflight report and approvals.
     preflight_refresh_s: float = Field(default=30.0, gt=0)
 

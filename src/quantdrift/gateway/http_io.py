@@ -57,6 +57,12 @@ async def _disconnected(request: Request) -> None:
             return
 
 
+def declared_too_large(request: Request, max_bytes: int) -> bool:
+    """Whether the request's ``Content-Length`` already says its body is past ``max_bytes``."""
+    declared = request.headers.get("content-length", "")
+    return declared.isdigit() and int(declared) > max_bytes
+
+
 async def json_object(request: Request, max_bytes: int) -> dict[str, Any] | Response:
     """The request body as a JSON object, or the 4xx that says why it is not one.
 
@@ -65,8 +71,7 @@ async def json_object(request: Request, max_bytes: int) -> dict[str, Any] | Resp
     refuses NaN and Infinity, lone surrogates and nesting deeper than 1024, so none
     of them reaches planning, an upstream or a pair.
     """
-    declared = request.headers.get("content-length", "")
-    if declared.isdigit() and int(declared) > max_bytes:
+    if declared_too_large(request, max_bytes):
         return too_large(max_bytes)
     chunks, size = [], 0
     async for chunk in request.stream():

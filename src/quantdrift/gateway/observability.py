@@ -63,6 +63,8 @@ def health(gateway: Gateway, private: bool = True) -> dict[str, Any]:
         "control_ready": bool(gateway.controller and gateway.controller.kafka_ready),
         # False: the routes' latest commands are unknown yet; every route on its reference.
         "control_known": gateway.controller is None or gateway.controller.backstop_known,
+        # True: neither control source answered for control_stale_s; routes on the reference.
+        "control_stale": gateway.control_stale(),
         "shadow_queue": gateway.shadow.depth,
         "shadow_in_flight": gateway.shadow.in_flight,
         "auth": gateway.auth.enabled,

@@ -169,6 +169,11 @@ class Gateway:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._lag_task
 
+    def on_linger(self, end: str, discarded: int) -> None:
+        """Count a lingering close (``lingering.py``): how it ended, what it discarded."""
+        self.metrics.lingering_closes.labels(end).inc()
+        self.metrics.lingered_bytes.inc(discarded)
+
     async def wait_shadows(self, timeout: float) -> None:
         """Wait until the shadow queue is empty and idle (tests, benchmarks)."""
         await self.shadow.wait_idle(timeout)
@@ -178,6 +183,13 @@ class Gateway:
         """False when a background task was given up on (see ``supervision.py``)."""
         return self.supervisor.ready
 
+    def control_stale(self) -> bool:
+        """Whether neither control source has answered for ``control_stale_s``."""
+        if self.controller is None:
+            return False
+        age = self.controller.verified_age()
+        return age is not None and age > self.config.control_stale_s
+
     def filling(self, route: str) -> bool:
         """Whether the route's sampled noise floor is still filling (``noise_fill``)."""
         return self.floors is not None and self.floors.filling(route)
@@ -186,14 +198,15 @@ class Gateway:
         """The route's directive (``routing.RouteDirective``) as the controller knows it.
 
         Fail closed: until the controller has read the route keys or replayed the
-        control topic once (``backstop_known``), a route may be locked in rollback
-        without this process knowing, so every route serves its reference (no
+        control topic once (``backstop_known``), and again once neither control source
+        has answered for ``control_stale_s`` (a partition), a route may be locked in
+        rollback without this process knowing, so every route serves its reference (no
         candidate call, not even in shadow) -- rather than report not-ready, since the
-        reference can still answer users.
+        reference can still answer users. The last verified state holds until then.
         """
         if self.controller is None:
             return None
-        if not self.controller.backstop_known:
+        if not self.controller.backstop_known or self.control_stale():
             return RouteDirective("rollback", self.config.routes[route].reference)
         applied = self.controller.state(route)
         if applied is None:

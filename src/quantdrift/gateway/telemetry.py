@@ -97,6 +97,16 @@ class Telemetry:
             "(admission: at the door; in_flight: a timeout its own loop lag caused)",
             ["stage"],
         )
+        self.lingering_closes = self._counter(
+            "lingering_closes",
+            "connections closed after an answer sent before the body was read: the rest "
+            "was read and discarded until the client closed (eof) or a bound (idle, "
+            "deadline), so the client could read the answer (``lingering.py``)",
+            ["end"],
+        )
+        self.lingered_bytes = self._counter(
+            "lingered_bytes", "request body bytes read and discarded by lingering closes", []
+        )
         self.info = Gauge(P + "up", "1 while the gateway serves", registry=r)
         self.info.set(1)
 

@@ -144,6 +144,9 @@ class RouteController:
         # Set once every route's latest command is known: the Redis keys were read, or
         # the control topic was replayed to its end. Until then the gateway fails closed.
         self._backstop = asyncio.Event()
+        # When each control source last proved it is being followed (monotonic): a
+        # Redis poll that read the keys, a fetch answer from the control topic's broker.
+        self._verified: dict[str, float] = {}
         self._redis: aioredis.Redis | None = None
         self._tasks: list[asyncio.Task[None]] = []
         self.stats = ControllerStats()
@@ -195,6 +198,19 @@ class RouteController:
         so the gateway serves such routes their reference (see ``Gateway.directive``).
         """
         return self._backstop.is_set()
+
+    def verified_age(self) -> float | None:
+        """Seconds since either control source last answered; None before either did.
+
+        A silent partition stops both: the Redis poll times out, and the topic's
+        consumer gets no fetch answers (``last_poll_timestamp`` stops moving) while
+        aiokafka keeps retrying without a word. ``Gateway.directive`` fails closed past
+        ``control_stale_s``: the applied state may be stale, and a rollback may be
+        waiting on the other side of the partition.
+        """
+        if not self._verified:
+            return None
+        return self._clock() - max(self._verified.values())
 
     def on_change(self, cb: Callback) -> None:
         """Call ``cb(route, command)`` after each applied command (sync or async).
@@ -379,8 +395,13 @@ class RouteController:
                     positions[tp] = await consumer.position(tp)
                 self._kafka_ready.set()
                 delay = 0.1
+                fetched: list[int | None] = []
                 while True:
                     batches = await consumer.getmany(timeout_ms=1000)
+                    stamps = [consumer.last_poll_timestamp(tp) for tp in tps]
+                    if stamps != fetched and all(t is not None for t in stamps):
+                        self._verified["kafka"] = self._clock()  # a fetch answer came back
+                    fetched = stamps
                     for tp, messages in batches.items():
                         for message in messages:
                             positions[tp] = message.offset + 1
@@ -456,8 +477,9 @@ class RouteController:
                     log.warning(
                         "route keys unreadable (%d tries), keeping targets: %r", failures, exc
                     )
-                # Back off up to 10 polls while Redis is down; targets stay as they are.
-                await asyncio.sleep(self._poll_interval * min(10, 2 ** min(failures, 4)))
+                # Back off to 2 polls at most while Redis is down (targets stay as they
+                # are): a healed link must be read again within the 2 s recovery target.
+                await asyncio.sleep(self._poll_interval * min(2, 2 ** min(failures, 4)))
                 continue
             if failures:
                 log.info("route keys readable again after %d failed polls", failures)
@@ -489,4 +511,5 @@ class RouteController:
                 continue
             self._last_raw[route] = raw
             await self.handle(raw, "redis")
+        self._verified["redis"] = self._clock()
         self._backstop.set()
