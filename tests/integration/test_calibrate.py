@@ -18,11 +18,7 @@ from quantdrift.schemas.keys import route_key
 from quantdrift.schemas.pair import EngineInfo
 from quantdrift.schemas.signing import CommandSigner
 from quantdrift.stack.ports import free_port
-
-try:
-    from guard import isolated_settings, make_topics
-except ImportError:  # pragma: no cover - when tests/ is imported as a package
-    from tests.integration.guard import isolated_settings, make_topics
+from support.guard import isolated_settings, make_topics
 
 pytestmark = pytest.mark.integration
 
