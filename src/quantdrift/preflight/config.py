@@ -118,6 +118,13 @@ class PerplexityConfig(_Section):
     tolerance: float = Field(default=0.05, ge=0)
 
 
+class SignoffConfig(_Section):
+    """Who must approve: recorded in the report, so its page shows the same policy."""
+
+    required: int = Field(default=2, ge=1)
+    distinct_keys: bool = False
+
+
 class PreflightConfig(_Section):
     candidate: EndpointConfig | None = None
     reference: EndpointConfig | None = None
@@ -139,6 +146,7 @@ class PreflightConfig(_Section):
     switch_drill: DrillConfig = DrillConfig()
     load: LoadConfig = LoadConfig()
     perplexity: PerplexityConfig = PerplexityConfig()
+    signoff: SignoffConfig = SignoffConfig()
 
 
 _PATH_KEYS = {
