@@ -192,9 +192,10 @@ def test_signoff_block_states() -> None:
     broken = _block(edited, [alice, bob], KEYS)
     assert broken.state == "broken" and broken.valid == 0
     assert [s.problem for s in broken.signatures] == [
-        "alice: signed another version of the report",
-        "bob: signed another version of the report",
+        "signed another version of the report",
+        "signed another version of the report",
     ]
+    assert broken.missing[-1] == "bob (ml): signed another version of the report"
     nogo = build_report([Item("niah", "N", "fail")])
     assert _block(nogo, [], KEYS).state == "not-signable"
 

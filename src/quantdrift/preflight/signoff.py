@@ -131,7 +131,10 @@ def block(
             at: float | None = float(a.get("signed_at"))  # type: ignore[arg-type]
         except (TypeError, ValueError):
             at = None
-        sigs.append(Signature(str(a.get("by", "?")), str(a.get("key_id", "?")), at, not why, why))
+        by = str(a.get("by", "?"))
+        if why and why.startswith(f"{by}: "):  # the row names the signer already
+            why = why[len(by) + 2 :]
+        sigs.append(Signature(by, str(a.get("key_id", "?")), at, not why, why))
     valid_keys = {s.key_id for s in sigs if s.verifies}
     valid = len(valid_keys) if distinct_keys else len(result.signers)
     missing = []
