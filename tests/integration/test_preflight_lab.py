@@ -105,8 +105,21 @@ def _preflight(tmp_path: Path, candidate: str, reference: str, name: str) -> tup
     assert proc.stderr.count("preflight: [") >= 4, proc.stderr  # progress on stderr
     printed = json.loads(proc.stdout)
     assert printed == json.loads(report.read_text())
-    assert (tmp_path / f"{name}.html").read_text().count("<svg") >= 1
+    page = (tmp_path / f"{name}.html").read_text()
     items = {i["id"]: i for i in printed["items"]}
+    # The launch page of this run: needle recall in words and per cell, perplexity per domain.
+    niah = items["niah"]
+    assert f'data-check="niah" data-status="{niah["status"]}"' in page
+    recall = niah["measured"]["candidate_recall"]
+    assert f"recall {recall * 100:.0f} % vs reference" in page
+    assert "floor 50 %, tolerance 25 points" in page
+    assert 'data-language="en" data-length="256"' in page  # the grid's one cell
+    assert "Perplexity per domain" in page and "support-qa" in page
+    assert page.count("<svg") >= 2
+    # The engines as the servers report them (the lab's /health: model and precision).
+    engines = printed["subject"]["engines"]
+    assert engines["candidate"]["engine"] == "quantdrift lab serve"
+    assert engines["reference"]["model"].endswith("@ref-f32")
     print(
         f"\n{name}: {printed['verdict']} in {time.monotonic() - t0:.0f}s; "
         f"niah {items['niah']['measured']}; perplexity {items['perplexity']['measured']}"

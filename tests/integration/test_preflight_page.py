@@ -1,8 +1,9 @@
 """The launch page in a real headless browser, from a real ``quantdrift preflight`` run.
 
 The launcher's path end to end through the command line: ``quantdrift preflight``
-runs the static checks (calibration leakage on two files, memory bounds on a
-vLLM command line, the probes on the example gateway config) and writes the
+runs the static checks (calibration leakage on two files, salient weights and
+scale ranges on a small GPTQ-shaped checkpoint, memory bounds on a vLLM command
+line, the probes on the example gateway config) and writes the
 report and its page; ``preflight sign`` adds approvals with two keys of the
 ring and redraws the page; an edit after signing and ``preflight page`` redraws
 it. At each state (unsigned, one of two, two of two, tampered) Debian's
@@ -15,6 +16,7 @@ Needs Debian's chromium (``make browser``); the test installs nothing.
 
 from __future__ import annotations
 
+import hashlib
 import html
 import json
 import os
@@ -23,6 +25,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 try:
@@ -40,6 +43,28 @@ pytestmark = [
 
 ROOT = Path(__file__).resolve().parents[2]
 KEYS = {"ops": "ops-approval-key-for-tests-32-bytes+", "ml": "ml-approval-key-for-tests-32-bytes+"}
+
+
+def gptq_checkpoint(path: Path) -> Path:
+    """A tiny GPTQ-shaped checkpoint: fp16 embeddings, head and edge layers, a 4-bit middle."""
+    from safetensors.numpy import save_file
+
+    path.mkdir()
+    f16 = np.zeros((16, 16), dtype=np.float16)
+    save_file(
+        {
+            "model.embed_tokens.weight": np.zeros((32, 16), dtype=np.float16),
+            "lm_head.weight": np.zeros((32, 16), dtype=np.float16),
+            "model.layers.0.mlp.down_proj.weight": f16,
+            "model.layers.1.mlp.down_proj.qweight": np.zeros((8, 64), dtype=np.int32),
+            "model.layers.1.mlp.down_proj.scales": np.ones((1, 64), dtype=np.float16),
+            "model.layers.2.mlp.down_proj.weight": f16,
+        },
+        str(path / "model.safetensors"),
+    )
+    qc = {"quant_method": "gptq", "bits": 4, "group_size": 128}
+    (path / "config.json").write_text(json.dumps({"quantization_config": qc}))
+    return path
 
 
 def cli(*args: str, env: dict[str, str], cwd: Path) -> subprocess.CompletedProcess[str]:
@@ -101,7 +126,9 @@ def test_signoff_states_in_a_browser(tmp_path: Path) -> None:
         json.dumps({"text": "How do I return shoes that do not fit?", "domain": "support-qa"})
     )
     (tmp_path / "serve.sh").write_text("vllm serve /models/m --gpu-memory-utilization 0.91\n")
+    ckpt = gptq_checkpoint(tmp_path / "ckpt")
     (tmp_path / "preflight.yaml").write_text(
+        "salient-weights: {checkpoint: ckpt}\n"
         "calibration-leakage: {calibration: calib.jsonl, evaluation: eval.jsonl,"
         " domains: [catalog, coupon-rules]}\n"
         "memory-utilization: {serving_config: serve.sh}\n"
@@ -112,7 +139,7 @@ def test_signoff_states_in_a_browser(tmp_path: Path) -> None:
     report, page = tmp_path / "report.json", tmp_path / "report.html"
     ran = cli(
         "preflight", "--config", "preflight.yaml",
-        "--only", "calibration-leakage,memory-utilization,probes",
+        "--only", "calibration-leakage,salient-weights,fp8-scales,memory-utilization,probes",
         "--gateway-config", str(ROOT / "examples" / "gateway.yaml"), "--route", "cs-agent/int4",
         "--report", str(report), "--quiet",
         env=env, cwd=tmp_path,
@@ -125,12 +152,16 @@ def test_signoff_states_in_a_browser(tmp_path: Path) -> None:
     items = re.findall(r'<tr class="item" data-check="([\w-]+)" data-status="([\w ]+)">', dom)
     assert [c for c, _ in items][:3] == ["calibration-leakage", "salient-weights", "niah"]
     assert dict(items) == {
-        "calibration-leakage": "pass", "salient-weights": "not run", "niah": "not run",
-        "fp8-scales": "not run", "warmup": "not run", "memory-utilization": "pass",
+        "calibration-leakage": "pass", "salient-weights": "pass", "niah": "not run",
+        "fp8-scales": "pass", "warmup": "not run", "memory-utilization": "pass",
         "shadow-link": "not run", "probes": "pass", "switch-drill": "not run", "load": "not run",
     }  # fmt: skip
     seen = text(dom)
-    assert "Go: every check that ran passed (3 of 10 launch items run)." in seen
+    assert "Go: every check that ran passed (5 of 10 launch items run)." in seen
+    # The inputs: the checkpoint the run hashed, with its quantization.
+    sha = hashlib.sha256((ckpt / "model.safetensors").read_bytes()).hexdigest()
+    assert f"model.safetensors sha256 {sha[:16]}" in seen
+    assert "ckpt (format safetensors, quant method gptq, bits 4.0, group size 128)" in seen
     assert "Memory-utilisation bounds" in seen and "gpu_memory_utilization 0.91" in seen
     assert "between 0.9 and 0.92" in seen
     assert "repetition probe on, entropy probe on" in seen
