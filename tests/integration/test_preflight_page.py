@@ -106,7 +106,8 @@ def signoff_seen(page: Path, shots: Path, state: str) -> tuple[dict[str, str], s
     return attrs, text(m.group(2)), rows
 
 
-def test_signoff_states_in_a_browser(tmp_path: Path) -> None:
+def go_report(tmp_path: Path) -> tuple[dict[str, str], Path]:
+    """A real ``quantdrift preflight`` run that says go: (the environment, the report)."""
     env = {
         **os.environ,
         "QUANTDRIFT_SIGNING__KEYS": json.dumps(KEYS),
@@ -126,7 +127,7 @@ def test_signoff_states_in_a_browser(tmp_path: Path) -> None:
         json.dumps({"text": "How do I return shoes that do not fit?", "domain": "support-qa"})
     )
     (tmp_path / "serve.sh").write_text("vllm serve /models/m --gpu-memory-utilization 0.91\n")
-    ckpt = gptq_checkpoint(tmp_path / "ckpt")
+    gptq_checkpoint(tmp_path / "ckpt")
     (tmp_path / "preflight.yaml").write_text(
         "salient-weights: {checkpoint: ckpt}\n"
         "calibration-leakage: {calibration: calib.jsonl, evaluation: eval.jsonl,"
@@ -134,9 +135,7 @@ def test_signoff_states_in_a_browser(tmp_path: Path) -> None:
         "memory-utilization: {serving_config: serve.sh}\n"
         "signoff: {required: 2}\n"
     )
-    shots = tmp_path / "screenshots"
-    shots.mkdir()
-    report, page = tmp_path / "report.json", tmp_path / "report.html"
+    report = tmp_path / "report.json"
     ran = cli(
         "preflight", "--config", "preflight.yaml",
         "--only", "calibration-leakage,salient-weights,fp8-scales,memory-utilization,probes",
@@ -146,6 +145,14 @@ def test_signoff_states_in_a_browser(tmp_path: Path) -> None:
     )  # fmt: skip
     assert ran.returncode == 0, ran.stdout + ran.stderr
     assert json.loads(report.read_bytes())["verdict"] == "go"
+    return env, report
+
+
+def test_signoff_states_in_a_browser(tmp_path: Path) -> None:
+    env, report = go_report(tmp_path)
+    page, ckpt = tmp_path / "report.html", tmp_path / "ckpt"
+    shots = tmp_path / "screenshots"
+    shots.mkdir()
 
     # The page of the run itself: the checklist in the standard's order and words.
     dom = chromium_dom(page.as_uri(), budget_ms=500)

@@ -6,7 +6,9 @@
   works without a YAML;
 * ``quantdrift preflight sign REPORT --by NAME`` adds a signed approval and redraws the page;
 * ``quantdrift preflight verify REPORT`` passes only with ``go`` and two distinct signers;
-* ``quantdrift preflight page REPORT`` draws the launch page with its sign-off block.
+* ``quantdrift preflight page REPORT`` draws the launch page with its sign-off block;
+* ``quantdrift preflight certificate REPORT --out CERT`` issues a quantization certificate
+  of a verified report, ``preflight verify-certificate CERT`` checks one offline.
 """
 
 from __future__ import annotations
@@ -67,6 +69,15 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="signers must use distinct keys (default: the report's policy)",
     )
     g.set_defaults(func=page)
+    c = ps.add_parser("certificate", help="a signed certificate binding a build to its evidence")
+    c.add_argument("report", type=Path, help="a verified (go, signed) preflight report")
+    c.add_argument("--out", type=Path, required=True, help="where to write the certificate")
+    c.add_argument("--live", type=Path, help="live evidence after launch (a JSON document)")
+    c.set_defaults(func=certificate)
+    vc = ps.add_parser("verify-certificate", help="check a certificate offline, or exit 1")
+    vc.add_argument("certificate", type=Path)
+    vc.add_argument("--json", action="store_true", help="print the check as JSON")
+    vc.set_defaults(func=verify_certificate)
 
 
 def _only(text: str) -> list[str]:
@@ -199,6 +210,36 @@ def verify(args: argparse.Namespace) -> int:
             f"{args.report.name}: {status}; verdict {result.verdict}; "
             f"signers: {', '.join(result.signers) or 'none'}"
         )
+        for p in result.problems:
+            print(f"  {p}")
+    return 0 if result.ok else 1
+
+
+def certificate(args: argparse.Namespace) -> int:
+    from quantdrift.cli.common import load_settings
+    from quantdrift.preflight.certificate import issue_file
+
+    env = issue_file(args.report, args.out, load_settings().signing, time.time(), args.live)
+    payload = json.loads(env["payload"])
+    model = (payload.get("model") or {}).get("name", "no checkpoint hashed")
+    print(
+        f"{args.out}: certificate of {args.report.name} for {payload.get('route') or 'no route'}"
+        f" ({model}; live evidence {'attached' if payload.get('live') else 'not attached'};"
+        f" key {env['key_id']})"
+    )
+    return 0
+
+
+def verify_certificate(args: argparse.Namespace) -> int:
+    from quantdrift.cli.common import load_settings
+    from quantdrift.preflight.certificate import check_file
+
+    result = check_file(args.certificate, load_settings().signing)
+    if args.json:
+        print(json.dumps({"ok": result.ok, "signers": result.signers, "problems": result.problems}))
+    else:
+        status = "verified" if result.ok else "NOT verified"
+        print(f"{args.certificate.name}: {status}; signers: {', '.join(result.signers) or 'none'}")
         for p in result.problems:
             print(f"  {p}")
     return 0 if result.ok else 1
