@@ -55,14 +55,17 @@ async def niah(ctx: Context) -> Item:
     context = await _context_length(ctx, cand, ref)
     lengths = tuple(c.lengths) if c.lengths else niah_mod.default_lengths(context)
     needles = (
-        tuple(niah_mod.Needle(n.fact, n.question, n.answer) for n in c.needles)
+        tuple(niah_mod.Needle(n.fact, n.question, n.answer, n.language) for n in c.needles)
         if c.needles
-        else niah_mod.DEFAULT_NEEDLES
+        else tuple(n for lang in c.languages for n in niah_mod.NEEDLES[lang])
     )
-    cases = niah_mod.cases(lengths, c.depths, needles, c.per_cell)
+    try:
+        cases = niah_mod.cases_by_language(lengths, c.depths, needles, c.per_cell, c.languages)
+    except ValueError as exc:
+        raise ConfigError(f"niah: {exc} (niah.needles has none in that language)") from exc
     ctx.progress(
-        f"{NIAH}: {len(cases)} cases per side at lengths {list(lengths)} "
-        f"(context {context or 'unknown'})"
+        f"{NIAH}: {len(cases)} cases per side at lengths {list(lengths)} in "
+        f"{', '.join(c.languages)} (context {context or 'unknown'})"
     )
     done = {"n": 0}
 
@@ -91,6 +94,7 @@ async def niah(ctx: Context) -> Item:
     cand_rows, ref_rows = await asyncio.gather(side(cand, "candidate"), side(ref, "reference"))
     rows = [
         {
+            "language": case.needle.language,
             "length": case.length,
             "depth": case.depth,
             "answer": case.needle.answer,
@@ -104,6 +108,13 @@ async def niah(ctx: Context) -> Item:
     ]
     rc, rr_ = niah_mod.recall(rows, "candidate_hit"), niah_mod.recall(rows, "reference_hit")
     ok, why = niah_mod.judge(rc, rr_, c.floor, c.tolerance)
+    cells = niah_mod.by_cell(rows)
+    # Veto per cell: a language that loses its needles at one length is not averaged away.
+    vetoed = niah_mod.judge_cells(cells, c.floor, c.tolerance)
+    if vetoed:
+        cells_why = f"{len(vetoed)} of {len(cells)} cells below: {'; '.join(vetoed[:4])}"
+        why = cells_why if ok else f"{cells_why}; overall {why}"
+        ok = False
     return judged(
         NIAH,
         TITLES[NIAH],
@@ -113,11 +124,15 @@ async def niah(ctx: Context) -> Item:
             "reference_recall": round(rr_, 4),
             "cases": len(rows),
             "lengths": list(lengths),
+            "languages": list(c.languages),
+            "cells": len(cells),
+            "cells_below": len(vetoed),
             "context_length": context,
         },
-        {"floor": c.floor, "tolerance": c.tolerance},
+        {"floor": c.floor, "tolerance": c.tolerance, "per_cell": True},
         why=why,
         by_length=niah_mod.by_length(rows),
+        by_cell=cells,
         cases=rows,
     )
 

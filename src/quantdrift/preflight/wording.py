@@ -111,12 +111,16 @@ def salient(m: Mapping[str, Any], t: Mapping[str, Any]) -> Words:
 def niah(m: Mapping[str, Any], t: Mapping[str, Any]) -> Words:
     lengths = ", ".join(f"{n:,}" for n in m.get("lengths") or [])
     context = m.get("context_length")
+    langs = m.get("languages") or []
     measured = (
         f"recall {pct(m.get('candidate_recall'))} vs reference {pct(m.get('reference_recall'))} "
         f"over {m.get('cases')} cases at {lengths} tokens"
+        + (f" in {', '.join(langs)}" if langs else "")
         + (f" (context {context:,} tokens)" if isinstance(context, int) else "")
+        + (f"; {m['cells_below']} of {m['cells']} cells below" if m.get("cells") else "")
     )
-    return measured, f"floor {pct(t.get('floor'))}, tolerance {points(t.get('tolerance'))}"
+    per = ", in every language x length cell" if t.get("per_cell") else ""
+    return measured, f"floor {pct(t.get('floor'))}, tolerance {points(t.get('tolerance'))}{per}"
 
 
 def scales(m: Mapping[str, Any], t: Mapping[str, Any]) -> Words:
