@@ -231,8 +231,10 @@ def test_cjk_haystacks_count_characters_and_ask_in_their_language(needles) -> No
         niah.PROMPTS[n.language][1].format(q=n.question),
     )
     assert " " not in body and 0.4 < body.index(n.fact) / len(body) < 0.6
-    # 1,000 nominal tokens at 0.6 characters a token, one filler sentence over at most
-    assert 600 <= len(body) - len(n.fact) < 600 + max(map(len, niah.FILLERS[n.language]))
+    # 1,000 tokens at the fallback 0.4 characters a token, one filler sentence over at most
+    assert 400 <= len(body) - len(n.fact) < 400 + max(map(len, niah.FILLERS[n.language]))
+    counted = niah.haystack(1000, n, 0.5, seed=7, chars_per_token=0.9).split("\n\n")[1]
+    assert 900 <= len(counted) - len(n.fact) < 900 + max(map(len, niah.FILLERS[n.language]))
     assert niah.hit(f"答案是{n.answer}。", n.answer)
 
 

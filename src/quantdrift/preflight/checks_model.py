@@ -47,6 +47,31 @@ async def _context_length(ctx: Context, *eps: Endpoint) -> int | None:
 # -- niah ----------------------------------------------------------------------------
 
 
+async def _cjk_density(
+    ctx: Context, needles: tuple[niah_mod.Needle, ...], eps: tuple[Endpoint, ...]
+) -> dict[str, float]:
+    """Characters per token for each CJK language, the tighter of the endpoints' counts.
+
+    Each server counts one probe haystack (max_tokens 1); a language no server counted
+    is left out and its haystacks use the fallback (``niah.CJK_CHARS_PER_TOKEN``).
+    """
+    out: dict[str, float] = {}
+    for lang in sorted({n.language for n in needles} - {"en"}):
+        needle = next(n for n in needles if n.language == lang)
+        probe = niah_mod.haystack(niah_mod.PROBE_TOKENS, needle, 0.5, seed=ctx.config.seed)
+        counted = []
+        for ep in eps:
+            async with ep.client() as client:
+                reply = await ep.chat(client, probe, 1, seed=ctx.config.seed)
+            if reply.prompt_tokens:
+                counted.append(niah_mod.chars_per_token(probe, reply.prompt_tokens))
+        if counted:
+            out[lang] = round(min(counted), 4)
+    if out:
+        ctx.progress(f"{NIAH}: characters per token {out} (counted by the servers)")
+    return out
+
+
 async def niah(ctx: Context) -> Item:
     cand, ref = _endpoint(ctx, "candidate"), _endpoint(ctx, "reference")
     if cand is None or ref is None:
@@ -67,6 +92,7 @@ async def niah(ctx: Context) -> Item:
         f"{NIAH}: {len(cases)} cases per side at lengths {list(lengths)} in "
         f"{', '.join(c.languages)} (context {context or 'unknown'})"
     )
+    density = await _cjk_density(ctx, needles, (cand, ref))
     done = {"n": 0}
 
     async def side(ep: Endpoint, name: str) -> list[dict[str, Any]]:
@@ -74,7 +100,11 @@ async def niah(ctx: Context) -> Item:
         async with ep.client() as client:
             for case in cases:
                 prompt = niah_mod.haystack(
-                    case.length, case.needle, case.depth, seed=ctx.config.seed + case.seed
+                    case.length,
+                    case.needle,
+                    case.depth,
+                    seed=ctx.config.seed + case.seed,
+                    chars_per_token=density.get(case.needle.language),
                 )
                 reply = await ep.chat(client, prompt, c.max_tokens, seed=ctx.config.seed)
                 out.append(
@@ -133,6 +163,7 @@ async def niah(ctx: Context) -> Item:
         why=why,
         by_length=niah_mod.by_length(rows),
         by_cell=cells,
+        chars_per_token=density,
         cases=rows,
     )
 

@@ -15,10 +15,14 @@ lose a script whose tokens it sees less often. Recall is reported and judged
 reference by more than the tolerance, vetoes the launch, even when the average
 over all cells would pass.
 
-Lengths are nominal tokens: about 0.75 words per token for English prose, and
-``CJK_CHARS_PER_TOKEN`` characters per token for Chinese and Japanese (on the
-low side of common tokenizers, so a haystack never overflows the window it was
-sized for); each case records the prompt tokens the server reported.
+Lengths are tokens: about 0.75 words per token for English prose. Chinese and
+Japanese cost very different numbers of tokens per character from one tokenizer
+to the next (about one on Qwen's, two and more on an English-centred byte BPE),
+so the check first asks each server to count a probe haystack
+(``chars_per_token``) and sizes the haystacks by the tighter of the two counts:
+a haystack then fills the length it is meant to, up to the model's context,
+and never overflows it. ``CJK_CHARS_PER_TOKEN`` is the fallback for a server
+that reports no usage. Each case records the prompt tokens the server reported.
 """
 
 from __future__ import annotations
@@ -154,7 +158,8 @@ NEEDLES = {"en": DEFAULT_NEEDLES, "zh": NEEDLES_ZH, "ja": NEEDLES_JA}
 DEFAULT_DEPTHS = (0.1, 0.5, 0.9)
 UNKNOWN_CONTEXT_LENGTHS = (256, 1024)
 WORDS_PER_TOKEN = 0.75
-CJK_CHARS_PER_TOKEN = 0.6
+CJK_CHARS_PER_TOKEN = 0.4
+PROBE_TOKENS = 512  # the haystack each server counts to size Chinese and Japanese ones
 
 
 def default_lengths(context_length: int | None) -> tuple[int, ...]:
@@ -172,9 +177,16 @@ def default_lengths(context_length: int | None) -> tuple[int, ...]:
     return tuple(sorted({context_length // 4, context_length // 2, top}))
 
 
-def haystack(length_tokens: int, needle: Needle, depth: float, seed: int = 0) -> str:
+def haystack(
+    length_tokens: int,
+    needle: Needle,
+    depth: float,
+    seed: int = 0,
+    chars_per_token: float | None = None,
+) -> str:
     """The prompt in the needle's language: filler of about ``length_tokens`` with the
-    fact at ``depth`` (0..1), then the question."""
+    fact at ``depth`` (0..1), then the question. ``chars_per_token`` sizes Chinese and
+    Japanese (``CJK_CHARS_PER_TOKEN`` when None); English counts words."""
     if not 0.0 <= depth <= 1.0:
         raise ValueError(f"depth must be in [0, 1], got {depth}")
     if needle.language not in PROMPTS:
@@ -183,7 +195,8 @@ def haystack(length_tokens: int, needle: Needle, depth: float, seed: int = 0) ->
     cjk = needle.language != "en"
     rng = random.Random(seed)
     # English counts words, Chinese and Japanese characters (they have no spaces).
-    target = int(length_tokens * (CJK_CHARS_PER_TOKEN if cjk else WORDS_PER_TOKEN))
+    per_token = (chars_per_token or CJK_CHARS_PER_TOKEN) if cjk else WORDS_PER_TOKEN
+    target = int(length_tokens * per_token)
     sentences: list[str] = []
     size = 0
     while size < target:
@@ -194,6 +207,16 @@ def haystack(length_tokens: int, needle: Needle, depth: float, seed: int = 0) ->
     intro, question = PROMPTS[needle.language]
     body = ("" if cjk else " ").join(sentences)
     return f"{intro}\n\n{body}\n\n{question.format(q=needle.question)}"
+
+
+def chars_per_token(prompt: str, prompt_tokens: int) -> float:
+    """Characters a token in a counted prompt; the chat template's own tokens are in the
+    count, so this errs low, and a haystack sized by it errs short, never over the window.
+
+    >>> chars_per_token("储藏室" * 100, 600)
+    0.5
+    """
+    return len(prompt) / max(1, prompt_tokens)
 
 
 @dataclass(frozen=True, slots=True)
