@@ -73,7 +73,10 @@ def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
 def _preflight(tmp_path: Path, candidate: str, reference: str, name: str) -> tuple[int, dict]:
     cfg = tmp_path / "preflight.yaml"
     cfg.write_text(
-        "niah: {depths: [0.25, 0.75], per_cell: 2, max_tokens: 24, floor: 0.5, tolerance: 0.25}\n"
+        # English only: SmolLM2-135M is an English model, its own reference finds few
+        # Chinese or Japanese needles (docs/preflight.md), so every build would be no-go.
+        "niah: {depths: [0.25, 0.75], per_cell: 2, max_tokens: 24, floor: 0.5, tolerance: 0.25,"
+        " languages: [en]}\n"
         "perplexity: {tolerance: 0.05}\n"
     )
     report = tmp_path / f"{name}.json"
@@ -112,7 +115,7 @@ def _preflight(tmp_path: Path, candidate: str, reference: str, name: str) -> tup
     assert f'data-check="niah" data-status="{niah["status"]}"' in page
     recall = niah["measured"]["candidate_recall"]
     assert f"recall {recall * 100:.0f} % vs reference" in page
-    assert "floor 50 %, tolerance 25 points" in page
+    assert "floor 50 %, tolerance 25 points, in every language x length cell" in page
     assert 'data-language="en" data-length="256"' in page  # the grid's one cell
     assert "Perplexity per domain" in page and "support-qa" in page
     assert page.count("<svg") >= 2

@@ -73,12 +73,17 @@ def headline(report: Mapping[str, Any]) -> str:
     first = next((r for r in blocking if r.veto), None) or next(
         (r for r in blocking if r.shown == "fail"), blocking[0]
     )
+    why = (
+        first.why if len(first.why) <= 140 else first.why[:139] + "…"
+    )  # one line; the row has it all
     if first.veto:
-        text = f"{first.item.name} vetoes the launch ({first.why})"
+        text = f"{first.item.name} vetoes the launch ({why})"
     elif first.shown == "fail":
-        text = f"{first.item.name} failed ({first.why})"
+        text = f"{first.item.name} failed ({why})"
     else:
-        text = f"{first.item.name} did not run ({first.why}), and a check that did not run is never a pass"
+        text = (
+            f"{first.item.name} did not run ({why}), and a check that did not run is never a pass"
+        )
     rest = len(blocking) - 1
     more = (
         f"; {rest} more item{'s' if rest > 1 else ''} block{'' if rest > 1 else 's'} it"

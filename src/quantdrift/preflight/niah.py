@@ -311,13 +311,20 @@ def judge_cells(cells: Sequence[dict[str, Any]], floor: float, tolerance: float)
     ...              {"language": "en", "length": 8192, "candidate": 1.0, "reference": 1.0}],
     ...             0.75, 0.05)
     ['zh at 8,192 tokens: 50% vs reference 100%']
+    >>> judge_cells([{"language": "ja", "length": 256, "candidate": 0.0, "reference": 0.0}],
+    ...             0.5, 0.25)
+    ['ja at 256 tokens: 0% vs reference 0%, under the floor 50%']
     """
-    return [
-        f"{c['language']} at {c['length']:,} tokens: {c['candidate']:.0%} vs reference "
-        f"{c['reference']:.0%}"
-        for c in cells
-        if not judge(c["candidate"], c["reference"], floor, tolerance)[0]
-    ]
+    out = []
+    for c in cells:
+        if judge(c["candidate"], c["reference"], floor, tolerance)[0]:
+            continue
+        behind = c["candidate"] < c["reference"] - tolerance - 1e-12
+        out.append(
+            f"{c['language']} at {c['length']:,} tokens: {c['candidate']:.0%} vs reference "
+            f"{c['reference']:.0%}" + ("" if behind else f", under the floor {floor:.0%}")
+        )
+    return out
 
 
 def judge(cand: float, ref: float, floor: float, tolerance: float) -> tuple[bool, str]:
