@@ -95,15 +95,16 @@ def text(fragment: str) -> str:
     return re.sub(r"\s+", " ", html.unescape(re.sub(r"<[^>]+>", " ", fragment))).strip()
 
 
-def signoff_seen(page: Path, shots: Path, state: str) -> tuple[dict[str, str], str, list[str]]:
-    """(the block's data attributes, its visible text, each signature row's text) in chromium."""
+def signoff_seen(page: Path, shots: Path, state: str) -> tuple[dict[str, str], str, list[str], str]:
+    """(the block's data attributes, its visible text, each signature row's text, the DOM)
+    of the page as chromium rendered it; a screenshot of it is kept as ``state``.png."""
     dom = chromium_dom(page.as_uri(), budget_ms=500)
     screenshot(page.as_uri(), shots / f"{state}.png")
     m = re.search(r'<section id="signoff"([^>]*)>(.*?)</section>', dom, re.S)
     assert m, dom[:2000]
     attrs = dict(re.findall(r'data-([\w-]+)="([^"]*)"', m.group(1)))
     rows = [text(r) for r in re.findall(r'<tr class="signature".*?</tr>', m.group(2), re.S)]
-    return attrs, text(m.group(2)), rows
+    return attrs, text(m.group(2)), rows, dom
 
 
 def go_report(tmp_path: Path) -> tuple[dict[str, str], Path]:
@@ -154,8 +155,8 @@ def test_signoff_states_in_a_browser(tmp_path: Path) -> None:
     shots = tmp_path / "screenshots"
     shots.mkdir()
 
-    # The page of the run itself: the checklist in the standard's order and words.
-    dom = chromium_dom(page.as_uri(), budget_ms=500)
+    # The page of the run itself, unsigned: the checklist in the standard's order and words.
+    attrs, block, rows, dom = signoff_seen(page, shots, "unsigned")
     items = re.findall(r'<tr class="item" data-check="([\w-]+)" data-status="([\w ]+)">', dom)
     assert [c for c, _ in items][:3] == ["calibration-leakage", "salient-weights", "niah"]
     assert dict(items) == {
@@ -175,14 +176,13 @@ def test_signoff_states_in_a_browser(tmp_path: Path) -> None:
     assert '{"' not in seen  # no JSON anywhere a person reads
 
     # Unsigned.
-    attrs, block, rows = signoff_seen(page, shots, "unsigned")
     assert attrs["state"] == "unsigned" and rows == []
     assert "Sign-off: Unsigned (0 of 2)" in block and "2 more signers (0 of 2 so far)" in block
 
     # One of two.
     signed = cli("preflight", "sign", str(report), "--by", "alice", env=env, cwd=tmp_path)
     assert signed.returncode == 0, signed.stderr
-    attrs, block, rows = signoff_seen(page, shots, "one-of-two")
+    attrs, block, rows, _ = signoff_seen(page, shots, "one-of-two")
     assert attrs["state"] == "partial" and attrs["valid"] == "1"
     assert "Sign-off: Partly signed (1 of 2)" in block
     assert len(rows) == 1 and rows[0].startswith("alice ") and " ops verifies" in rows[0]
@@ -192,7 +192,7 @@ def test_signoff_states_in_a_browser(tmp_path: Path) -> None:
     ml = {**env, "QUANTDRIFT_SIGNING__ACTIVE_KEY_ID": "ml"}
     signed = cli("preflight", "sign", str(report), "--by", "bob", env=ml, cwd=tmp_path)
     assert signed.returncode == 0, signed.stderr
-    attrs, block, rows = signoff_seen(page, shots, "two-of-two")
+    attrs, block, rows, _ = signoff_seen(page, shots, "two-of-two")
     assert attrs["state"] == "complete" and attrs["valid"] == "2"
     assert "Sign-off: Signed and verified (2 of 2)" in block and "Nothing missing." in block
     assert [r.split()[0] for r in rows] == ["alice", "bob"]
@@ -205,7 +205,7 @@ def test_signoff_states_in_a_browser(tmp_path: Path) -> None:
     report.write_text(json.dumps(edited, indent=2) + "\n")
     drawn = cli("preflight", "page", str(report), env=env, cwd=tmp_path)
     assert drawn.returncode == 0, drawn.stderr
-    attrs, block, rows = signoff_seen(page, shots, "tampered")
+    attrs, block, rows, _ = signoff_seen(page, shots, "tampered")
     assert attrs["state"] == "broken" and attrs["valid"] == "0"
     assert "Sign-off: Signatures do not verify (0 of 2)" in block
     assert all("does not verify signed another version of the report" in r for r in rows)
