@@ -32,17 +32,23 @@ CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 CALM, STORMY = "faq/int8", "cs-agent/int4"
 
 
+# Headless Debian chromium as the browser tests run it (the launch page's test too).
+CHROMIUM_FLAGS = (
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-dev-shm-usage",
+)
+
+
 def chromium_dom(url: str, budget_ms: int = 4000) -> str:
     """The page's DOM after ``budget_ms`` of (virtual) time: its polling script has run."""
     assert CHROMIUM is not None
     out = subprocess.run(
         [
             CHROMIUM,
-            "--headless",
-            "--no-sandbox",
-            "--disable-gpu",
-            "--disable-background-networking",
-            "--disable-dev-shm-usage",
+            *CHROMIUM_FLAGS,
             f"--virtual-time-budget={budget_ms}",
             "--dump-dom",
             url,

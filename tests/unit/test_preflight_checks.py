@@ -220,6 +220,48 @@ def test_haystack_places_needle_at_depth_and_is_deterministic() -> None:
         niah.haystack(100, n, 1.5)
 
 
+@pytest.mark.parametrize("needles", [niah.NEEDLES_ZH, niah.NEEDLES_JA])
+def test_cjk_haystacks_count_characters_and_ask_in_their_language(needles) -> None:  # type: ignore[no-untyped-def]
+    n = needles[1]
+    prompt = niah.haystack(1000, n, 0.5, seed=7)
+    assert prompt == niah.haystack(1000, n, 0.5, seed=7)
+    intro, body, question = prompt.split("\n\n")
+    assert (intro, question) == (
+        niah.PROMPTS[n.language][0],
+        niah.PROMPTS[n.language][1].format(q=n.question),
+    )
+    assert " " not in body and 0.4 < body.index(n.fact) / len(body) < 0.6
+    # 1,000 tokens at the fallback 0.4 characters a token, one filler sentence over at most
+    assert 400 <= len(body) - len(n.fact) < 400 + max(map(len, niah.FILLERS[n.language]))
+    counted = niah.haystack(1000, n, 0.5, seed=7, chars_per_token=0.9).split("\n\n")[1]
+    assert 900 <= len(counted) - len(n.fact) < 900 + max(map(len, niah.FILLERS[n.language]))
+    assert niah.hit(f"答案是{n.answer}。", n.answer)
+
+
+def test_every_language_meets_every_length_with_its_own_needles() -> None:
+    needles = [n for lang in niah.LANGUAGES for n in niah.NEEDLES[lang]]
+    cs = niah.cases_by_language([256, 1024], [0.1, 0.9], needles, per_cell=2)
+    cells = {(c.needle.language, c.length) for c in cs}
+    assert cells == {(lang, n) for lang in ("en", "zh", "ja") for n in (256, 1024)}
+    assert len(cs) == 3 * 2 * 2 * 2
+    assert all(c.needle in niah.NEEDLES[c.needle.language] for c in cs)
+
+
+def test_niah_vetoes_per_cell_where_the_average_passes() -> None:
+    rows = [
+        {"language": lang, "length": n, "candidate_hit": not (lang == "ja" and n == 1024 and k),
+         "reference_hit": True, "prompt_tokens": n + k}
+        for lang in ("en", "zh", "ja") for n in (256, 1024) for k in range(4)
+    ]  # fmt: skip
+    overall = niah.recall(rows, "candidate_hit")
+    assert overall == pytest.approx(21 / 24) and niah.judge(overall, 1.0, 0.75, 0.2)[0]
+    cells = niah.by_cell(rows)
+    assert len(cells) == 6
+    ja = next(c for c in cells if (c["language"], c["length"]) == ("ja", 1024))
+    assert (ja["candidate"], ja["reference"], ja["prompt_tokens"]) == (0.25, 1.0, 1026)
+    assert niah.judge_cells(cells, 0.75, 0.2) == ["ja at 1,024 tokens: 25% vs reference 100%"]
+
+
 def test_niah_recall_by_length() -> None:
     rows = [
         {"length": 256, "candidate_hit": True, "reference_hit": True},

@@ -88,7 +88,7 @@ def test_html_has_inline_svg_plots_and_no_network() -> None:
         "load", "Load", "pass", evidence={"latency_series": [[0.0, 0.1, True], [1.0, 0.3, False]]}
     )
     page = html.render(build_report([niah, load]))
-    assert page.count("<svg") == 2 and "Needle recall by context length" in page
+    assert page.count("<svg") == 2 and "Needle recall per context length and language" in page
     assert "<script>" not in page and "&lt;script&gt;" in page
     assert "http://" not in page.replace('xmlns="http://www.w3.org/2000/svg"', "")
 

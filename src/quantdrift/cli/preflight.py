@@ -4,8 +4,11 @@
   report (JSON) and its HTML page, prints progress on stderr, exits 1 on no-go;
 * ``quantdrift preflight --candidate URL --reference URL --only niah,perplexity --json``
   works without a YAML;
-* ``quantdrift preflight sign REPORT --by NAME`` adds a signed approval;
-* ``quantdrift preflight verify REPORT`` passes only with ``go`` and two distinct signers.
+* ``quantdrift preflight sign REPORT --by NAME`` adds a signed approval and redraws the page;
+* ``quantdrift preflight verify REPORT`` passes only with ``go`` and two distinct signers;
+* ``quantdrift preflight page REPORT`` draws the launch page with its sign-off block;
+* ``quantdrift preflight certificate REPORT --out CERT`` issues a quantization certificate
+  of a verified report, ``preflight verify-certificate CERT`` checks one offline.
 """
 
 from __future__ import annotations
@@ -53,6 +56,28 @@ def register(sub: argparse._SubParsersAction) -> None:
     v.add_argument("--distinct-keys", action="store_true", help="signers must use distinct keys")
     v.add_argument("--json", action="store_true", help="print the verification as JSON")
     v.set_defaults(func=verify)
+    g = ps.add_parser("page", help="draw the launch page of a report, with its sign-off block")
+    g.add_argument("report", type=Path)
+    g.add_argument("--html", type=Path, help="where to write it (default: REPORT with .html)")
+    g.add_argument(
+        "--required", type=positive_int, help="signers needed (default: the report's policy)"
+    )
+    g.add_argument(
+        "--distinct-keys",
+        action="store_true",
+        default=None,
+        help="signers must use distinct keys (default: the report's policy)",
+    )
+    g.set_defaults(func=page)
+    c = ps.add_parser("certificate", help="a signed certificate binding a build to its evidence")
+    c.add_argument("report", type=Path, help="a verified (go, signed) preflight report")
+    c.add_argument("--out", type=Path, required=True, help="where to write the certificate")
+    c.add_argument("--live", type=Path, help="live evidence after launch (a JSON document)")
+    c.set_defaults(func=certificate)
+    vc = ps.add_parser("verify-certificate", help="check a certificate offline, or exit 1")
+    vc.add_argument("certificate", type=Path)
+    vc.add_argument("--json", action="store_true", help="print the check as JSON")
+    vc.set_defaults(func=verify_certificate)
 
 
 def _only(text: str) -> list[str]:
@@ -102,7 +127,7 @@ def build_config(args: argparse.Namespace):  # type: ignore[no-untyped-def]
 def run(args: argparse.Namespace) -> int:
     from quantdrift.cli.common import load_settings, with_stack
     from quantdrift.preflight.context import Context
-    from quantdrift.preflight.html import render
+    from quantdrift.preflight.page import draw, page_path
     from quantdrift.preflight.report import report_bytes, summary_lines
     from quantdrift.preflight.runner import run as run_checks
 
@@ -113,13 +138,14 @@ def run(args: argparse.Namespace) -> int:
             sys.stderr.write(f"preflight: {msg}\n")
             sys.stderr.flush()
 
-    ctx = Context(cfg, settings=with_stack(load_settings()), progress=progress)
+    settings = with_stack(load_settings())
+    ctx = Context(cfg, settings=settings, progress=progress)
     report = asyncio.run(run_checks(ctx, args.only))
     raw = report_bytes(report)
     cfg.report.parent.mkdir(parents=True, exist_ok=True)
     cfg.report.write_bytes(raw)
-    html_path = cfg.html or cfg.report.with_suffix(".html")
-    html_path.write_text(render(report), encoding="utf-8")
+    html_path = cfg.html or page_path(cfg.report)
+    draw(cfg.report, html_path, settings.signing)
     progress(f"report: {cfg.report}  page: {html_path}")
     if args.json:
         sys.stdout.write(raw.decode())
@@ -130,10 +156,26 @@ def run(args: argparse.Namespace) -> int:
 
 def sign(args: argparse.Namespace) -> int:
     from quantdrift.cli.common import load_settings
+    from quantdrift.preflight.page import draw, page_path
     from quantdrift.preflight.signoff import sign_file
 
-    record = sign_file(args.report, args.by, load_settings().signing, time.time())
+    signing = load_settings().signing
+    record = sign_file(args.report, args.by, signing, time.time())
     print(f"{args.report.name}: approved by {record['by']} (key {record['key_id']})")
+    b = draw(args.report, page_path(args.report), signing)
+    print(f"{page_path(args.report).name}: sign-off {b.state}, {b.valid} of {b.required}")
+    return 0
+
+
+def page(args: argparse.Namespace) -> int:
+    from quantdrift.cli.common import load_settings
+    from quantdrift.preflight.page import draw, page_path
+
+    out = args.html or page_path(args.report)
+    b = draw(args.report, out, load_settings().signing, args.required, args.distinct_keys)
+    print(f"{out}: sign-off {b.state}, {b.valid} of {b.required}")
+    for m in b.missing:
+        print(f"  {m}")
     return 0
 
 
@@ -168,6 +210,36 @@ def verify(args: argparse.Namespace) -> int:
             f"{args.report.name}: {status}; verdict {result.verdict}; "
             f"signers: {', '.join(result.signers) or 'none'}"
         )
+        for p in result.problems:
+            print(f"  {p}")
+    return 0 if result.ok else 1
+
+
+def certificate(args: argparse.Namespace) -> int:
+    from quantdrift.cli.common import load_settings
+    from quantdrift.preflight.certificate import issue_file
+
+    env = issue_file(args.report, args.out, load_settings().signing, time.time(), args.live)
+    payload = json.loads(env["payload"])
+    model = (payload.get("model") or {}).get("name", "no checkpoint hashed")
+    print(
+        f"{args.out}: certificate of {args.report.name} for {payload.get('route') or 'no route'}"
+        f" ({model}; live evidence {'attached' if payload.get('live') else 'not attached'};"
+        f" key {env['key_id']})"
+    )
+    return 0
+
+
+def verify_certificate(args: argparse.Namespace) -> int:
+    from quantdrift.cli.common import load_settings
+    from quantdrift.preflight.certificate import check_file
+
+    result = check_file(args.certificate, load_settings().signing)
+    if args.json:
+        print(json.dumps({"ok": result.ok, "signers": result.signers, "problems": result.problems}))
+    else:
+        status = "verified" if result.ok else "NOT verified"
+        print(f"{args.certificate.name}: {status}; signers: {', '.join(result.signers) or 'none'}")
         for p in result.problems:
             print(f"  {p}")
     return 0 if result.ok else 1

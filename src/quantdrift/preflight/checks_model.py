@@ -47,6 +47,31 @@ async def _context_length(ctx: Context, *eps: Endpoint) -> int | None:
 # -- niah ----------------------------------------------------------------------------
 
 
+async def _cjk_density(
+    ctx: Context, needles: tuple[niah_mod.Needle, ...], eps: tuple[Endpoint, ...]
+) -> dict[str, float]:
+    """Characters per token for each CJK language, the tighter of the endpoints' counts.
+
+    Each server counts one probe haystack (max_tokens 1); a language no server counted
+    is left out and its haystacks use the fallback (``niah.CJK_CHARS_PER_TOKEN``).
+    """
+    out: dict[str, float] = {}
+    for lang in sorted({n.language for n in needles} - {"en"}):
+        needle = next(n for n in needles if n.language == lang)
+        probe = niah_mod.haystack(niah_mod.PROBE_TOKENS, needle, 0.5, seed=ctx.config.seed)
+        counted = []
+        for ep in eps:
+            async with ep.client() as client:
+                reply = await ep.chat(client, probe, 1, seed=ctx.config.seed)
+            if reply.prompt_tokens:
+                counted.append(niah_mod.chars_per_token(probe, reply.prompt_tokens))
+        if counted:
+            out[lang] = round(min(counted), 4)
+    if out:
+        ctx.progress(f"{NIAH}: characters per token {out} (counted by the servers)")
+    return out
+
+
 async def niah(ctx: Context) -> Item:
     cand, ref = _endpoint(ctx, "candidate"), _endpoint(ctx, "reference")
     if cand is None or ref is None:
@@ -55,15 +80,19 @@ async def niah(ctx: Context) -> Item:
     context = await _context_length(ctx, cand, ref)
     lengths = tuple(c.lengths) if c.lengths else niah_mod.default_lengths(context)
     needles = (
-        tuple(niah_mod.Needle(n.fact, n.question, n.answer) for n in c.needles)
+        tuple(niah_mod.Needle(n.fact, n.question, n.answer, n.language) for n in c.needles)
         if c.needles
-        else niah_mod.DEFAULT_NEEDLES
+        else tuple(n for lang in c.languages for n in niah_mod.NEEDLES[lang])
     )
-    cases = niah_mod.cases(lengths, c.depths, needles, c.per_cell)
+    try:
+        cases = niah_mod.cases_by_language(lengths, c.depths, needles, c.per_cell, c.languages)
+    except ValueError as exc:
+        raise ConfigError(f"niah: {exc} (niah.needles has none in that language)") from exc
     ctx.progress(
-        f"{NIAH}: {len(cases)} cases per side at lengths {list(lengths)} "
-        f"(context {context or 'unknown'})"
+        f"{NIAH}: {len(cases)} cases per side at lengths {list(lengths)} in "
+        f"{', '.join(c.languages)} (context {context or 'unknown'})"
     )
+    density = await _cjk_density(ctx, needles, (cand, ref))
     done = {"n": 0}
 
     async def side(ep: Endpoint, name: str) -> list[dict[str, Any]]:
@@ -71,7 +100,11 @@ async def niah(ctx: Context) -> Item:
         async with ep.client() as client:
             for case in cases:
                 prompt = niah_mod.haystack(
-                    case.length, case.needle, case.depth, seed=ctx.config.seed + case.seed
+                    case.length,
+                    case.needle,
+                    case.depth,
+                    seed=ctx.config.seed + case.seed,
+                    chars_per_token=density.get(case.needle.language),
                 )
                 reply = await ep.chat(client, prompt, c.max_tokens, seed=ctx.config.seed)
                 out.append(
@@ -91,6 +124,7 @@ async def niah(ctx: Context) -> Item:
     cand_rows, ref_rows = await asyncio.gather(side(cand, "candidate"), side(ref, "reference"))
     rows = [
         {
+            "language": case.needle.language,
             "length": case.length,
             "depth": case.depth,
             "answer": case.needle.answer,
@@ -104,6 +138,13 @@ async def niah(ctx: Context) -> Item:
     ]
     rc, rr_ = niah_mod.recall(rows, "candidate_hit"), niah_mod.recall(rows, "reference_hit")
     ok, why = niah_mod.judge(rc, rr_, c.floor, c.tolerance)
+    cells = niah_mod.by_cell(rows)
+    # Veto per cell: a language that loses its needles at one length is not averaged away.
+    vetoed = niah_mod.judge_cells(cells, c.floor, c.tolerance)
+    if vetoed:
+        cells_why = f"{len(vetoed)} of {len(cells)} cells below: {'; '.join(vetoed[:4])}"
+        why = cells_why if ok else f"{cells_why}; overall {why}"
+        ok = False
     return judged(
         NIAH,
         TITLES[NIAH],
@@ -113,11 +154,16 @@ async def niah(ctx: Context) -> Item:
             "reference_recall": round(rr_, 4),
             "cases": len(rows),
             "lengths": list(lengths),
+            "languages": list(c.languages),
+            "cells": len(cells),
+            "cells_below": len(vetoed),
             "context_length": context,
         },
-        {"floor": c.floor, "tolerance": c.tolerance},
+        {"floor": c.floor, "tolerance": c.tolerance, "per_cell": True},
         why=why,
         by_length=niah_mod.by_length(rows),
+        by_cell=cells,
+        chars_per_token=density,
         cases=rows,
     )
 

@@ -8,7 +8,7 @@ so an example directory can be moved as a whole.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -27,10 +27,18 @@ class EndpointConfig(_Section):
     timeout_s: float = Field(default=300.0, gt=0)
 
 
+Language = Literal["en", "zh", "ja"]
+
+
+def _all_languages() -> list[Language]:
+    return ["en", "zh", "ja"]
+
+
 class NeedleConfig(_Section):
     fact: str
     question: str
     answer: str
+    language: Language = "en"
 
 
 class LeakageConfig(_Section):
@@ -57,6 +65,8 @@ class NiahConfig(_Section):
     depths: list[float] = Field(default_factory=lambda: [0.1, 0.5, 0.9])
     per_cell: int = Field(default=2, ge=1)
     needles: list[NeedleConfig] | None = None
+    # Every language runs at every length; each (language, length) cell is judged alone.
+    languages: list[Language] = Field(default_factory=_all_languages, min_length=1)
     max_tokens: int = Field(default=32, ge=1)
     floor: float = Field(default=0.9, ge=0, le=1)
     tolerance: float = Field(default=0.05, ge=0, le=1)
@@ -118,6 +128,13 @@ class PerplexityConfig(_Section):
     tolerance: float = Field(default=0.05, ge=0)
 
 
+class SignoffConfig(_Section):
+    """Who must approve: recorded in the report, so its page shows the same policy."""
+
+    required: int = Field(default=2, ge=1)
+    distinct_keys: bool = False
+
+
 class PreflightConfig(_Section):
     candidate: EndpointConfig | None = None
     reference: EndpointConfig | None = None
@@ -139,6 +156,7 @@ class PreflightConfig(_Section):
     switch_drill: DrillConfig = DrillConfig()
     load: LoadConfig = LoadConfig()
     perplexity: PerplexityConfig = PerplexityConfig()
+    signoff: SignoffConfig = SignoffConfig()
 
 
 _PATH_KEYS = {

@@ -182,7 +182,8 @@ async def load(ctx: Context) -> Item:
     headers = {"x-quantdrift-route": ctx.config.route} if ctx.config.route else {}
     ctx.progress(f"{LOAD}: {rate:g} req/s open loop for {c.duration_s:g}s against {url}")
     stop = asyncio.Event()
-    watcher = asyncio.create_task(_watch_rss(c.pids, stop, max(0.5, c.duration_s / 60)))
+    every_s = max(0.5, c.duration_s / 60)
+    watcher = asyncio.create_task(_watch_rss(c.pids, stop, every_s))
     try:
         samples = await run_open_loop(
             url, body, rate, c.duration_s, c.max_in_flight, headers=headers
@@ -240,4 +241,5 @@ async def load(ctx: Context) -> Item:
         bursts=bursts,
         latency_series=[[round(s.start_s, 3), round(s.latency_s, 4), s.ok] for s in samples[:5000]],
         rss_series_mb={n: [round(x, 1) for x in v] for n, v in rss["series_mb"].items()},
+        rss_every_s=every_s,
     )

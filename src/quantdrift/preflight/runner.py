@@ -16,7 +16,7 @@ from quantdrift.errors import QuantdriftError
 from quantdrift.preflight import checks_files as files
 from quantdrift.preflight import checks_gateway as gw
 from quantdrift.preflight import checks_model as model
-from quantdrift.preflight import drill, load
+from quantdrift.preflight import drill, identity, load
 from quantdrift.preflight.context import Check, Context
 from quantdrift.preflight.report import Item, build_report
 
@@ -73,19 +73,25 @@ async def run_checks(ctx: Context, ids: Sequence[str]) -> list[Item]:
 
 async def run(ctx: Context, only: Sequence[str] | None = None) -> dict[str, Any]:
     ids = select(only)
-    items = await run_checks(ctx, ids)
     cfg = ctx.config
+    # Before the checks: the engines a report names are the ones that were measured.
+    ident = await identity.subject_identity(cfg)
+    items = await run_checks(ctx, ids)
     subject = {
         "candidate": cfg.candidate.url if cfg.candidate else None,
         "reference": cfg.reference.url if cfg.reference else None,
         "gateway": cfg.gateway_url,
+        "gateway_config": cfg.gateway_config.name if cfg.gateway_config else None,
         "route": cfg.route,
         "checks": ids,
+        **ident,
     }
-    return build_report(
+    report = build_report(
         items,
         veto_checks=cfg.vetoes,
         waivers=cfg.waivers,
         subject=subject,
         generated_at=round(time.time(), 3),
     )
+    report["signoff_policy"] = cfg.signoff.model_dump()
+    return report
