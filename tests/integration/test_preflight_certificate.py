@@ -22,11 +22,7 @@ from pathlib import Path
 import pytest
 
 from quantdrift.schemas.certificate import CERTIFICATE_DOMAIN
-
-try:
-    from test_preflight_page import KEYS, ROOT, cli, go_report
-except ImportError:  # pragma: no cover
-    from tests.integration.test_preflight_page import KEYS, ROOT, cli, go_report
+from support.preflight import KEYS, ROOT, cli, go_report
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
 

@@ -8,8 +8,6 @@ from __future__ import annotations
 import asyncio
 import itertools
 import re
-import shutil
-import subprocess
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -22,42 +20,12 @@ from quantdrift.config import EmbeddingSettings
 from quantdrift.demo import synthetic
 from quantdrift.demo.workers import WorkerProcess
 from quantdrift.stack.ports import free_port
+from support.browser import CHROMIUM, chromium_dom
 from support.guard import isolated_settings, make_topics, wait_until
 from support.kafka import produce
 from support.workers import start_worker
 
 pytestmark = [pytest.mark.integration]
-
-CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
-CALM, STORMY = "faq/int8", "cs-agent/int4"
-
-
-# Headless Debian chromium as the browser tests run it (the launch page's test too).
-CHROMIUM_FLAGS = (
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-background-networking",
-    "--disable-dev-shm-usage",
-)
-
-
-def chromium_dom(url: str, budget_ms: int = 4000) -> str:
-    """The page's DOM after ``budget_ms`` of (virtual) time: its polling script has run."""
-    assert CHROMIUM is not None
-    out = subprocess.run(
-        [
-            CHROMIUM,
-            *CHROMIUM_FLAGS,
-            f"--virtual-time-budget={budget_ms}",
-            "--dump-dom",
-            url,
-        ],
-        capture_output=True,
-        timeout=90,
-        check=True,
-    )
-    return out.stdout.decode("utf-8", "replace")
 
 
 def rows(dom: str) -> dict[str, dict[str, str]]:
@@ -67,6 +35,9 @@ def rows(dom: str) -> dict[str, dict[str, str]]:
         attrs = dict(re.findall(r'data-(\w+)="([^"]*)"', m.group(1)))
         found[attrs["route"]] = attrs
     return found
+
+
+CALM, STORMY = "faq/int8", "cs-agent/int4"
 
 
 @pytest.fixture(scope="module")

@@ -1,0 +1,94 @@
+"""A real ``quantdrift preflight`` run that says go, as the launch page's and the
+certificate's tests start from it."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+
+from quantdrift.stack import free_port
+
+ROOT = Path(__file__).resolve().parents[2]  # the checkout
+
+
+KEYS = {"ops": "ops-approval-key-for-tests-32-bytes+", "ml": "ml-approval-key-for-tests-32-bytes+"}
+
+
+def gptq_checkpoint(path: Path) -> Path:
+    """A tiny GPTQ-shaped checkpoint: fp16 embeddings, head and edge layers, a 4-bit middle."""
+    from safetensors.numpy import save_file
+
+    path.mkdir()
+    f16 = np.zeros((16, 16), dtype=np.float16)
+    save_file(
+        {
+            "model.embed_tokens.weight": np.zeros((32, 16), dtype=np.float16),
+            "lm_head.weight": np.zeros((32, 16), dtype=np.float16),
+            "model.layers.0.mlp.down_proj.weight": f16,
+            "model.layers.1.mlp.down_proj.qweight": np.zeros((8, 64), dtype=np.int32),
+            "model.layers.1.mlp.down_proj.scales": np.ones((1, 64), dtype=np.float16),
+            "model.layers.2.mlp.down_proj.weight": f16,
+        },
+        str(path / "model.safetensors"),
+    )
+    qc = {"quant_method": "gptq", "bits": 4, "group_size": 128}
+    (path / "config.json").write_text(json.dumps({"quantization_config": qc}))
+    return path
+
+
+def cli(*args: str, env: dict[str, str], cwd: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "quantdrift", *args],
+        env=env,
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def go_report(tmp_path: Path) -> tuple[dict[str, str], Path]:
+    """A real ``quantdrift preflight`` run that says go: (the environment, the report)."""
+    env = {
+        **os.environ,
+        "QUANTDRIFT_SIGNING__KEYS": json.dumps(KEYS),
+        "QUANTDRIFT_SIGNING__ACTIVE_KEY_ID": "ops",
+        "QUANTDRIFT_KAFKA__BOOTSTRAP_SERVERS": f"127.0.0.1:{free_port()}",  # no broker needed
+    }
+    (tmp_path / "calib.jsonl").write_text(
+        "\n".join(
+            json.dumps({"text": t, "domain": d})
+            for t, d in [
+                ("The TrailLite backpack holds forty litres and weighs little.", "catalog"),
+                ("Coupons apply to the subtotal before shipping, one per order.", "coupon-rules"),
+            ]
+        )
+    )
+    (tmp_path / "eval.jsonl").write_text(
+        json.dumps({"text": "How do I return shoes that do not fit?", "domain": "support-qa"})
+    )
+    (tmp_path / "serve.sh").write_text("vllm serve /models/m --gpu-memory-utilization 0.91\n")
+    gptq_checkpoint(tmp_path / "ckpt")
+    (tmp_path / "preflight.yaml").write_text(
+        "salient-weights: {checkpoint: ckpt}\n"
+        "calibration-leakage: {calibration: calib.jsonl, evaluation: eval.jsonl,"
+        " domains: [catalog, coupon-rules]}\n"
+        "memory-utilization: {serving_config: serve.sh}\n"
+        "signoff: {required: 2}\n"
+    )
+    report = tmp_path / "report.json"
+    ran = cli(
+        "preflight", "--config", "preflight.yaml",
+        "--only", "calibration-leakage,salient-weights,fp8-scales,memory-utilization,probes",
+        "--gateway-config", str(ROOT / "examples" / "gateway.yaml"), "--route", "cs-agent/int4",
+        "--report", str(report), "--quiet",
+        env=env, cwd=tmp_path,
+    )  # fmt: skip
+    assert ran.returncode == 0, ran.stdout + ran.stderr
+    assert json.loads(report.read_bytes())["verdict"] == "go"
+    return env, report
