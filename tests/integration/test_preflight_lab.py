@@ -22,6 +22,7 @@ import pytest
 
 from quantdrift.stack import free_port
 from quantdrift.stack.ports import stop_popen
+from support.lab import start_lab
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(900)]
 
@@ -31,39 +32,8 @@ VARIANTS = {"reference": "ref-f32", "int8": "int8", "broken": "int2-g64"}
 @pytest.fixture(scope="module")
 def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
     pytest.importorskip("transformers")
-    logs = tmp_path_factory.mktemp("lab")
-    procs, urls = [], {}
+    procs, urls = start_lab(VARIANTS, tmp_path_factory.mktemp("lab"))
     try:
-        for name, variant in VARIANTS.items():
-            port = free_port()
-            log = (logs / f"{name}.log").open("wb")
-            cmd = [
-                sys.executable,
-                "-m",
-                "quantdrift",
-                "lab",
-                "serve",
-                "--precision",
-                variant,
-                "--port",
-                str(port),
-                "--threads",
-                "1",
-            ]
-            procs.append(subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT))
-            urls[name] = f"http://127.0.0.1:{port}"
-        deadline = time.monotonic() + 300
-        for name, url in urls.items():
-            while True:
-                try:
-                    if httpx.get(f"{url}/health", timeout=1).status_code == 200:
-                        break
-                except httpx.HTTPError:
-                    pass
-                if time.monotonic() > deadline or any(p.poll() is not None for p in procs):
-                    tail = (logs / f"{name}.log").read_text(errors="replace")[-2000:]
-                    pytest.fail(f"lab serve {name} did not come up:\n{tail}")
-                time.sleep(0.5)
         yield urls
     finally:
         for p in procs:
