@@ -109,14 +109,16 @@ def main(argv: list[str] | None = None) -> int:
         # The pool is sized once for the largest calibration the corpus can spare while
         # keeping at least two thirds of its prompts for the streams.
         complete = complete_prompts(args.corpus)
-        pool = max((s for s in sizes if s <= complete // 3), default=sizes[0])
+        # A corpus still being recorded may spare none of the sizes asked: then the
+        # largest third it can spare is the one size run, and the table says so.
+        pool = max((s for s in sizes if s <= complete // 3), default=complete // 3)
         skipped = [str(s) for s in sizes if s > pool]
         ev = corpus_eval.load(
             EmbeddingSettings(), CorpusRequest(**{**base.__dict__, "calibration_pool": pool})
         )
         result["distinct_eval_prompts"] = len(ev.eval_pool)
         result["calibration_pool"] = pool
-        result["calibration_prompts"] = [s for s in sizes if s <= pool]
+        result["calibration_prompts"] = [s for s in sizes if s <= pool] or [pool]
         for size in result["calibration_prompts"]:
             for sc in scenarios(not args.no_slices, ev):
                 if sc.get("slice") and (size != min(300, pool) or mode != "full"):
