@@ -277,9 +277,12 @@ class CorpusRecorder:
         return pairs
 
     async def block(self, prompts: Sequence[CorpusPrompt]) -> list[PairEvent]:
+        """Every prompt's pairs, or the first error with the rest cancelled (a task
+        group: no request of a failed block outlives it)."""
         gate = asyncio.Semaphore(self.concurrency)
-        got = await asyncio.gather(*(self._prompt(p, gate) for p in prompts))
-        return [pair for group in got for pair in group]
+        async with asyncio.TaskGroup() as group:
+            tasks = [group.create_task(self._prompt(p, gate)) for p in prompts]
+        return [pair for t in tasks for pair in t.result()]
 
 
 async def record(

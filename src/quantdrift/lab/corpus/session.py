@@ -78,6 +78,8 @@ class RecordingSession:
                 engines=progress.rates(),
             )
         except Exception as exc:  # reported in the summary and the exit code
+            while isinstance(exc, ExceptionGroup):  # a block's task group: its first cause
+                exc = exc.exceptions[0]
             summary["error"] = f"{type(exc).__name__}: {exc}"
         finally:
             for e in started:
