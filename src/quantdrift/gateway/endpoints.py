@@ -16,7 +16,7 @@ from __future__ import annotations
 import dataclasses
 import time
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 from fastapi import Request
@@ -148,17 +148,14 @@ class Endpoints:
                     headers=response_headers(plan, trace, start.precision),
                 )
             completion, texts = await until_gone(request, self.executor.buffered(plan, trace))
-        except ClientGone:
-            self.metrics.client_disconnects.labels(plan.route).inc()
-            return Response(status_code=499)
-        except UpstreamClientError as exc:
-            self.metrics.requests.labels(plan.route, "-", "client_error").inc()
-            return client_error(exc, self.hosts, response_headers(plan, trace))
-        except GatewayOverloaded:
-            self.metrics.requests.labels(plan.route, "-", "overloaded").inc()
-            return self._overloaded("in_flight", response_headers(plan, trace))
-        except UpstreamError as exc:
-            return all_failed(self.metrics, plan, trace, exc, response_headers(plan, trace))
+        except (ClientGone, UpstreamClientError, GatewayOverloaded, UpstreamError) as exc:
+            headers = response_headers(plan, trace)
+            return self._failed(
+                exc,
+                plan.route,
+                headers,
+                lambda e: all_failed(self.metrics, plan, trace, e, headers),
+            )
         headers = response_headers(plan, trace, completion.precision)
         if plan.stream:  # JSON asked for: buffered, then one clean stream
             chunks = replay_chunks(
@@ -197,24 +194,9 @@ class Endpoints:
             precision, first, stream = await until_gone(
                 request, open_chain(self.executor.walk(plan, trace, COMPLETIONS_PATH))
             )
-        except ClientGone:
-            self.metrics.client_disconnects.labels(plan.route).inc()
-            return Response(status_code=499)
-        except UpstreamClientError as exc:
-            return client_error(exc, self.hosts, headers)
-        except GatewayOverloaded:
-            self.metrics.requests.labels(plan.route, "-", "overloaded").inc()
-            return self._overloaded("in_flight", headers)
-        except UpstreamError:
-            self.metrics.requests.labels(plan.route, "-", "upstream_error").inc()
-            chain = " -> ".join(plan.decision.chain)
-            return error_response(
-                502,
-                f"Every upstream failed ({chain})",
-                "upstream_error",
-                "upstream_unavailable",
-                None,
-                headers,
+        except (ClientGone, UpstreamClientError, GatewayOverloaded, UpstreamError) as exc:
+            return self._failed(
+                exc, plan.route, headers, lambda _: self._chain_failed(plan, headers)
             )
         headers["x-quantdrift-precision"] = precision
         if trace.fallbacks:
@@ -272,6 +254,41 @@ class Endpoints:
                 }
             )
         yield DONE
+
+    def _failed(
+        self,
+        exc: Exception,
+        route: str,
+        headers: dict[str, str],
+        upstream: Callable[[UpstreamError], Response],
+    ) -> Response:
+        """The one error ladder under every completion endpoint: a client gone (499), a
+        request its upstream refused (the upstream's 4xx, hosts scrubbed), the gateway
+        overloaded (503 with Retry-After), every upstream failed (``upstream``: each
+        endpoint words its own 502). Each is counted once, per route."""
+        if isinstance(exc, ClientGone):
+            self.metrics.client_disconnects.labels(route).inc()
+            return Response(status_code=499)
+        if isinstance(exc, UpstreamClientError):
+            self.metrics.requests.labels(route, "-", "client_error").inc()
+            return client_error(exc, self.hosts, headers)
+        if isinstance(exc, GatewayOverloaded):
+            self.metrics.requests.labels(route, "-", "overloaded").inc()
+            return self._overloaded("in_flight", headers)
+        assert isinstance(exc, UpstreamError)
+        return upstream(exc)
+
+    def _chain_failed(self, plan: CompletionPlan, headers: dict[str, str]) -> Response:
+        self.metrics.requests.labels(plan.route, "-", "upstream_error").inc()
+        chain = " -> ".join(plan.decision.chain)
+        return error_response(
+            502,
+            f"Every upstream failed ({chain})",
+            "upstream_error",
+            "upstream_unavailable",
+            None,
+            headers,
+        )
 
     def _overloaded(self, stage: str, headers: dict[str, str] | None = None) -> Response:
         return overloaded(self.metrics, stage, self.config.overload.retry_after_s, headers)
