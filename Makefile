@@ -7,7 +7,7 @@ STAMP_DEV := $(VENV)/.installed-dev
 PYTEST_ARGS ?=
 FAST_WORKERS ?= auto
 
-.PHONY: help install dev demo browser promtool docs test test-fast test-faults lint typecheck bench bench-long bench-litellm lab-pairs settings-docs clean litellm vllm
+.PHONY: help install dev demo browser promtool nginx docs test test-fast test-faults lint typecheck bench bench-long bench-litellm lab-pairs settings-docs clean litellm vllm
 MINUTES ?= 30
 
 help:  ## list the targets
@@ -51,6 +51,16 @@ promtool:  ## install promtool for the alert-rule tests (needs root and Debian's
 	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus >/dev/null; \
 	  else echo "promtool missing: install it (e.g. apt-get install prometheus) for the alert-rule test"; fi; }
 
+# The collector and the follower are tested behind a real nginx: Debian's nginx (with its
+# mirror and split_clients modules). The tests start their own nginx on loopback ports with a
+# generated config; a Debian install may also start the packaged service on port 80 where
+# services start on install (not in containers with a policy-rc.d).
+nginx:  ## install nginx for the collector and follower tests (needs root and Debian's packages)
+	@command -v nginx >/dev/null 2>&1 || [ -x /usr/sbin/nginx ] || { \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends nginx >/dev/null; \
+	  else echo "nginx missing: install it (e.g. apt-get install nginx) for the collector and follower tests"; fi; }
+
 docs: $(STAMP_DEV)  ## the documentation site, built strict into site/
 	$(BIN)/mkdocs build --strict --site-dir site
 
@@ -90,7 +100,7 @@ $(STAMP_VLLM):
 
 vllm: $(STAMP_VLLM)  ## create .venv-vllm with vLLM (CPU build) for the real-engine path
 
-test: $(STAMP_DEV) $(STAMP_VLLM) browser promtool $(STAMP_LITELLM)  ## the whole suite (with the vLLM tier: builds .venv-vllm), on the real embedded broker and Redis
+test: $(STAMP_DEV) $(STAMP_VLLM) browser promtool nginx $(STAMP_LITELLM)  ## the whole suite (with the vLLM tier: builds .venv-vllm), on the real embedded broker and Redis
 	$(BIN)/pytest -q $(PYTEST_ARGS)
 
 # Tiers are marked by folder in tests/conftest.py.
