@@ -1,5 +1,8 @@
 """The gateway's composition root: config file plus settings -> a :class:`Gateway`.
 
+The collector (``quantdrift collector``) is built here too: the same parts from the
+same config file, served by ``gateway/collector.py`` instead of ``gateway/app.py``.
+
 ``quantdrift gateway`` calls it after reading the environment, and tests call it
 with their own settings, so both build the same object the same way.
 """
@@ -31,8 +34,13 @@ def build_gateway(
     *,
     control: bool = True,
     environ: Mapping[str, str] | None = None,
+    collector: bool = False,
 ) -> Gateway:
-    """The Gateway from a config file, the settings, and API keys from ``environ``."""
+    """The Gateway from a config file, the settings, and API keys from ``environ``.
+
+    ``collector``: the parts for ``quantdrift collector`` (``gateway/collector.py``): the
+    same, with the pairs' sample rate scaled by the config's ``collector.mirrored_share``.
+    """
     config = with_env_keys(load_config(config_path), environ or {})
     if not config.prompt_salt and settings.prompt_salt.get_secret_value():
         config = config.model_copy(update={"prompt_salt": settings.prompt_salt.get_secret_value()})
@@ -64,6 +72,7 @@ def build_gateway(
         controller=controller,
         preflight_keys=key_ring(settings.signing)[1],
         floors=floors,
+        mirrored_share=config.collector.mirrored_share if collector else 1.0,
     )
 
 
