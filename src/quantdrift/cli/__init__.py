@@ -33,6 +33,7 @@ COMMAND_MODULES = (
     "quantdrift.cli.distill",
     "quantdrift.cli.gateway",
     "quantdrift.cli.collector",
+    "quantdrift.cli.follow",
     "quantdrift.cli.replay",
     "quantdrift.cli.archive",
     "quantdrift.cli.alerts",

@@ -53,18 +53,7 @@ def build_gateway(
     controller = floors = None
     if control:
         floors = FloorWatch(config, configured_redis_url(settings), settings.redis.key_prefix)
-        controller = RouteController(
-            settings.kafka,
-            configured_redis_url(settings),
-            verifier_from_settings(
-                settings.signing.keys,
-                settings.signing.max_command_age_s,
-                settings.signing.max_clock_skew_s,
-            ),
-            key_prefix=settings.redis.key_prefix,
-            routes=config.routes,
-            resolve=resolver_for(config),
-        )
+        controller = build_controller(config, settings)
     return Gateway(
         config,
         publisher=publisher,
@@ -74,6 +63,56 @@ def build_gateway(
         floors=floors,
         mirrored_share=config.collector.mirrored_share if collector else 1.0,
     )
+
+
+def build_controller(config: GatewayConfig, settings: Settings) -> RouteController:
+    """The RouteController of a config's routes: the gateway's, the collector's and the
+    nginx follower's, so all three verify commands alike (signature, epoch, freshness)."""
+    return RouteController(
+        settings.kafka,
+        configured_redis_url(settings),
+        verifier_from_settings(
+            settings.signing.keys,
+            settings.signing.max_command_age_s,
+            settings.signing.max_clock_skew_s,
+        ),
+        key_prefix=settings.redis.key_prefix,
+        routes=config.routes,
+        resolve=resolver_for(config),
+    )
+
+
+async def follow_nginx(
+    config_path: Path,
+    settings: Settings,
+    upstream_file: Path,
+    reload_cmd: str,
+    *,
+    names: Mapping[str, str] | None = None,
+    once: bool = False,
+) -> None:
+    """``quantdrift follow nginx``: keep ``upstream_file`` on the routes' commands and
+    reload nginx after each (or, ``once``, write it and return: before nginx starts)."""
+    import asyncio
+
+    from quantdrift.gateway.control.follower import NginxFollower, reload_argv
+
+    config = load_config(config_path)
+    follower = NginxFollower(
+        config,
+        build_controller(config, settings),
+        upstream_file,
+        reload_argv(reload_cmd),
+        names=names,
+    )
+    if once:
+        await follower.write_once()
+        return
+    await follower.start()
+    try:
+        await asyncio.Event().wait()  # until the process is stopped
+    finally:
+        await follower.stop()
 
 
 def with_env_keys(config: GatewayConfig, environ: Mapping[str, str]) -> GatewayConfig:
