@@ -165,7 +165,7 @@ def route_shares(
 ) -> dict[str, float]:
     """The percent of a route's users each pool serves: ``decide``'s rules for the whole
     route rather than one request (the default preference, no launch cap), for a gateway
-    that splits by weight instead of by request id (``control/follower.py``).
+    that splits by weight instead of by request id (``follower.py``).
 
     >>> route_shares(candidate="int4", reference="bf16", directive=None)
     {'int4': 100.0}

@@ -9,6 +9,7 @@ with their own settings, so both build the same object the same way.
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import Mapping
 from pathlib import Path
@@ -18,6 +19,7 @@ from quantdrift.errors import ConfigError
 from quantdrift.gateway.control.controller import RouteController
 from quantdrift.gateway.control.floors import FloorWatch
 from quantdrift.gateway.control.targets import resolver_for
+from quantdrift.gateway.follower import NginxFollower, reload_argv
 from quantdrift.gateway.gateway_config import GatewayConfig, load_config, parse_config
 from quantdrift.gateway.publisher import DegradationPublisher, ShadowPublisher
 from quantdrift.gateway.service import Gateway
@@ -93,10 +95,6 @@ async def follow_nginx(
 ) -> None:
     """``quantdrift follow nginx``: keep ``upstream_file`` on the routes' commands and
     reload nginx after each (or, ``once``, write it and return: before nginx starts)."""
-    import asyncio
-
-    from quantdrift.gateway.control.follower import NginxFollower, reload_argv
-
     config = load_config(config_path)
     follower = NginxFollower(
         config,

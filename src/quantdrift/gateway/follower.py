@@ -19,7 +19,9 @@ What it never does: write before every route's latest command is known (until th
 nginx keeps the file it has: the follower does not own serving), or leave a failed
 reload unsaid. A reload that fails is logged, counted and tried again every second
 until nginx takes the file, because a rollback nginx did not load is not a rollback.
-The pure part (``upstream_file``) is apart from the I/O (``NginxFollower``).
+The pure part (``upstream_file``) is apart from the I/O (``NginxFollower``). It sits
+beside the collector rather than in ``control/``: it reads routing's rules
+(``route_shares``), and control imports nothing of the serving side.
 """
 
 from __future__ import annotations
