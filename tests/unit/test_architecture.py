@@ -82,8 +82,9 @@ ALLOWED: dict[str, set[str]] = {
 # gateway, the worker and the console call with what they already hold, so events leave
 # from where they happen without those packages reaching into the integrations.
 HOOKS = {"quantdrift.integrations", "quantdrift.integrations.otel"}
-# CLI helpers every command shares (argument types, the exit-code map, progress bars).
-CLI_SHARED = {"common", "progress", "exits"}
+# CLI helpers every command shares (argument types, the exit-code map, progress bars), and
+# the server start that ``gateway`` and ``collector`` share (same parts, another app).
+CLI_SHARED = {"common", "progress", "exits", "serving"}
 # Imported by the command line (and the lab's own tooling) only.
 LAB_ONLY = {"lab"}
 

@@ -81,3 +81,18 @@ def test_a_rolled_back_route_suspends_its_candidate_before_the_call() -> None:
 
 def test_prompt_hash_is_salted() -> None:
     assert prompt_hash("user: hi", "a") != prompt_hash("user: hi", "b")
+
+
+def test_a_collector_job_carries_no_answer_and_asks_both_sides() -> None:
+    r = runner({})
+    r.submit(plan("req-1"), None)
+    assert r.depth == 1 and r._queue[0].user is None
+
+
+def test_a_body_past_the_shadow_limit_is_not_mirrored_and_is_counted() -> None:
+    r = runner({})
+    p = plan("req-1")
+    limit = CONFIG.limits.max_shadow_body_bytes
+    assert r.admit(p, limit) is p
+    admitted = r.admit(p, limit + 1)
+    assert not admitted.shadow and not admitted.noise and r.dropped == {"too_large": 1}

@@ -158,3 +158,33 @@ def test_a_route_awaiting_preflight_holds_the_candidate_at_its_cap() -> None:
 def test_the_gate_leaves_rules_that_never_serve_the_candidate(state, pref, mode) -> None:  # type: ignore[no-untyped-def]
     assert capped(0.0, state, pref=pref).mode == mode
     assert capped(0.0, state, pref=pref) == capped(None, state, pref=pref)
+
+
+@pytest.mark.parametrize(
+    "directive",
+    [
+        None,
+        RouteDirective("rollback", "bf16"),
+        RouteDirective("restore", "bf16"),
+        RouteDirective("restore", "int4"),
+        RouteDirective("canary", "int4", 0.0),
+        RouteDirective("canary", "int4", 20.0),
+        RouteDirective("canary", "int4", 100.0),
+    ],
+)
+def test_route_shares_are_decide_over_many_requests(directive: RouteDirective | None) -> None:
+    """The follower's per-route split is what ``decide`` does request by request."""
+    from collections import Counter
+
+    from quantdrift.gateway.routing import route_shares
+
+    n = 4000
+    served = Counter(
+        decide(order=["int4", "bf16"], candidate="int4", reference="bf16",
+               preference="cost_optimized", directive=directive, request_id=f"r{i}").serve
+        for i in range(n)
+    )  # fmt: skip
+    shares = route_shares(candidate="int4", reference="bf16", directive=directive)
+    assert set(shares) == set(served)
+    for pool, share in shares.items():
+        assert abs(100 * served[pool] / n - share) < 2.5

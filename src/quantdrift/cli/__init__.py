@@ -32,6 +32,8 @@ COMMAND_MODULES = (
     "quantdrift.cli.lab",
     "quantdrift.cli.distill",
     "quantdrift.cli.gateway",
+    "quantdrift.cli.collector",
+    "quantdrift.cli.follow",
     "quantdrift.cli.replay",
     "quantdrift.cli.archive",
     "quantdrift.cli.alerts",

@@ -28,7 +28,7 @@ from quantdrift.gateway.service import Gateway
 from quantdrift.gateway.telemetry import CONTENT_TYPE
 
 
-def _admin_routes(app: FastAPI, gateway: Gateway) -> None:
+def admin_routes(app: FastAPI, gateway: Gateway) -> None:
     def denied() -> JSONResponse:
         gateway.metrics.auth_refusals.labels("admin").inc()
         return error_response(
@@ -110,7 +110,7 @@ def create_app(gateway: Gateway) -> FastAPI:
         )
 
     if gateway.config.admin_listen is None:
-        _admin_routes(app, gateway)
+        admin_routes(app, gateway)
     return app
 
 
@@ -118,5 +118,5 @@ def create_admin_app(gateway: Gateway) -> FastAPI:
     """``/health`` and ``/metrics`` alone, for ``admin_listen`` (no lifespan: the API app's)."""
     app = FastAPI(title="quantdrift gateway admin", docs_url=None, redoc_url=None, openapi_url=None)
     openai_errors(app)
-    _admin_routes(app, gateway)
+    admin_routes(app, gateway)
     return app

@@ -13,7 +13,6 @@ cancelled; every error it sees comes from ``openai_errors.py``.
 
 from __future__ import annotations
 
-import dataclasses
 import time
 import uuid
 from collections.abc import AsyncIterator, Callable
@@ -60,7 +59,6 @@ from quantdrift.gateway.openai_wire import (
 )
 from quantdrift.gateway.planning import Incoming, Plan, Refusal, plan_request
 from quantdrift.gateway.service import Gateway
-from quantdrift.gateway.shadow import TOO_LARGE
 from quantdrift.gateway.upstreams import UpstreamClientError
 
 
@@ -83,7 +81,7 @@ class Endpoints:
     def principal(self, request: Request) -> Principal | None:
         return self.auth.principal(request.headers.get("authorization"))
 
-    async def _asked(
+    async def asked(
         self, request: Request, id_prefix: str
     ) -> tuple[dict[str, Any], Incoming] | Response:
         """The JSON body and what planning reads besides it, or the 401/4xx refusing them."""
@@ -117,7 +115,7 @@ class Endpoints:
 
     async def chat(self, request: Request) -> Response:
         t0 = time.monotonic()
-        asked = await self._asked(request, "req")
+        asked = await self.asked(request, "req")
         if isinstance(asked, Response):
             return asked
         plan = plan_request(self.config, *asked, sample_salt=self.sample_salt)
@@ -127,14 +125,9 @@ class Endpoints:
                 self.metrics.auth_refusals.labels(plan.code).inc()
             self.metrics.requests.labels("-", "-", outcome).inc()
             return error_response(plan.status, plan.message, plan.type, plan.code, plan.param)
-        if (plan.shadow or plan.noise) and (
-            getattr(request.state, "body_bytes", 0) > self.config.limits.max_shadow_body_bytes
-        ):
-            # A queued shadow job holds the request to re-ask the reference: past this size
-            # it is not mirrored (counted), so the queue's memory stays within
-            # shadow_queue x max_shadow_body_bytes.
-            self.shadow.dropped[TOO_LARGE] = self.shadow.dropped.get(TOO_LARGE, 0) + 1
-            plan = dataclasses.replace(plan, shadow=False, noise=False)
+        # A queued shadow job holds the request to re-ask the reference: past
+        # max_shadow_body_bytes it is not mirrored (counted).
+        plan = self.shadow.admit(plan, getattr(request.state, "body_bytes", 0))
         self.budget.record_request(time.monotonic())
         trace = Trace(t0, t0 + self.config.timeouts.chain_s)
         try:
@@ -181,7 +174,7 @@ class Endpoints:
         """``POST /v1/completions``: the chain and its upstream fallbacks, no guards (see
         ``completions.py``)."""
         t0 = time.monotonic()
-        asked = await self._asked(request, "cmpl")
+        asked = await self.asked(request, "cmpl")
         if isinstance(asked, Response):
             return asked
         plan = plan_completion(self.config, *asked)

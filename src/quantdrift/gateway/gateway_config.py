@@ -205,6 +205,20 @@ class RequestLimits(_Frozen):
     max_shadow_body_bytes: int = Field(default=256 * 1024, ge=1024)
 
 
+class CollectorConfig(_Frozen):
+    """Read by ``quantdrift collector`` only (the gateway ignores it).
+
+    ``mirrored_share``: the share of each route's traffic that the gateway in front
+    mirrors to the collector (nginx ``split_clients`` 5 % -> 0.05). The collector samples
+    its own ``shadow_sample_rate`` of what arrives, so its pairs carry ``sample_rate =
+    mirrored_share x shadow rate``: their share of the route's traffic, as the
+    gateway's pairs do.
+    """
+
+    # The share of each route's traffic the gateway in front mirrors here (5 % -> 0.05).
+    mirrored_share: float = Field(default=1.0, gt=0, le=1)
+
+
 class GatewayConfig(_Frozen):
     """Everything ``quantdrift gateway`` needs besides Kafka/Redis settings."""
 
@@ -255,6 +269,8 @@ class GatewayConfig(_Frozen):
     control_stale_s: float = Field(default=30.0, gt=0)
     # How often gated routes re-read their preflight report and approvals.
     preflight_refresh_s: float = Field(default=30.0, gt=0)
+    # Read by ``quantdrift collector`` only: what the mirroring gateway in front sends it.
+    collector: CollectorConfig = CollectorConfig()
 
     @model_validator(mode="after")
     def _consistent(self) -> GatewayConfig:

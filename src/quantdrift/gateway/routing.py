@@ -158,3 +158,33 @@ def decide(
         on_candidate = sampled(request_id, min(1.0, candidate_cap / 100.0), CANARY_SALT)
         return plan(serve if on_candidate else reference, "awaiting_preflight")
     return plan(serve, "normal")
+
+
+def route_shares(
+    *, candidate: str, reference: str, directive: RouteDirective | None
+) -> dict[str, float]:
+    """The percent of a route's users each pool serves: ``decide``'s rules for the whole
+    route rather than one request (the default preference, no launch cap), for a gateway
+    that splits by weight instead of by request id (``follower.py``).
+
+    >>> route_shares(candidate="int4", reference="bf16", directive=None)
+    {'int4': 100.0}
+    >>> route_shares(candidate="int4", reference="bf16",
+    ...              directive=RouteDirective("rollback", "bf16"))
+    {'bf16': 100.0}
+    >>> route_shares(candidate="int4", reference="bf16",
+    ...              directive=RouteDirective("canary", "int4", 10.0))
+    {'int4': 10.0, 'bf16': 90.0}
+    """
+    state = directive or RouteDirective()
+    target = state.target_precision
+    if (target == reference and state.action in ("rollback", "restore")) or (
+        state.action == "canary" and not state.percent
+    ):
+        return {reference: 100.0}  # rolled back, or half-open: the candidate only in shadow
+    if state.action == "canary":
+        percent = min(100.0, max(0.0, float(state.percent or 0.0)))
+        quantized = target if target and target != reference else candidate
+        shares = {quantized: percent, reference: 100.0 - percent}
+        return {pool: share for pool, share in shares.items() if share > 0}
+    return {target or candidate: 100.0}

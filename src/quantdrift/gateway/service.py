@@ -5,7 +5,8 @@ publishers, shadow runner, preflight gate, retry budget, loop-lag monitor, metri
 and owns their
 lifecycle: one supervisor for every long-lived task, start in dependency order,
 stop with bounded drains so a shutdown stays inside a container's grace period.
-It serves nothing itself: the routes are ``app.py`` over ``endpoints.py``, and
+It serves nothing itself: the routes are ``app.py`` over ``endpoints.py`` (or, for the
+collector role behind a gateway quantdrift does not own, ``collector.py``), and
 health and live metrics are ``observability.py``. The composition root that
 builds one from a config file and settings is ``services/gateway.build_gateway``.
 """
@@ -63,6 +64,7 @@ class Gateway:
         shadow_upstreams: Upstreams | None = None,
         preflight_keys: Mapping[str, bytes] | None = None,
         floors: FloorWatch | None = None,
+        mirrored_share: float = 1.0,
     ) -> None:
         self.config = config
         self.floors = floors
@@ -101,6 +103,7 @@ class Gateway:
             publisher.offer if publisher is not None else None,
             self.directive,
             prompt_salt=prompt_salt,
+            mirrored_share=mirrored_share,
         )
         self.shadow.upstreams.attribute_lag(self.loop_lag)
         # Routes with a ``preflight:`` gate verify their report with the signing key ring.

@@ -19,6 +19,13 @@ Isolation, piece by piece:
 * nothing here runs on a user's request path: ``submit`` only appends to a
   deque, and every failure stays in this module (counted, logged).
 
+Two callers, one pair builder. The gateway submits a job with the answer its user
+got (that side is not asked again); the collector (``collector.py``), behind a
+gateway it does not own, submits a job with no answer, and the runner asks both
+sides itself. ``mirrored_share`` is the share of a route's traffic that reaches this
+runner's sampling at all (1 in the gateway; in a collector, what the gateway in
+front mirrors to it), so a pair's ``sample_rate`` is its share of the route's traffic.
+
 Prompts leave as the salted hash of ``schemas/privacy.py`` (HMAC-SHA256 with
 ``prompt_salt``) unless the route opts in with ``clear_prompts``; a request
 marked private never carries its prompt. What else a pair carries, private or
@@ -29,6 +36,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import time
 from collections import deque
@@ -63,7 +71,7 @@ PROBE_EVERY_S = 30.0
 @dataclass(frozen=True, slots=True)
 class ShadowJob:
     plan: Plan
-    user: Completion  # stripped: only what the pair needs
+    user: Completion | None  # stripped: only what the pair needs; None: ask both sides
     queued_at: float
 
 
@@ -96,8 +104,12 @@ class ShadowRunner:
         *,
         prompt_salt: str,
         clock: Callable[[], float] = time.monotonic,
+        mirrored_share: float = 1.0,
     ) -> None:
+        if not 0.0 < mirrored_share <= 1.0:
+            raise ValueError(f"mirrored_share must be in (0, 1], got {mirrored_share}")
         self.config = config
+        self.mirrored_share = mirrored_share
         self.upstreams = upstreams
         self._offer = offer
         self._directive_of = directive_of
@@ -125,8 +137,21 @@ class ShadowRunner:
 
     # -- the user's side: never blocks, never raises --------------------------------
 
-    def submit(self, plan: Plan, user: Completion) -> None:
-        """Queue one job; the oldest is dropped (and counted) when the queue is full."""
+    def admit(self, plan: Plan, body_bytes: int) -> Plan:
+        """The plan as the runner may take it: a sampled request whose body is past
+        ``limits.max_shadow_body_bytes`` is not mirrored (counted ``too_large``), so the
+        queue's memory stays within ``shadow_queue`` x ``max_shadow_body_bytes``."""
+        if (plan.shadow or plan.noise) and body_bytes > self.config.limits.max_shadow_body_bytes:
+            self._drop(TOO_LARGE)
+            return dataclasses.replace(plan, shadow=False, noise=False)
+        return plan
+
+    def submit(self, plan: Plan, user: Completion | None) -> None:
+        """Queue one job; the oldest is dropped (and counted) when the queue is full.
+
+        ``user``: the answer the user got (that side is not asked again), or None when
+        the caller served no one (the collector): both sides are asked.
+        """
         try:
             if self._closed:
                 self._drop(STOPPED)
@@ -134,9 +159,8 @@ class ShadowRunner:
             if len(self._queue) >= self.config.shadow_queue:
                 self._queue.popleft()
                 self._drop(QUEUE_FULL)
-            self._queue.append(
-                ShadowJob(plan, user.stripped(self.config.top_logprobs), self._clock())
-            )
+            kept = None if user is None else user.stripped(self.config.top_logprobs)
+            self._queue.append(ShadowJob(plan, kept, self._clock()))
             self._idle.clear()
             self._wake.set()
         except Exception:  # the user's request must not fail because of the mirror
@@ -309,7 +333,7 @@ class ShadowRunner:
 
     async def _run(self, job: ShadowJob) -> None:
         plan = job.plan
-        cache: dict[str, Completion] = {job.user.precision: job.user}
+        cache: dict[str, Completion] = {} if job.user is None else {job.user.precision: job.user}
         try:
             async with asyncio.timeout(self.config.timeouts.shadow_total_s):
                 for kind, wanted in (("shadow", plan.shadow), ("noise", plan.noise)):
@@ -373,7 +397,8 @@ class ShadowRunner:
         tf = None
         if self.config.routes[plan.route].teacher_forced and cand.text:
             tf = await self._teacher_forced(plan, d.pair_reference, cand)
-        return self._build(plan, "shadow", cand, ref, tf, self.config.shadow_rate(plan.route))
+        rate = self.config.shadow_rate(plan.route) * self.mirrored_share
+        return self._build(plan, "shadow", cand, ref, tf, rate)
 
     async def _teacher_forced(
         self, plan: Plan, reference: str, cand: Completion
@@ -412,9 +437,8 @@ class ShadowRunner:
         # GPU servers), never a sampled run labelled greedy. Where two greedy runs are
         # identical the floor drops the pair and the blessed baseline stands in.
         second = await self._collect(ref, dict(body))
-        return self._build(
-            plan, "noise", cache[ref], second, None, self.config.noise_rate(plan.route)
-        )
+        rate = self.config.noise_rate(plan.route) * self.mirrored_share
+        return self._build(plan, "noise", cache[ref], second, None, rate)
 
     def _build(
         self,

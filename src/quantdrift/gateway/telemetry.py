@@ -91,6 +91,13 @@ class Telemetry:
             "shadow_sampled", "requests sampled for pairs", [*route, "kind"]
         )
         self.auth_refusals = self._counter("auth_refusals", "requests refused by auth", ["reason"])
+        self.mirrored = self._counter(
+            "collector_requests",
+            "mirrored requests a collector received, by outcome (accepted: queued for a "
+            "dual run; not_sampled; suspended: the route's candidate may not run; refused; "
+            "shed: the collector was overloaded)",
+            [*route, "outcome"],
+        )
         self.shed = self._counter(
             "shed",
             "requests refused with 503 because the gateway itself was overloaded "

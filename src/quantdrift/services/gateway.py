@@ -1,11 +1,15 @@
 """The gateway's composition root: config file plus settings -> a :class:`Gateway`.
 
+The collector (``quantdrift collector``) is built here too: the same parts from the
+same config file, served by ``gateway/collector.py`` instead of ``gateway/app.py``.
+
 ``quantdrift gateway`` calls it after reading the environment, and tests call it
 with their own settings, so both build the same object the same way.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import Mapping
 from pathlib import Path
@@ -15,6 +19,7 @@ from quantdrift.errors import ConfigError
 from quantdrift.gateway.control.controller import RouteController
 from quantdrift.gateway.control.floors import FloorWatch
 from quantdrift.gateway.control.targets import resolver_for
+from quantdrift.gateway.follower import NginxFollower, reload_argv
 from quantdrift.gateway.gateway_config import GatewayConfig, load_config, parse_config
 from quantdrift.gateway.publisher import DegradationPublisher, ShadowPublisher
 from quantdrift.gateway.service import Gateway
@@ -31,8 +36,13 @@ def build_gateway(
     *,
     control: bool = True,
     environ: Mapping[str, str] | None = None,
+    collector: bool = False,
 ) -> Gateway:
-    """The Gateway from a config file, the settings, and API keys from ``environ``."""
+    """The Gateway from a config file, the settings, and API keys from ``environ``.
+
+    ``collector``: the parts for ``quantdrift collector`` (``gateway/collector.py``): the
+    same, with the pairs' sample rate scaled by the config's ``collector.mirrored_share``.
+    """
     config = with_env_keys(load_config(config_path), environ or {})
     if not config.prompt_salt and settings.prompt_salt.get_secret_value():
         config = config.model_copy(update={"prompt_salt": settings.prompt_salt.get_secret_value()})
@@ -45,18 +55,7 @@ def build_gateway(
     controller = floors = None
     if control:
         floors = FloorWatch(config, configured_redis_url(settings), settings.redis.key_prefix)
-        controller = RouteController(
-            settings.kafka,
-            configured_redis_url(settings),
-            verifier_from_settings(
-                settings.signing.keys,
-                settings.signing.max_command_age_s,
-                settings.signing.max_clock_skew_s,
-            ),
-            key_prefix=settings.redis.key_prefix,
-            routes=config.routes,
-            resolve=resolver_for(config),
-        )
+        controller = build_controller(config, settings)
     return Gateway(
         config,
         publisher=publisher,
@@ -64,7 +63,54 @@ def build_gateway(
         controller=controller,
         preflight_keys=key_ring(settings.signing)[1],
         floors=floors,
+        mirrored_share=config.collector.mirrored_share if collector else 1.0,
     )
+
+
+def build_controller(config: GatewayConfig, settings: Settings) -> RouteController:
+    """The RouteController of a config's routes: the gateway's, the collector's and the
+    nginx follower's, so all three verify commands alike (signature, epoch, freshness)."""
+    return RouteController(
+        settings.kafka,
+        configured_redis_url(settings),
+        verifier_from_settings(
+            settings.signing.keys,
+            settings.signing.max_command_age_s,
+            settings.signing.max_clock_skew_s,
+        ),
+        key_prefix=settings.redis.key_prefix,
+        routes=config.routes,
+        resolve=resolver_for(config),
+    )
+
+
+async def follow_nginx(
+    config_path: Path,
+    settings: Settings,
+    upstream_file: Path,
+    reload_cmd: str,
+    *,
+    names: Mapping[str, str] | None = None,
+    once: bool = False,
+) -> None:
+    """``quantdrift follow nginx``: keep ``upstream_file`` on the routes' commands and
+    reload nginx after each (or, ``once``, write it and return: before nginx starts)."""
+    config = load_config(config_path)
+    follower = NginxFollower(
+        config,
+        build_controller(config, settings),
+        upstream_file,
+        reload_argv(reload_cmd),
+        names=names,
+    )
+    if once:
+        await follower.write_once()
+        return
+    await follower.start()
+    try:
+        await asyncio.Event().wait()  # until the process is stopped
+    finally:
+        await follower.stop()
 
 
 def with_env_keys(config: GatewayConfig, environ: Mapping[str, str]) -> GatewayConfig:

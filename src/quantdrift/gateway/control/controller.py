@@ -239,6 +239,16 @@ class RouteController:
             await self._changed.wait_for(satisfied)
             return self._targets[route].command
 
+    async def wait_known(self, timeout: float) -> bool:
+        """True once every route's latest command is known (``backstop_known``); False on
+        timeout."""
+        try:
+            async with asyncio.timeout(timeout):
+                await self._backstop.wait()
+        except TimeoutError:
+            return False
+        return True
+
     async def wait_kafka_ready(self, timeout: float) -> bool:
         """True once the control topic is being followed; False on timeout."""
         try:

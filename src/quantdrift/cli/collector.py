@@ -1,0 +1,29 @@
+"""``quantdrift collector --config gateway.yaml [--port P]``: pairs behind any mirroring gateway.
+
+nginx (``mirror``), Envoy (``request_mirror_policies``) or a Gateway API route
+(``RequestMirror``) copies a share of its users' chat requests here; the collector
+answers 202 at once and, for its sampled share, asks the config's candidate and
+reference itself and publishes the pairs the gateway would (docs/collector.md).
+Same config file, settings and options as ``quantdrift gateway``; the config's
+``collector.mirrored_share`` says what share the gateway in front mirrors.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from quantdrift.cli.serving import add_server_args, serve
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "collector", help="take mirrored requests (nginx, Envoy, Gateway API) and publish pairs"
+    )
+    add_server_args(p, 8090)
+    p.set_defaults(func=run, service=True)
+
+
+def run(args: argparse.Namespace) -> int:
+    from quantdrift.gateway.collector import create_collector_app
+
+    return serve(args, create_collector_app, collector=True)

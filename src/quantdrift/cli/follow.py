@@ -1,0 +1,71 @@
+"""``quantdrift follow nginx``: apply signed route commands to an nginx quantdrift does not own.
+
+Reads the routes and pools from a gateway config (the collector's), follows the
+control topic and the Redis route keys with the gateway's own verification, and
+after each command rewrites ``--upstream-file`` (included by the nginx config: one
+``upstream quantdrift_<route>`` block per route) and runs ``--reload-cmd``. Each
+switch is logged with its time from the command's issue. ``--once`` writes the file
+from the routes' current commands and exits, so nginx can start with it
+(docs/collector.md).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+from pathlib import Path
+
+from quantdrift.cli.common import add_log_level, load_settings, signing_settings, with_stack
+from quantdrift.errors import InputError
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("follow", help="apply signed route commands to a gateway we do not own")
+    p.add_argument("gateway", choices=["nginx"], help="the gateway to steer")
+    p.add_argument("--config", type=Path, required=True, help="gateway YAML: routes and pools")
+    p.add_argument(
+        "--upstream-file", type=Path, required=True, help="the file nginx includes (rewritten)"
+    )
+    p.add_argument(
+        "--reload-cmd",
+        default="nginx -s reload",
+        help="run after each rewrite (default: %(default)s)",
+    )
+    p.add_argument(
+        "--upstream",
+        action="append",
+        default=[],
+        metavar="ROUTE=NAME",
+        help="the upstream name of a route (default quantdrift_<route>, / as _)",
+    )
+    p.add_argument("--once", action="store_true", help="write the file once and exit")
+    add_log_level(p, "info")
+    p.set_defaults(func=run, service=True)
+
+
+def run(args: argparse.Namespace) -> int:
+    import logging
+
+    from quantdrift.services.gateway import follow_nginx
+
+    names = {}
+    for item in args.upstream:
+        route, sep, name = item.partition("=")
+        if not sep or not route or not name:
+            raise InputError(f"--upstream {item!r}: expected ROUTE=NAME")
+        names[route] = name
+    logging.basicConfig(
+        level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    settings = signing_settings(with_stack(load_settings()))
+    asyncio.run(
+        follow_nginx(
+            args.config,
+            settings,
+            args.upstream_file,
+            args.reload_cmd,
+            names=names,
+            once=args.once,
+        )
+    )
+    return 0
