@@ -36,7 +36,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
@@ -95,10 +95,15 @@ class SliceConfig(_Frozen):
     later one is ``other``, so a caller cannot flood the breaker with slices.
     """
 
-    tasks: list[Annotated[str, Field(pattern=r"^[a-z0-9][a-z0-9._-]{0,31}$")]] = Field(
-        default_factory=list, max_length=256
-    )
+    tasks: list[str] = Field(default_factory=list, max_length=256)
     max_tasks: int = Field(default=32, ge=1, le=256)
+
+    @model_validator(mode="after")
+    def _task_names(self) -> SliceConfig:
+        for task in self.tasks:
+            if not re.match(r"^[a-z0-9][a-z0-9._-]{0,31}$", task):
+                raise ValueError(f"slices.tasks: {task!r} is not a task name ([a-z0-9._-])")
+        return self
 
 
 class NoiseFillConfig(_Frozen):
