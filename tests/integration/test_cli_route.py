@@ -100,6 +100,7 @@ def test_status_says_whether_a_route_is_armed_or_what_it_needs(
                 metrics=Metrics(cosine=0.99, rougeL=0.9),
                 verdict="ok",
                 reasons=[],
+                tags={"language": "en" if i % 2 else "zh", "length": "short", "output": "text"},
             )
             await store.fold(score, policy, time.time())
         await client.aclose()
@@ -119,6 +120,9 @@ def test_status_says_whether_a_route_is_armed_or_what_it_needs(
     out = capsys.readouterr().out
     assert "armed=no (warming: 2 of 5 shadow pairs seen; abstaining: " in out
     assert "tolerance:dissimilarity  abstains  below min_pairs: 2 of 5; no blessing" in out
+    # Slices below their minimum pairs are a state of their own, never a pass.
+    assert "slice language=zh   insufficient data: 1 of 20 pairs" in out
+    assert "slice length=short  insufficient data: 2 of 20 pairs" in out
     asyncio.run(fold(2, 3))
     assert main(["route", "status", "--route", "ops/armed", "--json"]) == 0
     (row,) = json.loads(capsys.readouterr().out)
@@ -126,6 +130,13 @@ def test_status_says_whether_a_route_is_armed_or_what_it_needs(
     assert [m.split(":")[1] for m in row["missing"]] == ["dissimilarity", "lexical"]
     assert "no blessing: 0 greedy noise pairs" in row["missing"][0]
     assert row["reason"].startswith("partly armed: 5 shadow pairs"), row
+    slices = {r["slice"]: (r["pairs"], r["status"]) for r in row["slices"]}
+    assert slices == {
+        "language=zh": (3, "insufficient_data"),
+        "language=en": (2, "insufficient_data"),
+        "length=short": (5, "insufficient_data"),
+        "output=text": (5, "insufficient_data"),
+    }
     asyncio.run(bless())
     assert main(["route", "status", "--route", "ops/armed", "--json"]) == 0
     (row,) = json.loads(capsys.readouterr().out)

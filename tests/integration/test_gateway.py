@@ -296,7 +296,9 @@ async def test_shadow_pairs_reach_the_pairs_topic(scripted: Scripted, stack: Emb
         first = resp.headers["x-request-id"]
         assert first.startswith("req-") and first != "shadow-1"
         sresp, text, _, _ = await stream_text(
-            client, chat_body("shadow me too", temperature=0), headers={"X-Request-Id": "shadow-2"}
+            client,
+            chat_body("请再镜像一次这个问题，谢谢。", temperature=0),
+            headers={"X-Request-Id": "shadow-2", "X-Quantdrift-Task": "Billing"},
         )
         assert text.startswith("Hello from int4")
         second = sresp.headers["x-request-id"]
@@ -312,6 +314,14 @@ async def test_shadow_pairs_reach_the_pairs_topic(scripted: Scripted, stack: Emb
     assert pair.reference_logprobs_on_candidate == [-0.25] * 8  # /v1/score on the reference
     assert pair.request.prompt == "user: shadow me"  # the route opted in to clear prompts
     assert pairs[f"{second}:shadow"].request.temperature == 0.0
+    # Slice tags, computed once when the gateway planned each request (gateway/slices.py).
+    assert pair.tags == {
+        "language": "latin", "length": "short", "output": "text", "decoding": "sampled"
+    }  # fmt: skip
+    assert pairs[f"{second}:shadow"].tags == {
+        "language": "zh", "length": "short", "output": "text", "decoding": "greedy",
+        "task": "billing",
+    }  # fmt: skip
     ref_calls = [b for b in scripted.calls_to("bf16") if "shadow me" in json.dumps(b)]
     assert all(b["logprobs"] is True and b["top_logprobs"] == 5 for b in ref_calls)
 

@@ -149,8 +149,10 @@ def clopper_pearson_upper(k: int, n: int, level: float = 0.95) -> float:
 
 
 def only(signal: str) -> RoutePolicy:
-    """The default tolerances with the whole (small) budget on one signal."""
-    return RoutePolicy(false_alarm_budget_pairs=BUDGET_PAIRS, budget_split={signal: 1.0})
+    """The default tolerances with the whole (small) budget on one signal (no slices)."""
+    return RoutePolicy(
+        false_alarm_budget_pairs=BUDGET_PAIRS, budget_split={signal: 1.0}, slice_dimensions=()
+    )
 
 
 @pytest.mark.parametrize(

@@ -15,7 +15,7 @@ from quantdrift.breaker import RouteState, judge
 from quantdrift.breaker.machine import initial_state
 from quantdrift.breaker.policy import RoutePolicy
 from quantdrift.breaker.rules import signal_arl
-from quantdrift.breaker.rules.tolerance import ToleranceState
+from quantdrift.breaker.rules.tolerance import ToleranceState, slice_arl
 from quantdrift.detectors.noise_floor import NoiseFloor, NoiseFloorState
 from quantdrift.detectors.tolerance import SIGNALS, BettingSR, BettingState, floor_mean
 from quantdrift.schemas import Metrics, ScoreEvent
@@ -208,9 +208,18 @@ def test_budget_split_is_normalised_over_the_tests_a_policy_runs() -> None:
         RoutePolicy(budget_split={"hard": -0.1})
     with pytest.raises(ValueError, match="needs a weight"):
         RoutePolicy(rules=("sequential",), budget_split={"hard": 1.0})
-    for policy in (RoutePolicy(), RoutePolicy(rules=("tolerance", "sequential", "window"))):
+    for policy in (
+        RoutePolicy(),
+        RoutePolicy(rules=("tolerance", "sequential", "window")),
+        RoutePolicy(slice_dimensions=()),
+        RoutePolicy(slice_dimensions=("task",), slice_share=0.3),
+    ):
         rates = [1 / a for s in (*SIGNALS, "sequential") if (a := signal_arl(policy, s))]
-        assert sum(rates) == pytest.approx(1 / policy.false_alarm_budget_pairs)
+        # Each dimension's values split its pairs: one dimension costs one value's rates.
+        per_dimension = [1 / a for s in SIGNALS if (a := slice_arl(policy, s))]
+        total = sum(rates) + len(policy.slice_dimensions) * sum(per_dimension)
+        assert total == pytest.approx(1 / policy.false_alarm_budget_pairs)
+        assert sum(rates) == pytest.approx(policy.aggregate_share / policy.false_alarm_budget_pairs)
 
 
 async def test_live_echo_noise_pairs_do_not_feed_the_floor() -> None:

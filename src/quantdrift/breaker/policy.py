@@ -12,6 +12,7 @@ routes:
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any, Literal
 
@@ -43,6 +44,9 @@ ReliedOn = Literal[
     "consecutive",
     "window",
 ]
+# Slice dimensions: tag names of ``PairEvent.tags`` (gateway/slices.py).
+_TAG_NAME = re.compile(r"^[a-z][a-z0-9_]{0,31}$")
+DEFAULT_SLICE_DIMENSIONS = ("language", "length", "output")
 DEFAULT_SPLIT: dict[BudgetShare, float] = {
     "hard": 0.3,
     "outcomes": 0.2,
@@ -95,6 +99,20 @@ class RoutePolicy(BaseModel):
     # data, as long as the candidate is within tolerance). Split by ``budget_split``.
     false_alarm_budget_pairs: float = Field(default=1e6, gt=1)
     budget_split: dict[BudgetShare, float] = Field(default_factory=lambda: dict(DEFAULT_SPLIT))
+    # Slices (breaker/rules/slices.py): the tag dimensions judged per value beside the
+    # route as a whole, inside the same budget. The aggregate tests get 1 - slice_share
+    # of it, each dimension slice_share / len(slice_dimensions), and every value of a
+    # dimension that whole dimension's share: values split the pairs, so their tests'
+    # false alarms add up to one dimension's (docs/deciding.md has the proof). Empty:
+    # no slices, the aggregate gets the whole budget.
+    slice_dimensions: tuple[str, ...] = DEFAULT_SLICE_DIMENSIONS
+    slice_share: float = Field(default=0.5, gt=0, lt=1)
+    # Per dimension at most this many values get a test of their own, "other" included:
+    # the first ones a route sees; every later value pools into "other".
+    slice_max_values: int = Field(default=8, ge=2, le=32)
+    # Below this many pairs a slice is "insufficient data": its test runs (evidence is
+    # kept) but cannot roll back, and it never reads as a pass.
+    slice_min_pairs: int = Field(default=20, ge=1)
     # Tolerances δ: how much worse than the reference a route owner accepts.
     # Paired task outcomes (JSON kept, loop-free, finished): failure-rate difference.
     tolerance_outcomes: float = Field(default=0.05, ge=0, lt=1)
@@ -144,8 +162,24 @@ class RoutePolicy(BaseModel):
     reference_precision: str | None = None
     worst_pairs_kept: int = Field(default=3, ge=0, le=20)
 
+    @property
+    def aggregate_share(self) -> float:
+        """The aggregate tests' share of the route's budget (all of it without slices)."""
+        return 1.0 - self.slice_share if self.slice_dimensions else 1.0
+
+    @property
+    def dimension_share(self) -> float:
+        """Each slice dimension's share of the budget, which each of its values' tests use."""
+        dims = len(set(self.slice_dimensions))
+        return self.slice_share / dims if dims else 0.0
+
     @model_validator(mode="after")
     def _budget_split_ok(self) -> RoutePolicy:
+        if len(set(self.slice_dimensions)) != len(self.slice_dimensions):
+            raise ValueError("slice_dimensions: each dimension once")
+        for dim in self.slice_dimensions:
+            if not _TAG_NAME.match(dim):
+                raise ValueError(f"slice_dimensions: {dim!r} is not a tag name ([a-z0-9_])")
         if any(v < 0 for v in self.budget_split.values()):
             raise ValueError("budget_split weights must be >= 0")
         if "sequential" in self.rules and self.budget_split.get("sequential", 0) <= 0:

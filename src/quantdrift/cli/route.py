@@ -54,6 +54,8 @@ async def _run(settings: Settings, args: argparse.Namespace) -> int:
                 )
                 for line in readiness_lines(r["rules"]):
                     print(f"  {line}")
+                for line in slice_lines(r.get("slices") or []):
+                    print(f"  {line}")
             if not rows:
                 print("no routes yet")
         return 0
@@ -87,4 +89,19 @@ def readiness_lines(rules: list[dict[str, Any]]) -> list[str]:
         note = "" if r["relied_on"] else " (not relied on)"
         why = f"  {'; '.join(r['reasons'])}" if r["reasons"] else ""
         lines.append(f"{r['rule']:<{width}}  {status}{note}{why}")
+    return lines
+
+
+def slice_lines(slices: list[dict[str, Any]]) -> list[str]:
+    """One line per slice: ``slice language=zh  insufficient data: 3 of 20 pairs``."""
+    width = max((len(r["slice"]) for r in slices), default=0)
+    lines = []
+    for r in slices:
+        if r["status"] == "insufficient_data":
+            status = f"insufficient data: {r['pairs']} of {r['min_pairs']} pairs"
+        else:
+            status = f"testing: {r['pairs']} pairs"
+        if r.get("early"):
+            status += f" ({r['early']} crossed early)"
+        lines.append(f"slice {r['slice']:<{width}}  {status}")
     return lines

@@ -349,4 +349,5 @@ def score_event(
         verdict=v,
         reasons=reasons,
         label=pair.label,
+        tags=dict(pair.tags),
     )

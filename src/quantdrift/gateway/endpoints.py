@@ -110,6 +110,7 @@ class Endpoints:
             self.gateway.directive,
             self.preflight.cap,
             self.gateway.filling,
+            self.gateway.tasks.admit,
         )
         return body, incoming
 

@@ -23,6 +23,9 @@ auth:                       # optional; without it the gateway is open (and says
     - {name: ops, sha256: <...>, routes: ["*"], high_precision: true}
   admin_token_sha256: <...> # bearer for /metrics and /health (else they are open)
 admin_listen: 127.0.0.1:9464   # optional: /metrics and /health on their own port only
+slices:                     # optional: the callers' task tags (X-Quantdrift-Task, metadata.task)
+  tasks: [support, billing] # allow-list: any other task is "other"
+  max_tasks: 32             # without an allow-list: the first 32 distinct tasks, then "other"
 ```
 
 Kafka, Redis and signing keys are not here: they come from ``Settings``
@@ -82,6 +85,25 @@ class RouteConfig(_Frozen):
     noise_sample_rate: float | None = Field(default=None, ge=0, le=1)
     clear_prompts: bool = False
     preflight: PreflightGateConfig | None = None
+
+
+class SliceConfig(_Frozen):
+    """How the gateway bounds the task tag its callers declare (``slices.py``).
+
+    ``tasks``: an allow-list; a declared task outside it is tagged ``other``. Without
+    one, the first ``max_tasks`` distinct tasks this gateway sees are kept and every
+    later one is ``other``, so a caller cannot flood the breaker with slices.
+    """
+
+    tasks: list[str] = Field(default_factory=list, max_length=256)
+    max_tasks: int = Field(default=32, ge=1, le=256)
+
+    @model_validator(mode="after")
+    def _task_names(self) -> SliceConfig:
+        for task in self.tasks:
+            if not re.match(r"^[a-z0-9][a-z0-9._-]{0,31}$", task):
+                raise ValueError(f"slices.tasks: {task!r} is not a task name ([a-z0-9._-])")
+        return self
 
 
 class NoiseFillConfig(_Frozen):
@@ -232,6 +254,7 @@ class GatewayConfig(_Frozen):
     shadow_sample_rate: float = Field(default=0.05, ge=0, le=1)
     noise_sample_rate: float = Field(default=0.0, ge=0, le=1)
     noise_fill: NoiseFillConfig = NoiseFillConfig()
+    slices: SliceConfig = SliceConfig()
     # Secret: mixed into the mirror decision and the prompt hash. Empty = a random
     # salt per process (sampling then differs across gateway replicas).
     sample_salt: str = ""

@@ -17,6 +17,9 @@ arguments, so every rule here is tested as a table.
   mirrored; the client's ``X-Request-Id`` is kept only for tracing.
 * Privacy: header ``X-Quantdrift-Private: 1`` (or ``true``) marks one request
   private: its pair carries no prompt, not even on a route with clear prompts.
+* Slice tags (``slices.py``): language, length, output kind, decoding and the
+  caller's task (header ``X-Quantdrift-Task`` or ``metadata.task``, bounded by the
+  gateway's ``TaskVocabulary``), computed here once and carried onto every pair.
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ from quantdrift.gateway.gateway_config import GatewayConfig
 from quantdrift.gateway.openai_wire import EXTENSION_FIELDS, OPENAI_FIELDS
 from quantdrift.gateway.routing import PREFERENCES, Decision, RouteDirective, decide
 from quantdrift.gateway.sampling import sampled
+from quantdrift.gateway.slices import declared_task, pool_tasks, request_tags
 from quantdrift.schemas.pair import RequestInfo
 
 ROUTE_HEADER = "x-quantdrift-route"
@@ -60,6 +64,10 @@ def _not_filling(_route: str) -> bool:
     return False
 
 
+def _pool_tasks(raw: str) -> str | None:
+    return pool_tasks(raw)
+
+
 @dataclass(frozen=True, slots=True)
 class Incoming:
     """What planning reads of a request besides its body (chat and text completions alike).
@@ -67,7 +75,9 @@ class Incoming:
     Who asks, the headers (lower-case keys), the gateway's own request id, and the
     gateway's view of each route: its directive (``routing.RouteDirective``), its
     preflight cap, and whether its sampled noise floor is still filling
-    (``control/floors.py``: its sampled requests then get ``noise_fill.max_rate``).
+    (``control/floors.py``: its sampled requests then get ``noise_fill.max_rate``),
+    and how a declared task becomes a bounded tag value (``slices.TaskVocabulary.admit``;
+    without one every declared task is ``other``).
     """
 
     headers: Mapping[str, str]
@@ -76,6 +86,7 @@ class Incoming:
     directive_of: Callable[[str], RouteDirective | None]
     cap_of: Callable[[str], float | None] = _no_cap
     filling: Callable[[str], bool] = _not_filling
+    admit_task: Callable[[str], str | None] = _pool_tasks
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,6 +123,7 @@ class Plan:
     noise: bool
     private: bool
     dropped_fields: tuple[str, ...] = field(default=())
+    tags: Mapping[str, str] = field(default_factory=dict)  # the pair's slice (slices.py)
 
     @property
     def expects_json(self) -> bool:
@@ -316,6 +328,13 @@ def plan_request(
     if user_logprobs or shadow or noise or cfg.logprobs_on_user_calls:
         upstream["logprobs"] = True
         upstream["top_logprobs"] = max(user_top, cfg.top_logprobs)
+    spec = json_spec(body)
+    task = declared_task(headers, body)
+    tags = request_tags(
+        body,
+        expects_json=spec is not None,
+        task=None if task is None else incoming.admit_task(task),
+    )
     return Plan(
         request_id=request_id,
         client_request_id=headers.get(CLIENT_ID_HEADER),
@@ -328,9 +347,10 @@ def plan_request(
         n=n,
         user_logprobs=user_logprobs,
         user_top_logprobs=user_top,
-        spec=json_spec(body),
+        spec=spec,
         shadow=shadow,
         noise=noise,
         private=_truthy(headers.get(PRIVATE_HEADER)),
         dropped_fields=tuple(unknown),
+        tags=tags,
     )

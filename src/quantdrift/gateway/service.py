@@ -33,6 +33,7 @@ from quantdrift.gateway.overload import LoopLag
 from quantdrift.gateway.publisher import DegradationPublisher, ShadowPublisher
 from quantdrift.gateway.routing import RouteDirective
 from quantdrift.gateway.shadow import ShadowRunner
+from quantdrift.gateway.slices import TaskVocabulary
 from quantdrift.gateway.telemetry import Telemetry
 from quantdrift.gateway.upstreams import Upstreams
 from quantdrift.schemas.privacy import salt_problem
@@ -85,6 +86,8 @@ class Gateway:
         if isinstance(publisher, ShadowPublisher) and not publisher.prompt_salt:
             publisher.prompt_salt = prompt_salt  # one salt for every prompt hash
         self.prompt_salt_problem = salt_problem(prompt_salt)
+        # The callers' task tags, bounded (``slices.py``): one vocabulary per gateway.
+        self.tasks = TaskVocabulary(config.slices.tasks, config.slices.max_tasks)
         self.budget = RetryBudget(
             config.retry_budget.ratio,
             config.retry_budget.min_per_window,

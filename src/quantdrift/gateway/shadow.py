@@ -468,6 +468,7 @@ class ShadowRunner:
             request=request,
             reference_logprobs_on_candidate=tf,
             sample_rate=max(rate, 1e-9),
+            tags=dict(plan.tags),
         )
 
     def _side(self, c: Completion, k: int) -> ModelOutput:

@@ -21,11 +21,14 @@ Broker, Redis, signing keys and the prompt salt come from the usual
 What it does:
 
 * **pre-call hook** (``async_pre_call_hook``): writes a join id into the
-  request's metadata, and, while the route's latest signed RouteCommand puts
-  users on the reference, rewrites ``model`` to the reference group. Commands
-  are followed by the gateway's own :class:`RouteController` (control topic,
-  with the route's Redis key as backstop; same signature, epoch and freshness
-  gate), started in the background on the first call.
+  request's metadata (and the caller's task, header ``X-Quantdrift-Task`` or
+  ``metadata.task``, bounded by the config's ``tasks`` allow-list or its first
+  ``max_tasks`` values: the pair's ``task`` tag), and, while the route's latest
+  signed RouteCommand puts users on the reference, rewrites ``model`` to the
+  reference group. Commands are followed by the gateway's own
+  :class:`RouteController` (control topic, with the route's Redis key as backstop;
+  same signature, epoch and freshness gate), started in the background on the
+  first call.
 * **success logger** (``async_log_success_event``): hands each logged call to
   :class:`PairJoiner`, which pairs the user's call with its mirror by that join
   id and yields a PairEvent (salted prompt hash unless the route sets
@@ -65,6 +68,7 @@ from litellm.integrations.custom_logger import CustomLogger
 
 from quantdrift.config import Settings
 from quantdrift.errors import ConfigError
+from quantdrift.gateway.slices import MAX_TASKS, OTHER, TaskVocabulary, declared_task, task_value
 from quantdrift.integrations.litellm_pairs import (
     REQUEST_FIELDS,
     PairJoiner,
@@ -78,6 +82,7 @@ log = logging.getLogger("quantdrift.litellm")
 CONFIG_ENV = "QUANTDRIFT_LITELLM__CONFIG"
 JOIN_KEY = "quantdrift_join_id"
 EXPECT_KEY = "quantdrift_expects_mirror"
+TASK_KEY = "quantdrift_task"
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,6 +91,8 @@ class GuardConfig:
     mirror_timeout_s: float = 60.0
     top_logprobs: int = 5
     prompt_salt: str = ""
+    tasks: tuple[str, ...] = ()
+    max_tasks: int = MAX_TASKS
 
     @classmethod
     def load(cls, path: Path) -> GuardConfig:
@@ -109,11 +116,16 @@ class GuardConfig:
             )
         if not routes:
             raise ConfigError(f"{path}: no routes")
+        tasks = data.get("tasks") or []
+        if not isinstance(tasks, list) or any(task_value(t) in (None, OTHER) for t in tasks):
+            raise ConfigError(f"{path}: tasks must be a list of task names ([a-z0-9._-])")
         return cls(
             tuple(routes),
             float(data.get("mirror_timeout_s", 60.0)),
             int(data.get("top_logprobs", 5)),
             str(data.get("prompt_salt", "")),
+            tuple(str(task_value(t)) for t in tasks),
+            int(data.get("max_tasks", MAX_TASKS)),
         )
 
 
@@ -130,6 +142,7 @@ class QuantdriftGuard(CustomLogger):  # type: ignore[misc]
         self._publisher: Any = None
         self._started: asyncio.Task[None] | None = None
         self._expiry: asyncio.Task[None] | None = None
+        self._tasks: TaskVocabulary | None = None
 
     # -- setup (lazy: LiteLLM imports the module before its event loop runs) -------------
     def _ensure(self) -> PairJoiner:
@@ -146,6 +159,7 @@ class QuantdriftGuard(CustomLogger):  # type: ignore[misc]
                 # A process-local secret: hashes join within this proxy's lifetime only.
                 salt = uuid.uuid4().hex
             self._joiner = PairJoiner(self._config.routes, self._config.mirror_timeout_s, salt)
+            self._tasks = TaskVocabulary(self._config.tasks, self._config.max_tasks)
             self._groups = {r.candidate_group: r for r in self._config.routes}
             self._groups.update({r.reference_group: r for r in self._config.routes})
             self._build()
@@ -222,6 +236,9 @@ class QuantdriftGuard(CustomLogger):  # type: ignore[misc]
                 return data
             metadata = data.setdefault("metadata", {})
             metadata[JOIN_KEY] = f"litellm-{uuid.uuid4().hex}"
+            task = declared_task(_headers(data), data)
+            if task is not None and self._tasks is not None:
+                metadata[TASK_KEY] = self._tasks.admit(task)
             if self.serves_reference(route.route):
                 data["model"] = route.reference_group
                 metadata[EXPECT_KEY] = False
@@ -272,6 +289,7 @@ class QuantdriftGuard(CustomLogger):  # type: ignore[misc]
             request={k: request[k] for k in REQUEST_FIELDS if request.get(k) is not None},
             primary=not mirror,
             expects_mirror=bool(metadata.get(EXPECT_KEY)),
+            task=str(metadata[TASK_KEY]) if metadata.get(TASK_KEY) else None,
         )
         pair = self._joiner.add(str(join_id), side, time.time())
         if pair is not None and self._publisher is not None:
@@ -282,6 +300,15 @@ def _metadata(kwargs: Mapping[str, Any]) -> dict[str, Any]:
     params = kwargs.get("litellm_params") or {}
     metadata = params.get("metadata") if isinstance(params, Mapping) else None
     return dict(metadata) if isinstance(metadata, Mapping) else {}
+
+
+def _headers(data: Mapping[str, Any]) -> dict[str, str]:
+    """The caller's request headers (lower-case keys), where the proxy put them."""
+    for holder in (data.get("proxy_server_request"), data.get("metadata")):
+        headers = holder.get("headers") if isinstance(holder, Mapping) else None
+        if isinstance(headers, Mapping):
+            return {str(k).lower(): str(v) for k, v in headers.items()}
+    return {}
 
 
 def _ms(start: Any, end: Any) -> float:

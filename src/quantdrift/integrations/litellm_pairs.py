@@ -11,6 +11,10 @@ Sides are told apart by model group, not by which call was the mirror: the
 route's candidate group is the candidate whatever mirrored what (a reference
 deployment may mirror to the candidate, as a half-open probe does).
 
+Slice tags come from the primary call's request through the gateway's one function
+(``gateway/slices.request_tags``); the caller's task is bounded in the pre-call hook
+and travels in the metadata (``Side.task``).
+
 A mirror that never arrives (LiteLLM has had releases where it silently did
 not fire) is counted when its primary has waited ``timeout_s``; a mirror whose
 primary never logged success (the user's call failed) is counted apart.
@@ -25,6 +29,7 @@ from typing import Any, Literal
 from quantdrift.gateway.openai_wire import Accumulator
 from quantdrift.gateway.planning import json_spec
 from quantdrift.gateway.shadow import request_info
+from quantdrift.gateway.slices import request_tags
 from quantdrift.schemas.pair import ModelOutput, PairEvent, pair_id_for
 
 Role = Literal["candidate", "reference"]
@@ -37,6 +42,10 @@ REQUEST_FIELDS = (
     "max_completion_tokens",
     "response_format",
     "expected_keys",
+    "tools",
+    "tool_choice",
+    "functions",
+    "function_call",
 )
 
 
@@ -61,6 +70,7 @@ class Side:
     request: Mapping[str, Any]
     primary: bool
     expects_mirror: bool = False
+    task: str | None = None  # the caller's task, already bounded by the pre-call hook
 
 
 @dataclass
@@ -157,6 +167,7 @@ class PairJoiner:
         cand, ref = entry.sides["candidate"], entry.sides["reference"]
         primary = cand if cand.primary else ref
         body = dict(primary.request)
+        spec = json_spec(body)
         return PairEvent(
             pair_id=pair_id_for(join_id, "shadow"),
             ts=entry.first_at,
@@ -166,11 +177,14 @@ class PairJoiner:
             reference=ref.output,
             request=request_info(
                 body,
-                json_spec(body),
+                spec,
                 clear=entry.route.clear_prompts,
                 private=False,
                 preference=None,
                 salt=self._salt,
             ),
             sample_rate=1.0,
+            tags=request_tags(
+                body, expects_json=spec is not None, task=primary.task or cand.task or ref.task
+            ),
         )

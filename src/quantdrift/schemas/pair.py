@@ -38,6 +38,20 @@ def pair_id_for(request_id: str, kind: str) -> str:
     return f"{request_id}:{kind}"
 
 
+def decoding_of(temperature: Any) -> Literal["greedy", "sampled"]:
+    """Greedy only when the request said temperature 0; sampled otherwise.
+
+    Unknown (no temperature, or not a number) counts as sampled, everywhere: OpenAI-style
+    servers default to T = 1, and judging a sampled pair against a greedy floor (or by
+    absolute similarity) would call sampling noise drift.
+
+    >>> decoding_of(0), decoding_of(0.0), decoding_of(0.7), decoding_of(None), decoding_of(False)
+    ('greedy', 'greedy', 'sampled', 'sampled', 'sampled')
+    """
+    plain = isinstance(temperature, int | float) and not isinstance(temperature, bool)
+    return "greedy" if plain and temperature == 0 else "sampled"
+
+
 def _finite(values: list[float], name: str) -> list[float]:
     for v in values:
         if not math.isfinite(v):
@@ -144,13 +158,8 @@ class RequestInfo(BaseModel):
 
     @property
     def decoding(self) -> Literal["greedy", "sampled"]:
-        """Greedy only when the request said temperature 0; sampled otherwise.
-
-        Unknown (no temperature) counts as sampled, here and in the gateway:
-        OpenAI-style servers default to T = 1, and judging a sampled pair against
-        a greedy floor (or by absolute similarity) would call sampling noise drift.
-        """
-        return "greedy" if self.temperature == 0 else "sampled"
+        """Greedy only when the request said temperature 0 (``decoding_of``)."""
+        return decoding_of(self.temperature)
 
 
 TagName = Annotated[str, StringConstraints(min_length=1, max_length=32)]

@@ -7,7 +7,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from quantdrift.schemas.base import SCHEMA_VERSION, Message, PairId, RouteName
-from quantdrift.schemas.pair import PairKind
+from quantdrift.schemas.pair import PairKind, TagName, TagValue
 
 Verdict = Literal["ok", "drift", "anomaly"]
 
@@ -85,3 +85,5 @@ class ScoreEvent(Message):
     # breaker restarts a route's evidence when it changes; None (older producers,
     # gateways that cannot tell) never counts as a change.
     candidate_engine: str | None = Field(default=None, max_length=700)
+    # The pair's slice (``PairEvent.tags``), for the judge's per-slice tests.
+    tags: dict[TagName, TagValue] = Field(default_factory=dict, max_length=16)

@@ -25,6 +25,7 @@ from quantdrift.breaker.outbox import OutboxItem
 from quantdrift.breaker.policy import load_policy
 from quantdrift.breaker.readiness import readiness, rule_names
 from quantdrift.breaker.relay import OutboxRelay
+from quantdrift.breaker.rules.slices import report as slice_report
 from quantdrift.breaker.state import RouteState
 from quantdrift.breaker.store import RedisBreakerStore
 from quantdrift.config import Settings, configured_redis_url
@@ -71,7 +72,9 @@ async def route_status(settings: Settings, route: str | None = None) -> list[dic
     core's readiness (``breaker/readiness.py``): closed, and every test the route's policy
     relies on can fire; ``readiness`` says ``armed``, ``warming`` or ``partly armed``,
     ``missing`` names what a relied-on test lacks, ``rules`` has each test's readiness,
-    and ``reason`` is in the words the verdict API gives rollout controllers.
+    ``slices`` each slice the route has seen (``breaker/rules/slices.report``: its pairs,
+    ``testing`` or ``insufficient_data``), and ``reason`` is in the words the verdict API
+    gives rollout controllers.
     """
     policies = load_policy(settings.policy_file)
     async with open_store(settings) as store:
@@ -85,7 +88,8 @@ async def route_status(settings: Settings, route: str | None = None) -> list[dic
         for name in routes:
             state, version = await store.read(name)
             floors = await store.read_floors(name)
-            verdict = route_verdict(name, state, version, policies.for_route(name), None, floors)
+            policy = policies.for_route(name)
+            verdict = route_verdict(name, state, version, policy, None, floors)
             ready = verdict.readiness.as_json()
             rows.append(
                 {
@@ -102,6 +106,7 @@ async def route_status(settings: Settings, route: str | None = None) -> list[dic
                     "readiness": ready["readiness"],
                     "missing": ready["missing"],
                     "rules": ready["rules"],
+                    "slices": slice_report(policy, state.rules.slices),
                     "reason": verdict.reason,
                 }
             )

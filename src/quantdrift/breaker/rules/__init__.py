@@ -9,7 +9,9 @@ epoch, target, lock, cool-down) lives beside it in ``RouteState``.
 
 * closed routes run the rules the policy lists (:func:`closed_rules`, in its order:
   the first alarm wins): ``consecutive``, ``window``, ``sequential`` and
-  ``tolerance`` (whose ``hard`` signal is the fast trip on hard failures);
+  ``tolerance`` (whose ``hard`` signal is the fast trip on hard failures), and after
+  them, when the policy judges slices, ``slices`` (:mod:`.slices`: the tolerance
+  tests per value of each tag dimension, inside the same budget);
 * half-open routes run the probe (:mod:`.probe`).
 
 Every rule runs from a route's first pair; ``min_pairs`` only holds the alarms
@@ -27,6 +29,7 @@ from quantdrift.breaker.rules.consecutive import Consecutive, ConsecutiveState
 from quantdrift.breaker.rules.probe import HalfOpenProbe, ProbeState
 from quantdrift.breaker.rules.reading import Fired, Pair, read, similarity_of
 from quantdrift.breaker.rules.sequential import Sequential
+from quantdrift.breaker.rules.slices import SliceState, SliceTests
 from quantdrift.breaker.rules.tolerance import (
     Tolerance,
     ToleranceState,
@@ -70,6 +73,7 @@ class RuleStates:
     sequential: ECusumState = field(default_factory=ECusumState)
     tolerance: ToleranceState = field(default_factory=ToleranceState)
     half_open: ProbeState = field(default_factory=ProbeState)
+    slices: SliceState = field(default_factory=SliceState)
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any] | None) -> RuleStates:
@@ -84,6 +88,7 @@ class RuleStates:
             tests=tolerance.get("tests"),
             early=tolerance.get("early", ""),
             passes=(data.get("half_open") or {}).get("passes", 0),
+            slices=data.get("slices"),
         )
 
     @classmethod
@@ -108,6 +113,7 @@ class RuleStates:
         tests: Mapping[str, Any] | None,
         early: str,
         passes: int,
+        slices: Mapping[str, Any] | None = None,
     ) -> RuleStates:
         return cls(
             consecutive=ConsecutiveState(int(consecutive)),
@@ -121,6 +127,7 @@ class RuleStates:
                 str(early or ""),
             ),
             half_open=ProbeState(int(passes)),
+            slices=SliceState.from_json(slices),
         )
 
 
@@ -146,6 +153,8 @@ def closed_rules(policy: RoutePolicy, noise_floor: NoiseFloor) -> tuple[tuple[st
             )
         else:
             built[name] = Tolerance(policy)
+    if "tolerance" in built and policy.slice_dimensions:
+        built["slices"] = SliceTests(policy)
     return tuple(built.items())
 
 

@@ -53,24 +53,69 @@ def active_signals(policy: RoutePolicy) -> tuple[str, ...]:
     return (*active, "sequential") if "sequential" in policy.rules else active
 
 
-def signal_arl(policy: RoutePolicy, signal: str) -> float | None:
-    """The signal's share of the route's budget as a mean run length (None: no share).
+def _weight(policy: RoutePolicy, signal: str, active: tuple[str, ...]) -> float:
+    """``signal``'s ``budget_split`` weight over the sum of the ``active`` tests' weights."""
+    weights = {str(k): v for k, v in policy.budget_split.items()}
+    total = sum(weights.get(s, 0.0) for s in active)
+    return weights.get(signal, 0.0) / total if signal in active and total > 0 else 0.0
 
-    Shares are ``budget_split`` weights normalised over the tests the policy runs, so
-    the false-alarm rates of all of them add up to at most one per budget, whichever
-    rules a policy file lists.
+
+def signal_arl(policy: RoutePolicy, signal: str) -> float | None:
+    """The aggregate test's share of the route's budget as a mean run length (None: no
+    share).
+
+    Shares are ``budget_split`` weights normalised over the tests the policy runs,
+    times the aggregate's share (``RoutePolicy.aggregate_share``: half of the budget
+    when the policy judges slices, the slice tests having the other half), so the
+    false-alarm rates of every test add up to at most one per budget, whichever rules
+    a policy file lists.
 
     >>> p = RoutePolicy()
     >>> signal_arl(p, "hard"), signal_arl(p, "sequential")
-    (4000000.0, None)
+    (8000000.0, None)
+    >>> signal_arl(RoutePolicy(slice_dimensions=()), "hard")
+    4000000.0
     >>> signal_arl(RoutePolicy(rules=("consecutive", "sequential")), "sequential")
-    1000000.0
+    2000000.0
     """
-    weights = {str(k): v for k, v in policy.budget_split.items()}
-    active = active_signals(policy)
-    total = sum(weights.get(s, 0.0) for s in active)
-    share = weights.get(signal, 0.0) / total if signal in active and total > 0 else 0.0
+    share = _weight(policy, signal, active_signals(policy)) * policy.aggregate_share
     return policy.false_alarm_budget_pairs / share if share > 0 else None
+
+
+# The signals a slice is judged on: those whose null holds within any slice without a
+# floor of its own. Paired outcomes cancel the slice's base rate (candidate against the
+# reference on the same prompt); the hard-failure rate is tolerated per pair. A
+# divergence's floor is the route's mix; a slice's healthy divergence may sit above it
+# (a slice is the largest mix shift there is), so divergences wait for per-slice floors.
+SLICE_SIGNALS = ("hard", "outcomes")
+
+
+def slice_signals(policy: RoutePolicy) -> tuple[str, ...]:
+    """The signals a slice value's tests run under ``policy`` (none without slices)."""
+    if not policy.slice_dimensions or "tolerance" not in policy.rules:
+        return ()
+    return tuple(s for s in SLICE_SIGNALS if _weight(policy, s, SLICE_SIGNALS) > 0)
+
+
+def slice_arl(policy: RoutePolicy, signal: str) -> float | None:
+    """A slice value's test of ``signal`` as a mean run length (None: not run in slices).
+
+    Every value of a dimension gets the dimension's whole share: the values split the
+    dimension's pairs, so their false alarms add up to one share's worth (see
+    docs/deciding.md, "Slices").
+
+    >>> slice_arl(RoutePolicy(), "hard"), slice_arl(RoutePolicy(), "tf_kl")
+    (10000000.0, None)
+    """
+    signals = slice_signals(policy)
+    share = _weight(policy, signal, signals) * policy.dimension_share
+    return policy.false_alarm_budget_pairs / share if share > 0 else None
+
+
+def aggregate_arls(policy: RoutePolicy) -> dict[str, float]:
+    """Per tolerance signal the aggregate runs, its run length."""
+    arls = {s: signal_arl(policy, s) for s in SIGNALS}
+    return {s: a for s, a in arls.items() if a is not None}
 
 
 def null_mean(
@@ -141,14 +186,22 @@ def observe(policy: RoutePolicy, signal: str, pair: Pair) -> float | None:
 
 
 def step(
-    policy: RoutePolicy, tests: Mapping[str, tuple[float, ...]], pair: Pair
+    policy: RoutePolicy,
+    tests: Mapping[str, tuple[float, ...]],
+    pair: Pair,
+    arls: Mapping[str, float] | None = None,
 ) -> tuple[dict[str, tuple[float, ...]], list[Crossing]]:
-    """Fold one shadow pair into every signal's test; the signals that crossed, in order."""
+    """Fold one shadow pair into every signal's test; the signals that crossed, in order.
+
+    ``arls``: the run length of each signal to test (default: the aggregate's,
+    :func:`aggregate_arls`; a slice passes its own).
+    """
     score, floor = pair.score, pair.floor
     out = {k: tuple(v) for k, v in tests.items()}
     fired: list[Crossing] = []
+    arls = aggregate_arls(policy) if arls is None else arls
     for signal in SIGNALS:
-        arl = signal_arl(policy, signal)
+        arl = arls.get(signal)
         if arl is None:
             continue
         x = observe(policy, signal, pair)

@@ -24,6 +24,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from quantdrift.detectors.script import length_bucket
 from quantdrift.lab.corpus import worlds as w
 
 TEMPERATURE = 0.7
@@ -81,11 +82,6 @@ class CorpusPrompt:
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> CorpusPrompt:
         return cls(**d)
-
-
-def length_bucket(tokens: int) -> str:
-    """``short`` under 128 tokens, ``medium`` 128 to 1k, ``long`` 1k and over."""
-    return "short" if tokens < 128 else ("medium" if tokens < 1024 else "long")
 
 
 def _n(rng: random.Random, lang: str, size: str) -> int:

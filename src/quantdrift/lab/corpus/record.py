@@ -45,6 +45,7 @@ from quantdrift.gateway.gateway_config import GatewayConfig, parse_config
 from quantdrift.gateway.openai_wire import Accumulator, Completion
 from quantdrift.gateway.planning import JsonSpec
 from quantdrift.gateway.shadow import request_info
+from quantdrift.gateway.slices import request_tags
 from quantdrift.gateway.teacher_forcing import Scored
 from quantdrift.gateway.upstreams import Upstreams
 from quantdrift.lab.corpus.families import CorpusPrompt
@@ -250,7 +251,9 @@ class CorpusRecorder:
             reference=self._side(ref),
             request=request,
             reference_logprobs_on_candidate=tf,
-            tags=p.tags(),
+            # The gateway's tags, and the lab's own where it knows better: the task family
+            # and the length the model's tokenizer measured.
+            tags=request_tags(body, expects_json=spec is not None, given=p.tags()),
             label=label,
         )
 
