@@ -49,12 +49,9 @@ def admin_routes(app: FastAPI, gateway: Gateway) -> None:
         return Response(gateway.metrics.render(), media_type=CONTENT_TYPE)
 
 
-def create_app(gateway: Gateway) -> FastAPI:
-    """The API app; its lifespan starts and stops the gateway's components.
-
-    ``/health`` and ``/metrics`` are here too unless ``admin_listen`` puts them on
-    their own port (``create_admin_app``).
-    """
+def base_app(gateway: Gateway, title: str) -> FastAPI:
+    """What the gateway's and the collector's apps share: a lifespan that starts and
+    stops the gateway's parts, OpenAI-shaped errors, and early answers that close."""
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
@@ -65,7 +62,7 @@ def create_app(gateway: Gateway) -> FastAPI:
             await gateway.stop()
 
     app = FastAPI(
-        title="quantdrift gateway",
+        title=title,
         lifespan=lifespan,
         docs_url=None,
         redoc_url=None,
@@ -76,6 +73,17 @@ def create_app(gateway: Gateway) -> FastAPI:
     # and the server's lingering close lets the client read it (``lingering.py``).
     app.add_middleware(CloseUnread)
     openai_errors(app)
+    return app
+
+
+def create_app(gateway: Gateway) -> FastAPI:
+    """The API app; its lifespan starts and stops the gateway's components.
+
+    ``/health`` and ``/metrics`` are here too unless ``admin_listen`` puts them on
+    their own port (``create_admin_app``).
+    """
+
+    app = base_app(gateway, "quantdrift gateway")
     endpoints = Endpoints(gateway)
 
     @app.post("/v1/chat/completions", response_model=None)

@@ -28,16 +28,14 @@ the directive comes from the same ``RouteController`` as the gateway's.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response
 
-from quantdrift.gateway.app import admin_routes
+from quantdrift.gateway.app import admin_routes, base_app
 from quantdrift.gateway.endpoints import Endpoints
-from quantdrift.gateway.openai_errors import error_response, openai_errors
+from quantdrift.gateway.openai_errors import error_response
 from quantdrift.gateway.planning import Plan, Refusal, plan_request
 from quantdrift.gateway.service import Gateway
 
@@ -111,23 +109,7 @@ def create_collector_app(gateway: Gateway) -> FastAPI:
     (those two on ``admin_listen`` instead when set). Its lifespan starts and stops the
     gateway's parts: pools, shadow runner, publisher, route controller, noise fill."""
 
-    @asynccontextmanager
-    async def lifespan(_: FastAPI) -> AsyncIterator[None]:
-        await gateway.start()
-        try:
-            yield
-        finally:
-            await gateway.stop()
-
-    app = FastAPI(
-        title="quantdrift collector",
-        lifespan=lifespan,
-        docs_url=None,
-        redoc_url=None,
-        openapi_url=None,
-    )
-    app.state.gateway = gateway
-    openai_errors(app)
+    app = base_app(gateway, "quantdrift collector")
     collector = Collector(gateway)
 
     @app.post("/v1/chat/completions", response_model=None)
