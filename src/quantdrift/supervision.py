@@ -36,6 +36,7 @@ Examples
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import random
 import time
@@ -94,3 +95,13 @@ class Supervisor:
                 )
             await asyncio.sleep(delay * random.uniform(0.8, 1.2))
             delay = low if in_a_row <= 1 else min(high, delay * 2)
+
+
+async def cancelled(task: asyncio.Task[None] | None) -> None:
+    """Cancel ``task`` (if any) and wait until it has ended: the one way every component
+    stops its loop, so none is left running after its ``stop()`` returns."""
+    if task is None:
+        return
+    task.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await task

@@ -14,7 +14,6 @@ builds one from a config file and settings is ``services/gateway.build_gateway``
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import secrets
 import time
@@ -37,7 +36,7 @@ from quantdrift.gateway.slices import TaskVocabulary
 from quantdrift.gateway.telemetry import Telemetry
 from quantdrift.gateway.upstreams import Upstreams
 from quantdrift.schemas.privacy import salt_problem
-from quantdrift.supervision import Supervisor
+from quantdrift.supervision import Supervisor, cancelled
 
 log = logging.getLogger(__name__)
 
@@ -170,10 +169,7 @@ class Gateway:
         if self.degradations is not None:
             await self.degradations.stop(PUBLISH_DRAIN_S)
         await self.upstreams.aclose()
-        if self._lag_task is not None:
-            self._lag_task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._lag_task
+        await cancelled(self._lag_task)
 
     def on_linger(self, end: str, discarded: int) -> None:
         """Count a lingering close (``lingering.py``): how it ended, what it discarded."""

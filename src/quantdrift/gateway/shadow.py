@@ -54,7 +54,7 @@ from quantdrift.gateway.telemetry import counter, gauge
 from quantdrift.gateway.upstreams import UpstreamClientError, Upstreams, error_reason
 from quantdrift.schemas.pair import EngineInfo, ModelOutput, PairEvent, RequestInfo, pair_id_for
 from quantdrift.schemas.privacy import prompt_hash
-from quantdrift.supervision import Supervisor
+from quantdrift.supervision import Supervisor, cancelled
 
 log = logging.getLogger(__name__)
 
@@ -205,11 +205,8 @@ class ShadowRunner:
         cancel the rest: each counted (``stopped`` queued, ``stopped_in_flight``
         running) and reported in one log line."""
         self._closed = True
-        if self._probe_task is not None:
-            self._probe_task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._probe_task
-            self._probe_task = None
+        await cancelled(self._probe_task)
+        self._probe_task = None
         drained = await self.wait_idle(timeout)
         running, queued = self.in_flight, len(self._queue)
         for task in self._workers:

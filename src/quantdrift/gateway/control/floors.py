@@ -16,7 +16,6 @@ goes away keeps the last counts it read.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections.abc import Mapping
 from typing import Any
@@ -28,7 +27,7 @@ from redis.exceptions import RedisError
 from quantdrift.detectors.noise_floor import FLOOR_METRICS
 from quantdrift.gateway.gateway_config import GatewayConfig
 from quantdrift.schemas.keys import noise_key
-from quantdrift.supervision import Supervisor
+from quantdrift.supervision import Supervisor, cancelled
 
 log = logging.getLogger(__name__)
 MODE = "sampled"
@@ -105,11 +104,8 @@ class FloorWatch:
         self._task = self.supervisor.spawn("noise-floors", self._follow)
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None
+        await cancelled(self._task)
+        self._task = None
         if self._redis is not None:
             redis, self._redis = self._redis, None
             await redis.aclose()

@@ -18,7 +18,6 @@ uses it is pure, in :func:`quantdrift.gateway.routing.decide`
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
 from collections.abc import Callable, Mapping
@@ -28,7 +27,7 @@ from functools import cached_property
 from quantdrift.errors import ConfigError
 from quantdrift.gateway.gateway_config import GatewayConfig, PreflightGateConfig
 from quantdrift.schemas.signoff import read_approvals, verify
-from quantdrift.supervision import Supervisor
+from quantdrift.supervision import Supervisor, cancelled
 
 log = logging.getLogger(__name__)
 
@@ -123,11 +122,8 @@ class PreflightGate:
             self._task = self.supervisor.spawn("preflight-gate", self._loop)
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None
+        await cancelled(self._task)
+        self._task = None
 
     async def _loop(self) -> None:
         # A bug here is the supervisor's to log, count and restart; _check never raises.
