@@ -94,7 +94,12 @@ def main(argv: list[str] | None = None) -> int:
     if not args.corpus.exists():
         sys.exit(f"{args.corpus} is missing (quantdrift lab corpus record writes it)")
     t0 = time.perf_counter()
-    result: dict[str, Any] = {"bench": "eval_corpus", "draws": args.draws, "rows": []}
+    result: dict[str, Any] = {
+        "bench": "eval_corpus",
+        "draws": args.draws,
+        "slice_draws": args.slice_draws,
+        "rows": [],
+    }
     skipped: list[str] = []
     for mode in args.modes.split(","):
         base = CorpusRequest(
@@ -162,7 +167,8 @@ def markdown(result: dict[str, Any]) -> str:
     lines = [
         SECTION,
         "",
-        f"`python bench/eval_corpus.py --draws {result['draws']}`: "
+        f"`python bench/eval_corpus.py --draws {result['draws']} --slice-draws "
+        f"{result.get('slice_draws', '-')}`: "
         f"{result['distinct_eval_prompts']} distinct evaluation prompts, each at most once a "
         f"stream; calibration from a pool of {result['calibration_pool']} other prompts, "
         f"drawn {result['draws']} times per size; broken variants from a random onset in the "
