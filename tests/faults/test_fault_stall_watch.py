@@ -108,7 +108,10 @@ async def test_a_stalled_partition_fails_healthz_until_it_moves(fault_stack) -> 
         state = await route_state(fault_stack.redis_url, settings.redis.key_prefix, route)
         # The fault is in the window: the thread sleeps and the route waits for its pairs.
         assert state.pairs_seen < len(pairs), state
-        assert f"sleep:score:{slow[0].pair_id}: sleeping" in worker.stderr()
+        # Which slow pair sleeps first is the lanes' choice (shortest pairs are staged
+        # first): one of them must be asleep.
+        err = worker.stderr()
+        assert any(f"sleep:score:{p.pair_id}: sleeping" in err for p in slow), err
         assert list(body["stalled"]) == [f"{kafka.topics.pairs}/0"], body
         assert body["stalled"][f"{kafka.topics.pairs}/0"] >= STALL_AFTER_S
         assert flagged_after >= STALL_AFTER_S, f"flagged {flagged_after:.1f} s after the send"
