@@ -193,6 +193,7 @@ def test_load_warmup_and_probes_through_a_real_gateway(lab: dict[str, str], tmp_
         warm = items["warmup"]
         assert warm["status"] in ("pass", "fail") and len(warm["evidence"]["rows"]) == 2
         assert all(r["steady_p50_s"] > 0 for r in warm["evidence"]["rows"])
-        assert (tmp_path / "load.html").read_text().count("<svg") == 2  # latency + warm-up
+        # The load test's latency and memory over time, and the warm-up buckets.
+        assert (tmp_path / "load.html").read_text().count("<svg") == 3
     finally:
         stop_popen(gw, timeout=10)
