@@ -35,7 +35,7 @@ from typing import Any
 from common import write_section
 
 from quantdrift.config import EmbeddingSettings
-from quantdrift.evaluation.corpus import CorpusEval, by_prompt
+from quantdrift.evaluation.corpus import CorpusEval, by_prompt, complete
 from quantdrift.services import corpus_eval
 from quantdrift.services.corpus_eval import CorpusRequest
 from quantdrift.services.pairs import read_pairs
@@ -70,11 +70,7 @@ def scenarios(slices: bool, ev: CorpusEval) -> list[dict[str, Any]]:
 
 def complete_prompts(path: Path) -> int:
     """Prompts with a noise pair and a pair of every candidate (no scoring needed)."""
-    grouped = by_prompt(read_pairs(path))
-    need = (HEALTHY, *VARIANTS)
-    return sum(
-        1 for p in grouped.values() if p.noise is not None and all(x in p.shadow for x in need)
-    )
+    return len(complete(by_prompt(read_pairs(path)), (HEALTHY, *VARIANTS)))
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -232,7 +232,7 @@ def run(args: argparse.Namespace) -> int:
 def _corpus(args: argparse.Namespace) -> int:
     from quantdrift.cli.common import load_settings
     from quantdrift.cli.progress import self_closing
-    from quantdrift.evaluation.table import text_table
+    from quantdrift.evaluation.corpus import format_corpus
     from quantdrift.services import corpus_eval
 
     if not args.healthy_label or len(args.healthy_label) != 1:
@@ -261,27 +261,9 @@ def _corpus(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(corpus_eval.rows_json(rows)))
         return 0
-    cols = (
-        "scenario",
-        "variant",
-        "streams",
-        "healthy_pairs",
-        "false_rollbacks",
-        "delay_p50",
-        "delay_p90",
-        "missed",
-        "limit",
-        "slice_delay_p90",
-    )
-    print(text_table(list(cols), [[_fmt(r.as_dict()[c]) for c in cols] for r in rows]))
+    print(format_corpus(rows))
     print(
         f"{rows[0].distinct_eval_prompts} distinct evaluation prompts, each at most once a "
         f"stream; calibration: {request.calibration_prompts} prompts, {request.draws} draws"
     )
     return 0
-
-
-def _fmt(x: object) -> str:
-    if x is None:
-        return "-"
-    return f"{x:g}" if isinstance(x, float) else str(x)

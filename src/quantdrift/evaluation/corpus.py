@@ -44,7 +44,8 @@ from quantdrift.breaker.policy import Policy
 from quantdrift.evaluation.cache import ScoreCache, to_score
 from quantdrift.evaluation.calibration import seed_from_pairs
 from quantdrift.evaluation.limit import information_limit
-from quantdrift.evaluation.long import poisson_upper95
+from quantdrift.evaluation.long import cell, forked, poisson_upper95, quantile
+from quantdrift.evaluation.table import text_table
 from quantdrift.schemas import PairEvent, ScoreEvent
 
 ROUTE = "eval/corpus"
@@ -81,6 +82,16 @@ def by_prompt(pairs: Sequence[PairEvent]) -> dict[str, CorpusPrompt]:
         else:
             shadow.setdefault(pid, {})[p.label or ""] = p
     return {pid: CorpusPrompt(pid, tags[pid], noise.get(pid), shadow.get(pid, {})) for pid in tags}
+
+
+def complete(grouped: Mapping[str, CorpusPrompt], labels: Sequence[str]) -> list[str]:
+    """The prompts that have a noise pair and a shadow pair of every label: the ones a
+    stream can take (what the evaluation keeps, and what a bench sizes its pool by)."""
+    return [
+        pid
+        for pid, p in grouped.items()
+        if p.noise is not None and all(label in p.shadow for label in labels)
+    ]
 
 
 def split(prompts: Sequence[str], calibration_pool: int, seed: int) -> tuple[list[str], list[str]]:
@@ -192,10 +203,6 @@ class Row:
         return {k: getattr(self, k) for k in self.__dataclass_fields__}
 
 
-def _q(values: Sequence[float], q: float) -> float | None:
-    return float(np.quantile(values, q, method="higher")) if values else None
-
-
 @dataclass
 class CorpusEval:
     """Everything a corpus's table is computed from, built once: prompts, scores, pools."""
@@ -222,12 +229,7 @@ class CorpusEval:
     ) -> CorpusEval:
         """Keep the prompts that have a noise pair and a pair of every label asked for."""
         grouped = by_prompt(pairs)
-        need = [healthy, *variants]
-        full = [
-            pid
-            for pid, p in grouped.items()
-            if p.noise is not None and all(label in p.shadow for label in need)
-        ]
+        full = complete(grouped, [healthy, *variants])
         if len(full) <= calibration_pool:
             raise ValueError(
                 f"{len(full)} complete prompts: too few for a calibration pool of "
@@ -318,7 +320,7 @@ class CorpusEval:
             fired: list[str] = []
             for n, i in enumerate(order):
                 if n == onset:
-                    snapshot = (_fork(fold), now)
+                    snapshot = (forked(fold), now)
                 now += self.interval_s
                 score = healthy_scores[i].model_copy(update={"pair_id": f"{d}:h:{n}"})
                 for trip in await fold.fold(score, now):
@@ -333,7 +335,7 @@ class CorpusEval:
             for v in variants:
                 base, t0 = snapshot
                 delay, in_slice, rule = await self._drift(
-                    _fork(base),
+                    forked(base),
                     order[onset:],
                     prompts,
                     healthy_scores,
@@ -368,12 +370,12 @@ class CorpusEval:
                     streams_with_false_rollback=with_false,
                     # The median over the streams that caught it; p90 counts a miss as
                     # one more pair than the stream had left, so a miss never helps.
-                    delay_p50=_q(caught.get(v, []), 0.5),
-                    delay_p90=_q(delays.get(v, []), 0.9),
+                    delay_p50=quantile(caught.get(v, []), 0.5),
+                    delay_p90=quantile(delays.get(v, []), 0.9),
                     missed=missed.get(v, 0),
                     limit=None if v == "-" else self.limit(v, scenario),
-                    slice_delay_p50=_q(slice_delays.get(v, []), 0.5),
-                    slice_delay_p90=_q(slice_delays.get(v, []), 0.9),
+                    slice_delay_p50=quantile(slice_delays.get(v, []), 0.5),
+                    slice_delay_p90=quantile(slice_delays.get(v, []), 0.9),
                     distinct_eval_prompts=len(prompts),
                     false_rollback_rules=dict(rules),
                     detected_by=by.get(v, {}),
@@ -409,7 +411,23 @@ class CorpusEval:
         return None, in_slice, ""
 
 
-def _fork(fold: StreamFold) -> StreamFold:
-    """The same stream from here on, folding into a copy of its store."""
-    assert isinstance(fold.store, MemoryBreakerStore)
-    return StreamFold(fold.store.fork(), fold.policy, dict(fold.shadow_pairs))
+# (header, Row field) per column of ``quantdrift eval --no-replay``'s table.
+CORPUS_COLUMNS = (
+    "scenario",
+    "variant",
+    "streams",
+    "healthy_pairs",
+    "false_rollbacks",
+    "delay_p50",
+    "delay_p90",
+    "missed",
+    "limit",
+    "slice_delay_p90",
+)
+
+
+def format_corpus(rows: Sequence[Row]) -> str:
+    """A plain-text table, one row per scenario and variant (as ``long.format_long``)."""
+    return text_table(
+        list(CORPUS_COLUMNS), [[cell(getattr(r, c)) for c in CORPUS_COLUMNS] for r in rows]
+    )

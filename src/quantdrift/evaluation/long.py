@@ -98,7 +98,7 @@ def poisson_upper95(k: int, exposure: float, per: float = 1e5) -> float:
     return float(chi2.ppf(0.95, 2 * k + 2) / 2.0) / exposure * per
 
 
-def _quantile(values: Sequence[float], q: float) -> float | None:
+def quantile(values: Sequence[float], q: float) -> float | None:
     if not values:
         return None
     return float(np.quantile(np.asarray(values, dtype=float), q, method="higher"))
@@ -190,7 +190,7 @@ def run_long(
                         continue
                     delay, rule = asyncio.run(
                         _drift_part(
-                            _forked(fold),
+                            forked(fold),
                             _drawn(d_scores[pool], idx, f"{k}:{pool}:"),
                             pair_interval_s,
                             now,
@@ -213,8 +213,8 @@ def run_long(
                     false_rollbacks=false,
                     false_rollbacks_per_100k=round(1e5 * false / total, 3) if total else 0.0,
                     false_rollbacks_per_100k_upper95=round(poisson_upper95(false, total), 3),
-                    detection_delay_pairs=_quantile(caught, 0.5) if pairs else None,
-                    detection_delay_p90=_quantile(delays[pool], 0.9) if pairs else None,
+                    detection_delay_pairs=quantile(caught, 0.5) if pairs else None,
+                    detection_delay_p90=quantile(delays[pool], 0.9) if pairs else None,
                     missed=missed[pool],
                     drifted=pool,
                     drifted_pairs_per_stream=drift_length if pairs else 0,
@@ -237,7 +237,7 @@ def _drawn(scores: Sequence[ScoreEvent], idx: Iterable[int], prefix: str) -> lis
     return [scores[i].model_copy(update={"pair_id": f"{prefix}{n}"}) for n, i in enumerate(idx)]
 
 
-def _forked(fold: StreamFold) -> StreamFold:
+def forked(fold: StreamFold) -> StreamFold:
     """The same stream from here on, folding into a copy of its store."""
     assert isinstance(fold.store, MemoryBreakerStore)
     return StreamFold(fold.store.fork(), fold.policy, dict(fold.shadow_pairs))
@@ -289,7 +289,7 @@ LONG_COLUMNS = (
 )
 
 
-def _cell(x: object) -> str:
+def cell(x: object) -> str:
     """``-`` for nothing (no value, no pool name), floats as ``%g``."""
     if x is None or x == "":
         return "-"
@@ -298,5 +298,5 @@ def _cell(x: object) -> str:
 
 def format_long(results: Sequence[LongResult]) -> str:
     """A plain-text table, one row per policy."""
-    rows = [[_cell(getattr(r, name)) for _, name in LONG_COLUMNS] for r in results]
+    rows = [[cell(getattr(r, name)) for _, name in LONG_COLUMNS] for r in results]
     return text_table([header for header, _ in LONG_COLUMNS], rows)

@@ -146,15 +146,6 @@ def write_block(folder: Path, index: int, pairs: Sequence[PairEvent]) -> Path:
     return final
 
 
-def read_pairs(folder: Path) -> list[PairEvent]:
-    """Every recorded pair, block by block."""
-    out: list[PairEvent] = []
-    for index in sorted(done_blocks(folder)):
-        with lzma.open(block_path(folder, index), "rt", encoding="utf-8") as source:
-            out.extend(PairEvent.model_validate_json(line) for line in source if line.strip())
-    return out
-
-
 class CorpusRecorder:
     """Asks the engines for one block of prompts at a time and builds its pairs."""
 

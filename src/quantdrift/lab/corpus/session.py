@@ -65,9 +65,12 @@ class RecordingSession:
             missing = [c for c in self.candidates if c not in urls]
             if missing:
                 raise ValueError(f"no engine for candidate(s): {', '.join(missing)}")
-            models = {n: (REFERENCE_VARIANT if n == REFERENCE else n) for n in urls}
-            if self.engines:  # running engines serve under names of their own
-                models = {}
+            # Engines given by URL serve under names of their own (the recorder asks them).
+            models = (
+                {}
+                if self.engines
+                else {n: REFERENCE_VARIANT if n == REFERENCE else n for n in urls}
+            )
             progress = self._record(urls, models, log)
             summary.update(
                 blocks=progress.blocks_done,
