@@ -40,6 +40,7 @@ from hypothesis import strategies as st
 from quantdrift.schemas import CommandSigner, RouteCommand
 from quantdrift.stack import EmbeddedStack, create_topics, free_port
 from quantdrift.stack.ports import stop_popen
+from support.gateway_upstream import running
 from support.kafka import consume_n, produce, unique_topic
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
@@ -100,15 +101,8 @@ class Upstream:
 
 @pytest.fixture(scope="module")
 def upstream() -> Iterator[Upstream]:
-    up = Upstream()
-    up.thread.start()
-    deadline = time.monotonic() + 10
-    while not up.server.started:
-        assert time.monotonic() < deadline, "scripted upstream did not start"
-        time.sleep(0.02)
-    yield up
-    up.server.should_exit = True
-    up.thread.join(5)
+    with running(Upstream()) as up:
+        yield up
 
 
 # -- the gateway process ---------------------------------------------------------------------

@@ -14,7 +14,7 @@ import json
 import threading
 import time
 from collections.abc import AsyncIterator, Callable, Iterator
-from contextlib import asynccontextmanager
+from contextlib import asynccontextmanager, contextmanager
 from typing import Any
 
 import httpx
@@ -235,17 +235,26 @@ class Scripted:
         return [b for _, t, b in self.calls if t == tag]
 
 
-@pytest.fixture(scope="module")
-def scripted() -> Iterator[Scripted]:
-    up = Scripted()
+@contextmanager
+def running(up: Any) -> Iterator[Any]:
+    """A scripted upstream (its uvicorn ``server`` in its ``thread``) up until the block
+    ends: started and waited for, then asked to exit and joined."""
     up.thread.start()
     deadline = time.monotonic() + 10
     while not up.server.started:
         assert time.monotonic() < deadline, "scripted upstream did not start"
         time.sleep(0.02)
-    yield up
-    up.server.should_exit = True
-    up.thread.join(5)
+    try:
+        yield up
+    finally:
+        up.server.should_exit = True
+        up.thread.join(5)
+
+
+@pytest.fixture(scope="module")
+def scripted() -> Iterator[Scripted]:
+    with running(Scripted()) as up:
+        yield up
 
 
 def make_config(
