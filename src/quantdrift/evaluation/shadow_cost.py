@@ -180,9 +180,7 @@ def spend(
         runs * traffic.prompt_tokens + forced * (traffic.prompt_tokens + traffic.completion_tokens)
     )
     completion = rate * (runs * traffic.completion_tokens + forced * 1.0)
-    busy = (
-        prompt / reference.prompt_tokens_per_s + completion / reference.completion_tokens_per_s
-    )
+    busy = prompt / reference.prompt_tokens_per_s + completion / reference.completion_tokens_per_s
     return Spend(
         share=share,
         noise_share=noise_share,
