@@ -27,6 +27,7 @@ from quantdrift.evaluation.shadow_cost import (
     parse_drift,
     share_within,
 )
+from quantdrift.gateway.gateway_config import load_config
 
 DEFAULT_DRIFTS = ("hard=0.1", "outcomes=0.1")
 _DURATION = re.compile(r"^\s*([0-9]*\.?[0-9]+)\s*(s|m|h|d)?\s*$")
@@ -68,8 +69,6 @@ def _route_defaults(request: CostRequest) -> tuple[list[float], float, bool]:
     """(shares, noise share, teacher forced) from the gateway config, else 5 %, 0, off."""
     shares, noise, forced = [0.05], 0.0, False
     if request.config_file is not None:
-        from quantdrift.gateway.gateway_config import load_config
-
         config = load_config(request.config_file)
         route = request.route or config.route_default
         if route not in config.routes:
