@@ -47,6 +47,8 @@ def health(gateway: Gateway, private: bool = True) -> dict[str, Any]:
             "mode": d.mode,
             "epoch": gateway.controller.epoch(route) if gateway.controller else 0,
         }
+        # Shadowing's own calls, apart from what users were served (shadow_spend.py).
+        routes[route]["shadow_spend"] = gateway.shadow.spend.view(route)
         gate = gates.get(route)
         if gate is not None:
             routes[route]["preflight"] = gate
