@@ -277,6 +277,7 @@ def make_config(
                 "reference": "bf16",
                 "teacher_forced": extra.pop("teacher_forced", False),
                 "clear_prompts": extra.pop("clear_prompts", False),
+                "extra_candidates": extra.pop("extra_candidates", []),
             }
         },
         "shadow_sample_rate": 0.0,

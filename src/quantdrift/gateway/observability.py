@@ -17,6 +17,7 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 from quantdrift.gateway.attempts import Trace
+from quantdrift.gateway.gateway_config import candidate_route
 from quantdrift.gateway.openai_wire import Completion
 from quantdrift.gateway.planning import Plan
 from quantdrift.gateway.routing import decide
@@ -49,6 +50,12 @@ def health(gateway: Gateway, private: bool = True) -> dict[str, Any]:
         }
         # Shadowing's own calls, apart from what users were served (shadow_spend.py).
         routes[route]["shadow_spend"] = gateway.shadow.spend.view(route)
+        if rc.extra_candidates:  # judged side by side, each under its own route id
+            routes[route]["extra_candidates"] = {
+                pool: {"route": sub, "shadow_spend": gateway.shadow.spend.view(sub)}
+                for pool in rc.extra_candidates
+                for sub in (candidate_route(route, pool),)
+            }
         gate = gates.get(route)
         if gate is not None:
             routes[route]["preflight"] = gate

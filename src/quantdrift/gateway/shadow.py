@@ -24,8 +24,10 @@ got (that side is not asked again); the collector (``collector.py``), behind a
 gateway it does not own, submits a job with no answer, and the runner asks both
 sides itself.
 
-Three rooms. This module is the lifecycle and the calls (queue, workers, deadlines,
-drops); ``shadow_pairs.py`` is the pure half (the suspension check through
+Four rooms. This module is the lifecycle (queue, workers, start and stop, drops);
+``shadow_calls.py`` makes one job's calls under its deadline (the other side, noise
+runs, teacher forcing, extra candidates: the reference answers once per job);
+``shadow_pairs.py`` is the pure half (the suspension check through
 ``planning.route_decision``, the calls' body, the pair, its privacy and sample rate);
 ``pool_probe.py`` reads what serves each pool. Every call is metered in
 ``shadow_spend.py``, apart from user traffic.
@@ -40,35 +42,25 @@ import logging
 import time
 from collections import deque
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 from typing import Any
 
-from quantdrift.errors import GatewayOverloaded, UpstreamError
 from quantdrift.gateway.gateway_config import GatewayConfig
-from quantdrift.gateway.openai_wire import Accumulator, Completion
+from quantdrift.gateway.openai_wire import Completion
 from quantdrift.gateway.planning import Plan
 from quantdrift.gateway.pool_probe import PoolProbe
 from quantdrift.gateway.routing import RouteDirective
-from quantdrift.gateway.shadow_pairs import (
-    build_pair,
-    candidate_suspended,
-    pair_rate,
-    shadow_body,
-    side_of,
-)
+from quantdrift.gateway.shadow_calls import ShadowCalls, ShadowJob, Wiring
 from quantdrift.gateway.shadow_spend import SpendMeter
-from quantdrift.gateway.teacher_forcing import Failed, Scored
 from quantdrift.gateway.telemetry import counter, gauge
-from quantdrift.gateway.upstreams import UpstreamClientError, Upstreams, error_reason
+from quantdrift.gateway.upstreams import Upstreams
 from quantdrift.schemas.pair import PairEvent
 from quantdrift.supervision import Supervisor, cancelled
 
 log = logging.getLogger(__name__)
 
-# Drop reasons (quantdrift_gateway_shadow_dropped_total{stage="queue",reason}).
+# Drop reasons (quantdrift_gateway_shadow_dropped_total{stage="queue",reason}); a running
+# job's own (deadline, route_rolled_back) are shadow_calls.py's.
 QUEUE_FULL = "queue_full"
-ROLLED_BACK = "route_rolled_back"
-DEADLINE = "deadline"
 STOPPED = "stopped"
 STOPPED_IN_FLIGHT = "stopped_in_flight"
 TOO_LARGE = "too_large"  # request body past limits.max_shadow_body_bytes: not mirrored
@@ -78,15 +70,8 @@ def _no_cap(_route: str) -> float | None:
     return None
 
 
-@dataclass(frozen=True, slots=True)
-class ShadowJob:
-    plan: Plan
-    user: Completion | None  # stripped: only what the pair needs; None: ask both sides
-    queued_at: float
-
-
 class ShadowRunner:
-    """Queue, workers and upstream calls for shadow and noise pairs (module docstring)."""
+    """Queue, workers, start and stop; each job's calls are ``ShadowCalls``'."""
 
     def __init__(
         self,
@@ -105,10 +90,6 @@ class ShadowRunner:
         self.config = config
         self.mirrored_share = mirrored_share
         self.upstreams = upstreams
-        self._offer = offer
-        self._directive_of = directive_of
-        self._cap_of = cap_of
-        self._salt = prompt_salt
         self._clock = clock
         self._queue: deque[ShadowJob] = deque()
         self._wake = asyncio.Event()
@@ -118,14 +99,21 @@ class ShadowRunner:
         self.in_flight = 0
         self.dropped: dict[str, int] = {}
         self.errors: dict[tuple[str, str, str], int] = {}
-        self.offered = 0
         self._closed = False
         # Restarts a worker loop that raises; the gateway shares its own.
         self.supervisor = Supervisor()
-        self._tf_logged: set[tuple[str, str]] = set()
         self.probe = PoolProbe(config, upstreams)
         self.spend = SpendMeter()
+        wiring = Wiring(offer, directive_of, cap_of, prompt_salt, mirrored_share, clock)
+        self.calls = ShadowCalls(
+            config, upstreams, wiring, self.probe, self.spend, self.dropped, self.errors
+        )
         self._probe_task: asyncio.Task[None] | None = None
+
+    @property
+    def offered(self) -> int:
+        """Pairs handed to the publisher."""
+        return self.calls.offered
 
     # -- the user's side: never blocks, never raises --------------------------------
 
@@ -160,10 +148,6 @@ class ShadowRunner:
 
     def _drop(self, reason: str) -> None:
         self.dropped[reason] = self.dropped.get(reason, 0) + 1
-
-    def _error(self, route: str, kind: str, reason: str) -> None:
-        key = (route, kind, reason)
-        self.errors[key] = self.errors.get(key, 0) + 1
 
     @property
     def depth(self) -> int:
@@ -233,139 +217,16 @@ class ShadowRunner:
             job = self._queue.popleft()
             self.in_flight += 1
             try:
-                await self._run(job)
+                await self.calls.run(job)
             except asyncio.CancelledError:
                 raise
             except Exception:  # a bug in pair building must stay here
                 log.exception("shadow job failed")
-                self._error(job.plan.route, "shadow", "bug")
+                self.calls.error(job.plan.route, "shadow", "bug")
             finally:
                 self.in_flight -= 1
                 if not self._queue and not self.in_flight:
                     self._idle.set()
-
-    # -- one job: the calls (what the pair says is shadow_pairs.py's) ------------------
-
-    async def _run(self, job: ShadowJob) -> None:
-        plan = job.plan
-        cache: dict[str, Completion] = {} if job.user is None else {job.user.precision: job.user}
-        try:
-            async with asyncio.timeout(self.config.timeouts.shadow_total_s):
-                for kind, wanted in (("shadow", plan.shadow), ("noise", plan.noise)):
-                    if wanted:
-                        await self._pair(kind, plan, cache)
-        except TimeoutError:
-            self._drop(DEADLINE)
-            self._error(plan.route, "shadow", "deadline")
-
-    async def _pair(self, kind: str, plan: Plan, cache: dict[str, Completion]) -> None:
-        try:
-            pair = await (
-                self._shadow_pair(plan, cache)
-                if kind == "shadow"
-                else self._noise_pair(plan, cache)
-            )
-        except UpstreamError as exc:
-            self._error(plan.route, kind, f"upstream_{error_reason(exc)}")
-            return
-        except GatewayOverloaded:
-            self._error(plan.route, kind, "overloaded")
-            return
-        except UpstreamClientError:
-            self._error(plan.route, kind, "upstream_rejected")
-            return
-        if pair is None:
-            return
-        if self._offer is None:
-            self._error(plan.route, kind, "no_publisher")
-            return
-        self.offered += 1
-        self._offer(pair)
-
-    async def _collect(self, plan: Plan, purpose: str, precision: str) -> Completion:
-        """One shadow call, metered (``shadow_spend.py``) whatever its end."""
-        acc = Accumulator(precision, keep_logprobs=self.config.limits.max_logprob_tokens)
-        body = shadow_body(self.config, plan)
-        stream = self.upstreams[precision].stream(body, total_s=self.config.timeouts.shadow_total_s)
-        started, done = self._clock(), None
-        try:
-            async with contextlib.aclosing(stream):
-                async for chunk in stream:
-                    acc.add(chunk)
-            done = acc.finish().stripped(self.config.top_logprobs)
-            return done
-        finally:
-            side = side_of(self.config, plan.route, precision)
-            self.spend.answer(plan.route, side, purpose, self._clock() - started, done)
-
-    async def _shadow_pair(self, plan: Plan, cache: dict[str, Completion]) -> PairEvent | None:
-        d = plan.decision
-        if d.pair_candidate is None:
-            return None
-        for precision in (d.pair_candidate, d.pair_reference):
-            if precision in cache:
-                continue
-            if precision == d.pair_candidate and candidate_suspended(
-                self.config, plan, self._directive_of, self._cap_of
-            ):
-                self._drop(ROLLED_BACK)
-                return None
-            cache[precision] = await self._collect(plan, "shadow", precision)
-        cand, ref = cache[d.pair_candidate], cache[d.pair_reference]
-        tf = None
-        if self.config.routes[plan.route].teacher_forced and cand.text:
-            tf = await self._teacher_forced(plan, d.pair_reference, cand)
-        return self._build(plan, "shadow", (cand, ref), tf)
-
-    async def _teacher_forced(
-        self, plan: Plan, reference: str, cand: Completion
-    ) -> list[float] | None:
-        """The reference's log-probs of the candidate's tokens, or None: every None is
-        counted (``shadow_errors{reason="tf_..."}``), and logged once per pool and reason.
-        The pass is metered as ``teacher_forcing`` spend, failed or not."""
-        started, outcome = self._clock(), None
-        try:
-            outcome = await self.upstreams[reference].score(
-                plan.body.get("messages"), cand, timeout_s=self.config.timeouts.shadow_total_s
-            )
-        finally:
-            side = side_of(self.config, plan.route, reference)
-            self.spend.forced(plan.route, side, self._clock() - started, outcome)
-        if outcome is None:
-            return None
-        if isinstance(outcome, Scored):
-            return outcome.logprobs
-        self._error(plan.route, "shadow", f"tf_{outcome.reason}")
-        if (reference, outcome.reason) not in self._tf_logged:
-            self._tf_logged.add((reference, outcome.reason))
-            _log_tf_failure(self.config.pool(reference).teacher_forcing, reference, outcome)
-        return None
-
-    async def _noise_pair(self, plan: Plan, cache: dict[str, Completion]) -> PairEvent:
-        ref = plan.decision.pair_reference
-        if ref not in cache:
-            cache[ref] = await self._collect(plan, "noise", ref)
-        # The second run uses the same decoding as the first: a greedy request's noise
-        # pair must measure greedy-vs-greedy disagreement (batching nondeterminism on
-        # GPU servers), never a sampled run labelled greedy. Where two greedy runs are
-        # identical the floor drops the pair and the blessed baseline stands in.
-        second = await self._collect(plan, "noise", ref)
-        return self._build(plan, "noise", (cache[ref], second), None)
-
-    def _build(
-        self, plan: Plan, kind: str, sides: tuple[Completion, Completion], tf: list[float] | None
-    ) -> PairEvent:
-        return build_pair(
-            self.config,
-            plan,
-            kind,
-            sides,
-            tf,
-            rate=pair_rate(self.config, plan.route, kind, self.mirrored_share),
-            salt=self._salt,
-            identities=self.probe.identities,
-            ts=time.time(),
-        )
 
     # -- metrics -------------------------------------------------------------------------
 
@@ -383,17 +244,3 @@ class ShadowRunner:
         yield gauge(
             "shadow_queue_capacity", "shadow queue size", [], {(): self.config.shadow_queue}
         )
-
-
-def _log_tf_failure(mode: str, reference: str, outcome: Failed) -> None:
-    """Once per pool and reason (the runner keeps which): pairs go without tf_kl."""
-    log.error(
-        "teacher forcing (%s) on reference pool %s failed: %s: %s; pairs go without "
-        'tf_kl (counted in quantdrift_gateway_shadow_errors_total{reason="tf_%s"}; '
-        "logged once per pool and reason)",
-        mode,
-        reference,
-        outcome.reason,
-        outcome.detail,
-        outcome.reason,
-    )

@@ -27,7 +27,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from quantdrift.gateway.auth import OPEN
-from quantdrift.gateway.gateway_config import GatewayConfig
+from quantdrift.gateway.gateway_config import GatewayConfig, candidate_route
 from quantdrift.gateway.openai_wire import Completion
 from quantdrift.gateway.planning import Incoming, JsonSpec, Plan, route_decision
 from quantdrift.gateway.routing import RouteDirective
@@ -98,9 +98,17 @@ def build_pair(
     salt: str,
     identities: Mapping[str, EngineInfo],
     ts: float,
+    extra: str | None = None,
 ) -> PairEvent:
-    """The pair of ``sides`` (candidate, reference; for noise two reference runs)."""
+    """The pair of ``sides`` (candidate, reference; for noise two reference runs).
+
+    ``extra``: the pair is an extra candidate pool's, judged side by side with the
+    route's candidate: it goes under that pool's route id (``candidate_route``) with a
+    pair id of its own.
+    """
     cand, ref = sides
+    route = plan.route if extra is None else candidate_route(plan.route, extra)
+    label = kind if extra is None else f"{kind}@{extra}"
     request = request_info(
         plan.body,
         plan.spec,
@@ -111,9 +119,9 @@ def build_pair(
     )
     k = config.top_logprobs
     return PairEvent(
-        pair_id=pair_id_for(plan.request_id, kind),
+        pair_id=pair_id_for(plan.request_id, label),
         ts=ts,
-        route=plan.route,
+        route=route,
         kind=kind,  # type: ignore[arg-type]
         candidate=side_output(cand, k, identities),
         reference=side_output(ref, k, identities),
