@@ -1,4 +1,5 @@
-"""``quantdrift shadow cost``: what a shadow share costs the reference, and what it buys.
+"""``quantdrift shadow cost|report``: what a shadow share costs the reference and what it
+buys; a route's candidates ranked by cost and quality.
 
 Parses, calls ``services/shadow_cost.py``, prints text or ``--json``. The figures
 and how the detection delay is estimated are in ``evaluation/shadow_cost.py``.
@@ -53,6 +54,32 @@ def register(sub: argparse._SubParsersAction) -> None:
     c.add_argument("--config", type=Path, default=None, help="gateway config YAML")
     c.add_argument("--json", action="store_true", help="print JSON")
     c.set_defaults(func=run)
+    r = actions.add_parser(
+        "report",
+        help="a route's candidates ranked by cost and quality: the cheapest build that passes",
+        description="Each candidate pool of a route (its candidate and extra_candidates) "
+        "with the breaker's verdict on it and its declared cost. Exit 1 when no build passes.",
+    )
+    r.add_argument("--config", type=Path, required=True, help="gateway config YAML")
+    r.add_argument("--route", required=True, help="the route, e.g. cs-agent/int4")
+    r.add_argument("--json", action="store_true", help="print JSON")
+    r.set_defaults(func=report)
+
+
+def report(args: argparse.Namespace) -> int:
+    import asyncio
+
+    from quantdrift.cli.common import load_settings, with_stack
+    from quantdrift.evaluation.candidates import cheapest_passing
+    from quantdrift.services.candidates import as_json, as_text, side_by_side
+
+    settings = with_stack(load_settings())
+    ranked = asyncio.run(side_by_side(settings, args.config, args.route))
+    if args.json:
+        print(json.dumps(as_json(args.route, ranked)))
+    else:
+        print(as_text(args.route, ranked))
+    return 0 if cheapest_passing(ranked) is not None else 1
 
 
 def run(args: argparse.Namespace) -> int:

@@ -7,8 +7,10 @@ the shadow pair's reference run is the noise pair's first, and the one every ext
 candidate of the route (``routes.R.extra_candidates``) is judged against. Each extra
 candidate publishes its own pair under its own route id
 (``gateway_config.candidate_route``: ``R@pool``), with its own teacher-forced pass
-when the route is teacher-forced, and its spend is metered under that id, so the
-side-by-side report can set each candidate's evidence beside its cost. Extra
+when the route is teacher-forced, and a copy of each noise pair (the same two
+reference runs: its divergence tests get the route's floor). Its spend is metered
+under that id, so the side-by-side report can set each candidate's evidence beside
+its cost. Extra
 candidates run only on requests that are shadow-sampled while the route pairs a
 candidate at all (not while it is rolled back).
 
@@ -122,11 +124,11 @@ class ShadowCalls:
         route = plan.route if extra is None else candidate_route(plan.route, extra)
         try:
             if extra is not None:
-                pair: PairEvent | None = await self._extra_pair(plan, cache, extra)
+                pairs = [await self._extra_pair(plan, cache, extra)]
             elif kind == "shadow":
-                pair = await self._shadow_pair(plan, cache)
+                pairs = [await self._shadow_pair(plan, cache)]
             else:
-                pair = await self._noise_pair(plan, cache)
+                pairs = await self._noise_pairs(plan, cache)
         except UpstreamError as exc:
             self.error(route, kind, f"upstream_{error_reason(exc)}")
             return
@@ -136,13 +138,14 @@ class ShadowCalls:
         except UpstreamClientError:
             self.error(route, kind, "upstream_rejected")
             return
-        if pair is None:
-            return
-        if self.wiring.offer is None:
-            self.error(route, kind, "no_publisher")
-            return
-        self.offered += 1
-        self.wiring.offer(pair)
+        for pair in pairs:
+            if pair is None:
+                continue
+            if self.wiring.offer is None:
+                self.error(pair.route, kind, "no_publisher")
+                continue
+            self.offered += 1
+            self.wiring.offer(pair)
 
     async def _collect(
         self, plan: Plan, purpose: str, precision: str, meter_as: str | None = None
@@ -223,7 +226,12 @@ class ShadowCalls:
             _log_tf_failure(self.config.pool(reference).teacher_forcing, reference, outcome)
         return None
 
-    async def _noise_pair(self, plan: Plan, cache: dict[str, Completion]) -> PairEvent:
+    async def _noise_pairs(
+        self, plan: Plan, cache: dict[str, Completion]
+    ) -> list[PairEvent | None]:
+        """The route's noise pair, and the same two reference runs under each extra
+        candidate's route id: every candidate's divergence tests get the route's floor,
+        for no more reference calls."""
         ref = plan.decision.pair_reference
         if ref not in cache:
             cache[ref] = await self._collect(plan, "noise", ref)
@@ -232,7 +240,11 @@ class ShadowCalls:
         # GPU servers), never a sampled run labelled greedy. Where two greedy runs are
         # identical the floor drops the pair and the blessed baseline stands in.
         second = await self._collect(plan, "noise", ref)
-        return self._build(plan, "noise", (cache[ref], second), None)
+        extras = self.config.routes[plan.route].extra_candidates
+        return [
+            self._build(plan, "noise", (cache[ref], second), None, extra)
+            for extra in (None, *extras)
+        ]
 
     def _build(
         self,
