@@ -12,6 +12,7 @@ import json
 import math
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 import shadow_cost as bench  # bench/shadow_cost.py
@@ -183,3 +184,19 @@ def test_cli_bad_input_is_one_line_and_exit_2(extra: tuple[str, ...], message: s
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("quantdrift: error:"), done.stderr
     assert message in lines[0]
+
+
+def test_cli_says_when_the_routes_policy_does_not_run_the_test(tmp_path: Path) -> None:
+    policy = tmp_path / "policy.yaml"
+    policy.write_text("routes:\n  r/int4: {rules: [consecutive]}\n")
+    done = _cli(*BASE, "--policy", str(policy), "--route", "r/int4",
+                "--drift", "hard=0.5", "--drift", "outcomes=0.01", "--json")  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    hard, outcomes = json.loads(done.stdout)["detections"]
+    assert (hard["pairs"], hard["arl"], hard["never"]) == (
+        None, None, "the policy does not run this test"
+    )  # fmt: skip
+    assert outcomes["pairs"] is None and outcomes["never"] == "the policy does not run this test"
+    default = _cli(*BASE, "--drift", "outcomes=0.01", "--json")
+    (det,) = json.loads(default.stdout)["detections"]
+    assert det["never"] == "within the tolerance" and det["arl"] == pytest.approx(1.2e7)

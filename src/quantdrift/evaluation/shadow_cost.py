@@ -101,13 +101,23 @@ class Drift:
 @dataclass(frozen=True, slots=True)
 class Detection:
     """How soon the route's test of ``drift.signal`` catches it: expected shadow pairs
-    (None: never, the drift is within the tolerance) and the bet size's growth per pair."""
+    (None: never: the drift is within the tolerance, or ``arl`` is None because the
+    policy does not run that test) and the best bet size's growth per pair."""
 
     drift: Drift
     null_mean: float
-    arl: float
+    arl: float | None
     growth: float
     pairs: float | None
+
+    @property
+    def why_never(self) -> str:
+        """Why ``pairs`` is None, in words (empty when it is not)."""
+        if self.pairs is not None:
+            return ""
+        if self.arl is None:
+            return "the policy does not run this test"
+        return "within the tolerance"
 
 
 @dataclass(frozen=True, slots=True)
@@ -208,14 +218,16 @@ def detection(policy: RoutePolicy, drift: Drift) -> Detection:
     >>> d = detection(RoutePolicy(), Drift("hard", 0.3))
     >>> d.null_mean, d.arl, round(d.pairs)
     (0.02, 8000000.0, 29)
-    >>> detection(RoutePolicy(), Drift("hard", 0.01)).pairs is None
-    True
+    >>> detection(RoutePolicy(), Drift("hard", 0.01)).why_never
+    'within the tolerance'
+    >>> detection(RoutePolicy(rules=("consecutive",)), Drift("hard", 0.5)).why_never
+    'the policy does not run this test'
     """
     arl = signal_arl(policy, drift.signal)
     m = paired_null(policy, drift.signal)
     dist = _outcomes(drift)
     if arl is None or sum(x * p for x, p in dist) <= m:
-        return Detection(drift, m, arl or math.inf, 0.0, None)
+        return Detection(drift, m, arl, 0.0, None)
     test = BettingSR(arl=arl)
     growth, _ = test.growth(dist, m)
     pairs = test.expected_delay(dist, m)

@@ -121,6 +121,7 @@ def as_json(found: Estimate, needed: dict[str, float | None], within: str | None
                 "arl": d.arl,
                 "growth_per_pair": round(d.growth, 6),
                 "pairs": None if d.pairs is None else round(d.pairs, 1),
+                "never": d.why_never or None,
             }
             for d in found.detections
         ],
@@ -168,7 +169,7 @@ def as_text(found: Estimate, needed: dict[str, float | None], within: str | None
         f"{r.prompt_tokens_per_s:g} prompt / {r.completion_tokens_per_s:g} completion tokens/s",
     ]
     for d in found.detections:
-        pairs = "never (within the tolerance)" if d.pairs is None else f"{d.pairs:.0f} shadow pairs"
+        pairs = f"never ({d.why_never})" if d.pairs is None else f"{d.pairs:.0f} shadow pairs"
         lines.append(f"drift {d.drift.label}: {pairs} expected (null {d.null_mean:g})")
     for s, catches in found.rows:
         forced = ", teacher-forced" if s.teacher_forced else ""
