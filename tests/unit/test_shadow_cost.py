@@ -200,3 +200,35 @@ def test_cli_says_when_the_routes_policy_does_not_run_the_test(tmp_path: Path) -
     default = _cli(*BASE, "--drift", "outcomes=0.01", "--json")
     (det,) = json.loads(default.stdout)["detections"]
     assert det["never"] == "within the tolerance" and det["arl"] == pytest.approx(1.2e7)
+
+
+def test_extra_candidates_add_only_their_forced_passes() -> None:
+    t, speed = Traffic(10, 500, 100), ReferenceSpeed(5000, 100)
+    one = spend(t, speed, 0.1, 0.0, True)
+    three = spend(t, speed, 0.1, 0.0, True, candidates=3)
+    # Two more forced passes per shadow pair: 2 x 0.1 x 10 req/s x 600 tokens in, 1 out.
+    assert three.reference_prompt_tokens_per_s - one.reference_prompt_tokens_per_s == (
+        pytest.approx(1200.0)
+    )
+    assert three.reference_completion_tokens_per_s - one.reference_completion_tokens_per_s == (
+        pytest.approx(2.0)
+    )
+    # Without teacher forcing the reference pays the same for any number of builds.
+    untaught = spend(t, speed, 0.1, 0.0, False, 3)
+    assert untaught.reference_tokens_per_s == spend(t, speed, 0.1).reference_tokens_per_s
+
+
+def test_cli_reads_the_routes_extra_candidates(tmp_path: Path) -> None:
+    config = tmp_path / "gateway.yaml"
+    config.write_text(
+        "precisions: {int4: [http://a], int8: [http://b], bf16: [http://c]}\n"
+        "routes: {r/int4: {candidate: int4, reference: bf16, teacher_forced: true,"
+        " extra_candidates: [int8]}}\n"
+        "shadow_sample_rate: 0.1\n"
+    )
+    done = _cli(*BASE, "--config", str(config), "--route", "r/int4", "--json")
+    assert done.returncode == 0, done.stderr
+    (row,) = json.loads(done.stdout)["shares"]
+    assert (row["candidates"], row["teacher_forced"], row["share"]) == (2, True, 0.1)
+    # 20 req/s x 0.1: one reference run (600 in) and two forced passes (800 in) each.
+    assert row["reference_prompt_tokens_per_s"] == pytest.approx(2 * (600 + 2 * 800))

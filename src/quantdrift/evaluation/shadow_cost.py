@@ -9,7 +9,10 @@ replica), :func:`estimate` gives, per shadow share:
   ``s + q (2 - s)`` answers (``s`` the shadow share, ``q`` the noise share: a noise
   pair is two reference runs, one of them shared with the shadow pair when both are
   sampled, as the shadow runner's cache does), and, on a teacher-forced route, one
-  forced pass per shadow pair over prompt + answer that generates one token. Tokens
+  forced pass per shadow pair over prompt + answer that generates one token. A route
+  judging ``candidates`` builds side by side (its candidate and its
+  ``extra_candidates``) still gets one reference answer per sampled request; each
+  build adds only its forced pass. Tokens
   per second follow; the share of one replica is the seconds of prefill and decode at
   the measured rates, per second. That assumes the measured rates are what a replica
   sustains at its usual batch: a replica that batches shadow calls with user traffic
@@ -127,6 +130,7 @@ class Spend:
     share: float
     noise_share: float
     teacher_forced: bool
+    candidates: int  # builds judged on each sampled request's one reference answer
     reference_prompt_tokens_per_s: float
     reference_completion_tokens_per_s: float
     replica_share: float  # of one reference replica's time
@@ -169,6 +173,7 @@ def spend(
     share: float,
     noise_share: float = 0.0,
     teacher_forced: bool = False,
+    candidates: int = 1,
 ) -> Spend:
     """The reference capacity a shadow share costs (module docstring).
 
@@ -184,7 +189,9 @@ def spend(
     if not 0.0 <= noise_share <= 1.0:
         raise ValueError(f"noise share must be in [0, 1], got {noise_share}")
     runs = share + noise_share * (2.0 - share)  # reference answers per request
-    forced = share if teacher_forced else 0.0  # forced passes per request
+    if candidates < 1:
+        raise ValueError(f"candidates must be at least 1, got {candidates}")
+    forced = share * candidates if teacher_forced else 0.0  # forced passes per request
     rate = traffic.requests_per_s
     prompt = rate * (
         runs * traffic.prompt_tokens + forced * (traffic.prompt_tokens + traffic.completion_tokens)
@@ -195,6 +202,7 @@ def spend(
         share=share,
         noise_share=noise_share,
         teacher_forced=teacher_forced,
+        candidates=candidates,
         reference_prompt_tokens_per_s=prompt,
         reference_completion_tokens_per_s=completion,
         replica_share=busy,
@@ -268,6 +276,7 @@ def estimate(
     drifts: Sequence[Drift],
     noise_share: float = 0.0,
     teacher_forced: bool = False,
+    candidates: int = 1,
 ) -> Estimate:
     """Spend and time to catch, for every share and drift."""
     if not shares:
@@ -275,7 +284,7 @@ def estimate(
     found = tuple(detection(policy, d) for d in drifts)
     rows = []
     for share in shares:
-        spent = spend(traffic, reference, share, noise_share, teacher_forced)
+        spent = spend(traffic, reference, share, noise_share, teacher_forced, candidates)
         rows.append((spent, tuple(catch(f, spent, traffic) for f in found)))
     return Estimate(traffic, reference, found, tuple(rows))
 

@@ -65,9 +65,10 @@ def seconds(text: str) -> float:
     return float(found.group(1)) * _UNIT_S[found.group(2) or "s"]
 
 
-def _route_defaults(request: CostRequest) -> tuple[list[float], float, bool]:
-    """(shares, noise share, teacher forced) from the gateway config, else 5 %, 0, off."""
-    shares, noise, forced = [0.05], 0.0, False
+def _route_defaults(request: CostRequest) -> tuple[list[float], float, bool, int]:
+    """(shares, noise share, teacher forced, builds judged) from the gateway config, else
+    5 %, 0, off, 1."""
+    shares, noise, forced, builds = [0.05], 0.0, False, 1
     if request.config_file is not None:
         config = load_config(request.config_file)
         route = request.route or config.route_default
@@ -77,22 +78,24 @@ def _route_defaults(request: CostRequest) -> tuple[list[float], float, bool]:
         shares = [config.shadow_rate(route)]
         noise = config.noise_rate(route)
         forced = config.routes[route].teacher_forced
+        builds = 1 + len(config.routes[route].extra_candidates)
     return (
         list(request.shares) or shares,
         noise if request.noise_share is None else request.noise_share,
         forced if request.teacher_forced is None else request.teacher_forced,
+        builds,
     )
 
 
 def shadow_cost(request: CostRequest) -> tuple[Estimate, dict[str, float | None]]:
     """The estimate, and per drift the smallest share that catches it ``within``."""
-    shares, noise, forced = _route_defaults(request)
+    shares, noise, forced, builds = _route_defaults(request)
     policy = load_policy(request.policy_file).for_route(request.route or "")
     try:
         traffic = Traffic(request.requests_per_s, request.prompt_tokens, request.completion_tokens)
         speed = ReferenceSpeed(request.reference_prompt_tps, request.reference_completion_tps)
         drifts: list[Drift] = [parse_drift(d) for d in request.drifts]
-        found = estimate(policy, traffic, speed, shares, drifts, noise, forced)
+        found = estimate(policy, traffic, speed, shares, drifts, noise, forced, builds)
     except ValueError as exc:
         raise InputError(str(exc)) from None
     needed: dict[str, float | None] = {}
@@ -130,6 +133,7 @@ def as_json(found: Estimate, needed: dict[str, float | None], within: str | None
                 "share": s.share,
                 "noise_share": s.noise_share,
                 "teacher_forced": s.teacher_forced,
+                "candidates": s.candidates,
                 "reference_prompt_tokens_per_s": round(s.reference_prompt_tokens_per_s, 3),
                 "reference_completion_tokens_per_s": round(s.reference_completion_tokens_per_s, 3),
                 "replica_share": round(s.replica_share, 5),
@@ -173,6 +177,8 @@ def as_text(found: Estimate, needed: dict[str, float | None], within: str | None
         lines.append(f"drift {d.drift.label}: {pairs} expected (null {d.null_mean:g})")
     for s, catches in found.rows:
         forced = ", teacher-forced" if s.teacher_forced else ""
+        if s.candidates > 1:
+            forced += f", {s.candidates} builds on one reference answer"
         lines.append(
             f"share {s.share:.2%} (noise {s.noise_share:.2%}{forced}): reference "
             f"{s.reference_prompt_tokens_per_s:.1f} prompt + "
