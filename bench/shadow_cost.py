@@ -1,6 +1,7 @@
 """The shadow cost estimate beside what the breaker's own fold measures.
 
     python bench/shadow_cost.py [--streams 60] [--seed 0] [--policy FILE] [--json]
+                                [--write BENCHMARKS.md]
 
 ``quantdrift shadow cost`` says how many shadow pairs a route needs to catch a drift
 (``evaluation/shadow_cost.py``: an analytic expected delay of the judge's e-process,
@@ -31,13 +32,14 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from common import policy_flag
+from common import policy_flag, write_section
 
 from quantdrift.breaker.offline import StreamFold, offline_store
 from quantdrift.breaker.policy import Policy, load_policy
 from quantdrift.evaluation.shadow_cost import Drift, detection
 from quantdrift.schemas import Metrics, ScoreEvent
 
+SECTION = "## What a shadow share buys: the cost estimate against the breaker"
 ROUTE = "bench/shadow-cost"
 DRIFTS = (
     Drift("hard", 0.05),
@@ -99,6 +101,8 @@ def run(
 
 def markdown(rows: list[dict[str, Any]], streams: int, seed: int, policy: str | None) -> str:
     lines = [
+        SECTION,
+        "",
         f"`python bench/shadow_cost.py --streams {streams} --seed {seed}{policy_flag(policy)}`:"
         " shadow pairs to the rollback, estimated and measured through the breaker's fold.",
         "",
@@ -119,13 +123,17 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--policy", default=None, help="a policy YAML file (default: built-in)")
     parser.add_argument("--json", action="store_true")
+    parser.add_argument("--write", type=Path, default=None, help="write the section here")
     args = parser.parse_args()
     policy = load_policy(None if args.policy is None else Path(args.policy))
     rows = run(policy, args.streams, args.seed)
+    text = markdown(rows, args.streams, args.seed, args.policy) + "\n"
+    if args.write:
+        write_section(args.write, text, SECTION)
     if args.json:
         print(json.dumps({"streams": args.streams, "seed": args.seed, "rows": rows}))
     else:
-        print(markdown(rows, args.streams, args.seed, args.policy))
+        print(text, end="")
 
 
 if __name__ == "__main__":
