@@ -92,3 +92,47 @@ def go_report(tmp_path: Path) -> tuple[dict[str, str], Path]:
     assert ran.returncode == 0, ran.stdout + ran.stderr
     assert json.loads(report.read_bytes())["verdict"] == "go"
     return env, report
+
+
+def ed25519_keys(tmp_path: Path, env: dict[str, str], *names: str) -> dict[str, Path]:
+    """``quantdrift preflight keygen`` for each name: {name: private key file}; the
+    public key is beside it (``KEY.pub``)."""
+    keys = {}
+    for name in names:
+        path = tmp_path / "keys" / f"{name}.pem"
+        made = cli("preflight", "keygen", str(path), env=env, cwd=tmp_path)
+        assert made.returncode == 0, made.stderr
+        keys[name] = path
+    return keys
+
+
+def trusting(env: dict[str, str], keys: dict[str, Path]) -> dict[str, str]:
+    """``env`` whose settings trust the public keys of ``keys`` (signing.public_keys)."""
+    public = [str(p.with_name(p.name + ".pub")) for p in keys.values()]
+    return {**env, "QUANTDRIFT_SIGNING__PUBLIC_KEYS": json.dumps(public)}
+
+
+def certified(
+    tmp_path: Path, live: Path | None = None
+) -> tuple[dict[str, str], Path, Path, dict[str, Path]]:
+    """A real go report, approved by alice and bob with their own Ed25519 keys
+    (``preflight sign --key``), and its certificate issued with the issuer's key:
+    (environment trusting the three public keys, report, certificate, private keys)."""
+    env, report = go_report(tmp_path)
+    keys = ed25519_keys(tmp_path, env, "issuer", "alice", "bob")
+    env = trusting(env, keys)
+    for who in ("alice", "bob"):
+        signed = cli("preflight", "sign", str(report), "--by", who, "--key", str(keys[who]),
+                     env=env, cwd=tmp_path)  # fmt: skip
+        assert signed.returncode == 0, signed.stderr
+    cert = tmp_path / "cert.json"
+    extra = ["--live", str(live)] if live is not None else []
+    issued = cli("preflight", "certificate", str(report), "--out", str(cert),
+                 "--key", str(keys["issuer"]), *extra, env=env, cwd=tmp_path)  # fmt: skip
+    assert issued.returncode == 0, issued.stderr
+    return env, report, cert, keys
+
+
+def public(keys: dict[str, Path], *names: str) -> list[Path]:
+    """The public key files of ``names`` (all of ``keys`` when none is named)."""
+    return [keys[n].with_name(keys[n].name + ".pub") for n in (names or tuple(keys))]
