@@ -11,7 +11,8 @@
 * ``quantdrift preflight certificate REPORT --out CERT --key KEY`` issues a quantization
   certificate of a verified report (and its page, CERT with ``.html``),
   ``preflight verify-certificate CERT --public-key PUB`` checks one offline,
-  ``preflight certificate-page CERT`` redraws its page.
+  ``preflight certificate-page CERT`` redraws its page, ``preflight certificate-events CERT``
+  exports it as OpenTelemetry ``gen_ai.evaluation.result`` events.
 """
 
 from __future__ import annotations
@@ -90,6 +91,14 @@ def register(sub: argparse._SubParsersAction) -> None:
     _public_keys(cp)
     cp.add_argument("--html", type=Path, help="where to write it (default: CERT with .html)")
     cp.set_defaults(func=certificate_page)
+    ev = ps.add_parser(
+        "certificate-events",
+        help="export a verified certificate as OpenTelemetry gen_ai.evaluation.result events",
+    )
+    ev.add_argument("certificate", type=Path)
+    _public_keys(ev)
+    ev.add_argument("--json", action="store_true", help="print the events instead of exporting")
+    ev.set_defaults(func=certificate_events)
     k = ps.add_parser("keygen", help="write an Ed25519 key pair: KEY (private) and KEY.pub")
     k.add_argument("key", type=Path)
     k.set_defaults(func=keygen)
@@ -296,6 +305,19 @@ def certificate_page(args: argparse.Namespace) -> int:
     print(f"{out}: {'verified' if result.ok else 'NOT verified'}")
     for p in result.problems:
         print(f"  {p}")
+    return 0
+
+
+def certificate_events(args: argparse.Namespace) -> int:
+    from quantdrift.cli.common import load_settings
+    from quantdrift.services.certificate_events import certificate_events as events
+
+    rows = events(args.certificate, load_settings().signing, args.public_key, not args.json)
+    if args.json:
+        for attrs in rows:
+            print(json.dumps({"event_name": "gen_ai.evaluation.result", "attributes": attrs}))
+    else:
+        print(f"{args.certificate.name}: {len(rows)} gen_ai.evaluation.result events exported")
     return 0
 
 

@@ -38,20 +38,8 @@ from typing import Any
 
 from quantdrift.integrations.verdict import RouteVerdict
 from quantdrift.schemas.certificate import check
+from quantdrift.schemas.certificate import engine_identity as identity
 from quantdrift.schemas.ed25519 import TrustedKey
-
-
-def identity(info: Any) -> str | None:
-    """The certified candidate as ``EngineInfo.identity`` writes it (engine/version/model).
-
-    >>> identity({"engine": "vllm", "version": "0.31.0", "model": "smol-int4"})
-    'vllm/0.31.0/smol-int4'
-    >>> identity({}) is None
-    True
-    """
-    if not isinstance(info, Mapping) or not any(info.get(k) for k in ("engine", "model")):
-        return None
-    return "/".join(str(info.get(k) or "?") for k in ("engine", "version", "model"))
 
 
 def _model(engine_identity: str | None) -> str | None:

@@ -12,15 +12,16 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from quantdrift.errors import ConfigError, SignatureError
 from quantdrift.preflight.signoff import policy_of
 from quantdrift.schemas import ed25519
-from quantdrift.schemas.certificate import CertificateCheck, check, issue
+from quantdrift.schemas.certificate import check_file, issue
 from quantdrift.schemas.signoff import read_approvals, signing_key, trusted, verify
+
+__all__ = ["check_file", "issue_file", "keygen"]
 
 
 def _read(path: Path, what: str) -> bytes:
@@ -85,12 +86,6 @@ def issue_file(
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(envelope, indent=2) + "\n")
     return envelope
-
-
-def check_file(path: Path, signing: Any, public_keys: Sequence[Path] = ()) -> CertificateCheck:
-    """Check a certificate on disk with ``signing.public_keys`` and ``public_keys``."""
-    keys = {**trusted(signing), **ed25519.public_ring(public_keys)}
-    return check(_read(path, "certificate"), keys)
 
 
 def keygen(out: Path) -> str:

@@ -52,11 +52,13 @@ import json
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
+from quantdrift.errors import ConfigError
 from quantdrift.schemas import ed25519
 from quantdrift.schemas.ed25519 import TrustedKey
-from quantdrift.schemas.signoff import digest, verify
+from quantdrift.schemas.signoff import digest, trusted, verify
 
 CERTIFICATE_DOMAIN = b"quantdrift.certificate.v2\n"
 KIND = "quantdrift.certificate.v2"
@@ -187,6 +189,32 @@ def check(envelope_bytes: bytes, keys: Mapping[str, TrustedKey]) -> CertificateC
     if live is not None and digest(str(live.get("text", "")).encode()) != live.get("sha256"):
         problems.append("the live evidence does not match its SHA-256")
     return CertificateCheck(not problems, problems, v.signers, payload, key_id, True)
+
+
+def check_file(path: Path, signing: Any, public_keys: Sequence[Path] = ()) -> CertificateCheck:
+    """``check`` of a certificate on disk, with ``signing.public_keys`` and ``public_keys``.
+
+    One reader for every caller (``verify-certificate``, the page, the events, the
+    verdict API's routes); a file that cannot be read is a ConfigError, said once.
+    """
+    try:
+        raw = path.read_bytes()
+    except OSError as exc:
+        raise ConfigError(f"certificate {path}: {exc.strerror or exc}") from exc
+    return check(raw, {**trusted(signing), **ed25519.public_ring(public_keys)})
+
+
+def engine_identity(info: Any) -> str | None:
+    """The certified candidate as ``EngineInfo.identity`` writes it (engine/version/model).
+
+    >>> engine_identity({"engine": "vllm", "version": "0.31.0", "model": "smol-int4"})
+    'vllm/0.31.0/smol-int4'
+    >>> engine_identity({}) is None
+    True
+    """
+    if not isinstance(info, Mapping) or not any(info.get(k) for k in ("engine", "model")):
+        return None
+    return "/".join(str(info.get(k) or "?") for k in ("engine", "version", "model"))
 
 
 def live_rows(live_text: str | None) -> list[dict[str, Any]]:
