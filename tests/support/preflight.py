@@ -3,10 +3,14 @@ certificate's tests start from it."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
 import sys
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import numpy as np
@@ -52,8 +56,10 @@ def cli(*args: str, env: dict[str, str], cwd: Path) -> subprocess.CompletedProce
     )
 
 
-def go_report(tmp_path: Path) -> tuple[dict[str, str], Path]:
-    """A real ``quantdrift preflight`` run that says go: (the environment, the report)."""
+def go_report(tmp_path: Path, *extra: str) -> tuple[dict[str, str], Path]:
+    """A real ``quantdrift preflight`` run that says go: (the environment, the report).
+
+    ``extra``: more ``quantdrift preflight`` flags (e.g. ``--candidate URL``)."""
     env = {
         **os.environ,
         "QUANTDRIFT_SIGNING__KEYS": json.dumps(KEYS),
@@ -86,7 +92,7 @@ def go_report(tmp_path: Path) -> tuple[dict[str, str], Path]:
         "preflight", "--config", "preflight.yaml",
         "--only", "calibration-leakage,salient-weights,fp8-scales,memory-utilization,probes",
         "--gateway-config", str(ROOT / "examples" / "gateway.yaml"), "--route", "cs-agent/int4",
-        "--report", str(report), "--quiet",
+        "--report", str(report), "--quiet", *extra,
         env=env, cwd=tmp_path,
     )  # fmt: skip
     assert ran.returncode == 0, ran.stdout + ran.stderr
@@ -113,12 +119,12 @@ def trusting(env: dict[str, str], keys: dict[str, Path]) -> dict[str, str]:
 
 
 def certified(
-    tmp_path: Path, live: Path | None = None
+    tmp_path: Path, live: Path | None = None, *extra: str
 ) -> tuple[dict[str, str], Path, Path, dict[str, Path]]:
-    """A real go report, approved by alice and bob with their own Ed25519 keys
-    (``preflight sign --key``), and its certificate issued with the issuer's key:
-    (environment trusting the three public keys, report, certificate, private keys)."""
-    env, report = go_report(tmp_path)
+    """A real go report (``extra``: more preflight flags), approved by alice and bob with
+    their own Ed25519 keys (``preflight sign --key``), and its certificate issued with the
+    issuer's key: (environment trusting the three public keys, report, certificate, keys)."""
+    env, report = go_report(tmp_path, *extra)
     keys = ed25519_keys(tmp_path, env, "issuer", "alice", "bob")
     env = trusting(env, keys)
     for who in ("alice", "bob"):
@@ -136,3 +142,36 @@ def certified(
 def public(keys: dict[str, Path], *names: str) -> list[Path]:
     """The public key files of ``names`` (all of ``keys`` when none is named)."""
     return [keys[n].with_name(keys[n].name + ".pub") for n in (names or tuple(keys))]
+
+
+@contextlib.contextmanager
+def vllm_says(version: str, model: str) -> Iterator[str]:
+    """A server that says what a vLLM engine says about itself (``GET /version``,
+    ``GET /v1/models``), for a preflight run to record the candidate's engine: a real
+    vLLM is not started in this tier. Yields its URL."""
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            answers = {
+                "/version": {"version": version},
+                "/v1/models": {"object": "list", "data": [{"id": model, "owned_by": "vllm"}]},
+            }
+            body = json.dumps(answers.get(self.path, {"error": "not found"})).encode()
+            self.send_response(200 if self.path in answers else 404)
+            self.send_header("content-type", "application/json")
+            self.send_header("content-length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *_: object) -> None:
+            pass
+
+    port = free_port()
+    server = ThreadingHTTPServer(("127.0.0.1", port), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.shutdown()
+        thread.join(5)
