@@ -320,6 +320,7 @@ def test_the_certificate_page_in_a_browser(launch: Launch) -> None:
     section = next(t for t in tags if t.get("id") == "signature")
     assert section["data-state"] == "refused" and section["data-signature"] == "false"
     assert ">Does not verify</span>" in dom
+    assert f'claims to be signed by <code id="issuer">{envelope["key_id"]}</code>' in dom
     assert "bad signature: the certificate was altered or forged" in dom
     assert "<b>Unverified:</b>" in dom and "vllm 0.29.0" in dom
     assert dom.count("<td>not verified</td>") == 2

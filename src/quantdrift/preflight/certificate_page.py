@@ -49,11 +49,13 @@ def _signature(c: CertificateCheck) -> str:
         if c.ok
         else ("Signature verified, contents refused" if c.signature_ok else "Does not verify")
     )
-    issuer = (
-        f"signed by <code id='issuer'>{escape(c.key_id)}</code> (Ed25519)"
-        if c.key_id
-        else "no trusted issuer"
-    )
+    key = f"<code id='issuer'>{escape(c.key_id)}</code>"
+    if not c.key_id:
+        issuer = "no issuer named"
+    elif c.signature_ok:
+        issuer = f"signed by {key} (Ed25519)"
+    else:
+        issuer = f"claims to be signed by {key}: not verified"
     problems = "".join(f"<li>{escape(p)}</li>" for p in c.problems)
     return f"""<section id="signature" data-state="{state}" data-signature="{str(c.signature_ok).lower()}">
 <h2>Signature: <span style="color:{_OK if c.ok else _BAD}">{label}</span></h2>
@@ -105,7 +107,7 @@ def render(raw: bytes, c: CertificateCheck) -> str:
     claim = (
         ""
         if c.signature_ok
-        else "<p class='claim'><b>Unverified:</b> what follows is what the document claims, not what it proves.</p>"
+        else "<p class='claim' style='color:#cf222e'><b>Unverified:</b> what follows is what the document claims, not what it proves.</p>"
     )
     engine_rows = "".join(
         f"<tr class='engine' data-side='{escape(side)}'><th>{escape(side.capitalize())}</th><td>{escape(engine_words(info))}</td></tr>"

@@ -269,7 +269,7 @@ def live_rows(live_text: str | None) -> list[dict[str, Any]]:
                         "pairs": int(s.get("pairs") or 0),
                         "status": str(s.get("status") or "unknown"),
                         "e_value": e_value(s.get("tests")),
-                        "detail": f"{s.get('pairs', 0)} of {s.get('min_pairs', '?')} pairs needed",
+                        "detail": f"{s.get('min_pairs', '?')} pairs needed to decide",
                     }
                 )
     elif isinstance(doc, Mapping) and isinstance(doc.get("routes"), Mapping):  # replay --json
