@@ -63,6 +63,7 @@ POLICY = {
 @dataclass
 class Launch:
     env: dict[str, str]
+    report: Path
     cert: Path
     keys: dict[str, Path]
     prefix: str
@@ -116,8 +117,8 @@ def launch(stack: EmbeddedStack, tmp_path_factory: pytest.TempPathFactory) -> It
     live = tmp / "live.json"
     live.write_text(status.stdout)
     with vllm_says("0.31.0", BUILD) as engine:
-        env, _, cert, keys = certified(tmp, live, "--candidate", engine)
-    yield Launch({**env, **status_env}, cert, keys, prefix, policy_file, tmp)
+        env, report, cert, keys = certified(tmp, live, "--candidate", engine)
+    yield Launch({**env, **status_env}, report, cert, keys, prefix, policy_file, tmp)
     client = redis.Redis.from_url(stack.redis_url)
     found = list(client.scan_iter(match=f"{prefix}*", count=1000))
     if found:
@@ -294,6 +295,13 @@ def test_the_certificate_page_in_a_browser(launch: Launch) -> None:
         ran = cli("preflight", "certificate-page", str(cert), "--html", str(page), env=env,
                   cwd=launch.workdir)  # fmt: skip
         assert ran.returncode == 0, ran.stderr
+
+    # The launch page it carries was signed with the approvers' own Ed25519 keys.
+    launch_dom = chromium_dom(launch.report.with_suffix(".html").as_uri(), budget_ms=500)
+    screenshot(launch.report.with_suffix(".html").as_uri(), shots / "launch-ed25519.png")
+    assert 'data-state="complete"' in launch_dom and "Signed and verified" in launch_dom
+    approvals = payload["preflight"]["approvals"]
+    assert all(a["alg"] == "ed25519" and a["key_id"] in launch_dom for a in approvals)
 
     # Verified: the issuer, the build's hashes, the engine and the evidence per slice.
     draw(launch.cert, launch.env)
