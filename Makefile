@@ -84,7 +84,7 @@ $(STAMP_LITELLM): pyproject.toml
 	$(LITELLM_VENV)/bin/pip install -q --no-deps -e .
 	$(LITELLM_VENV)/bin/pip install -q 'pydantic-settings>=2.3' 'orjson>=3.10' 'redis>=5.0' \
 	  'aiokafka>=0.11' 'pyyaml>=6.0' 'sacrebleu>=2.4' 'rouge-score>=0.1.2' 'jsonschema>=4.20' \
-	  'numpy>=1.26' 'prometheus-client>=0.20' 'google-re2>=1.1'
+	  'numpy>=1.26' 'prometheus-client>=0.20' 'google-re2>=1.1' 'cryptography>=42'
 	touch $@
 
 litellm: $(STAMP_LITELLM)  ## the LiteLLM proxy's own virtualenv (.venv-litellm)

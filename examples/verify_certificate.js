@@ -1,31 +1,49 @@
 // Verify a quantdrift quantization certificate in Node.js, offline, from the document alone.
 //
-//   node examples/verify_certificate.js KEYS_JSON < certificate.json
+//   node examples/verify_certificate.js ISSUER.pub [APPROVER.pub ...] < certificate.json
 //
-// KEYS_JSON maps key ids to the signing keys of the ring, e.g. '{"ops": "...", "ml": "..."}'
-// (QUANTDRIFT_SIGNING__KEYS). Node's built-in crypto only; no network, no other file.
-// Prints {"ok", "signers", "problems", "route", "model"} as JSON; exits 0 when it verifies.
+// Each argument is a trusted Ed25519 public key as a PEM file (`quantdrift preflight keygen`
+// writes KEY.pub; `openssl pkey -pubout` too). No secret is needed, so whoever verifies
+// cannot forge. Node's built-in crypto only; no network, no other file.
+// Prints {"ok", "key_id", "signers", "problems", "route", "model"} as JSON; exits 0 when it
+// verifies.
 //
 // The steps (docs/preflight.md, "Quantization certificate"; quantdrift.schemas.certificate):
-// 1. HMAC-SHA256("quantdrift.certificate.v1\n" + payload) with keys[key_id] == signature.
-//    The payload is verified as the string it is, never re-serialised.
+// 1. key_id names a trusted key (id: "ed25519:" + first 16 hex of SHA-256 of the key's 32 raw
+//    bytes), and the Ed25519 signature (hex) of "quantdrift.certificate.v2\n" + payload
+//    verifies under it. The payload is verified as the string it is, never re-serialised.
 // 2. The embedded preflight report: base64 bytes whose SHA-256 is report_sha256, verdict "go".
-// 3. Its approvals: HMAC-SHA256 over four length-prefixed fields (4-byte big-endian length,
-//    then UTF-8): the report's SHA-256 (hex), the signer's name, signed_at with 3 decimals,
-//    the key id. At least `required` distinct names (distinct key ids with distinct_keys).
+// 3. Its approvals: Ed25519 signatures (hex) of "quantdrift.signoff.v2\n" + four length-
+//    prefixed fields (4-byte big-endian length, then UTF-8): the report's SHA-256 (hex), the
+//    signer's name, signed_at with 3 decimals, the key id. At least `required` distinct
+//    names (distinct key ids with distinct_keys).
 // 4. model == the report's subject.checkpoint, engine == its subject.engines.
 // 5. live.sha256 == SHA-256 of live.text (when live evidence is attached).
 const crypto = require("crypto");
+const fs = require("fs");
 
-const DOMAIN = Buffer.from("quantdrift.certificate.v1\n", "utf8");
+const DOMAIN = Buffer.from("quantdrift.certificate.v2\n", "utf8");
+const SIGNOFF_DOMAIN = Buffer.from("quantdrift.signoff.v2\n", "utf8");
+const V1_REFUSED =
+  "a version 1 certificate (HMAC-signed with the key ring): only a ring holder can check it " +
+  "and any ring holder could have forged it; re-issue it with `quantdrift preflight " +
+  "certificate` (Ed25519)";
 
 function sha256hex(bytes) {
   return crypto.createHash("sha256").update(bytes).digest("hex");
 }
 
-function sameMac(hexGiven, expected) {
-  const given = Buffer.from(String(hexGiven), "hex");
-  return given.length === expected.length && crypto.timingSafeEqual(given, expected);
+// A PEM public key and its id, derived from its raw bytes (the JWK's x).
+function trusted(pem) {
+  const key = crypto.createPublicKey(pem);
+  if (key.asymmetricKeyType !== "ed25519") throw new Error("not an Ed25519 public key");
+  const raw = Buffer.from(key.export({ format: "jwk" }).x, "base64url");
+  return [`ed25519:${sha256hex(raw).slice(0, 16)}`, key];
+}
+
+function signed(key, message, hex) {
+  const sig = Buffer.from(String(hex), "hex");
+  return sig.length === 64 && crypto.verify(null, message, key, sig);
 }
 
 function field(text) {
@@ -36,13 +54,12 @@ function field(text) {
 }
 
 function approvalProblem(sha, a, keys) {
-  const key = keys[a.key_id];
-  if (key === undefined) return `${a.by}: unknown key id ${JSON.stringify(a.key_id)}`;
+  const key = keys.get(a.key_id);
+  if (key === undefined) return `${a.by}: unknown key id '${a.key_id}'`;
   if (a.report_sha256 !== sha) return `${a.by}: signed another version of the report`;
   const at = Number(a.signed_at).toFixed(3);
-  const message = Buffer.concat([field(sha), field(String(a.by)), field(at), field(a.key_id)]);
-  const mac = crypto.createHmac("sha256", key).update(message).digest();
-  return sameMac(a.signature, mac) ? null : `${a.by}: bad signature`;
+  const message = Buffer.concat([SIGNOFF_DOMAIN, field(sha), field(String(a.by)), field(at), field(a.key_id)]);
+  return signed(key, message, a.signature) ? null : `${a.by}: bad signature`;
 }
 
 // Key order does not matter to equality: compare with sorted keys.
@@ -54,18 +71,23 @@ function canonical(v) {
   return JSON.stringify(v === undefined ? null : v);
 }
 
+function refused(why, keyId = "") {
+  return { ok: false, key_id: keyId, signers: [], problems: [why] };
+}
+
 function verify(text, keys) {
   const env = JSON.parse(text);
-  if (env.kind !== "quantdrift.certificate.v1" || typeof env.payload !== "string") {
-    return { ok: false, signers: [], problems: ["not a quantdrift certificate"] };
+  if (env.kind === "quantdrift.certificate.v1") return refused(V1_REFUSED, String(env.key_id ?? ""));
+  if (env.kind !== "quantdrift.certificate.v2" || typeof env.payload !== "string") {
+    return refused("not a quantdrift certificate");
   }
-  const key = keys[env.key_id];
+  const keyId = String(env.key_id);
+  const key = keys.get(keyId);
   if (key === undefined) {
-    return { ok: false, signers: [], problems: [`unknown key id ${JSON.stringify(env.key_id)}`] };
+    return refused(`signed by ${keyId}, which is not a trusted public key (give its public key)`, keyId);
   }
-  const mac = crypto.createHmac("sha256", key).update(DOMAIN).update(Buffer.from(env.payload, "utf8")).digest();
-  if (!sameMac(env.signature, mac)) {
-    return { ok: false, signers: [], problems: ["bad signature: the certificate was altered or forged"] };
+  if (!signed(key, Buffer.concat([DOMAIN, Buffer.from(env.payload, "utf8")]), env.signature)) {
+    return refused("bad signature: the certificate was altered or forged", keyId);
   }
   const payload = JSON.parse(env.payload);
   const pf = payload.preflight || {};
@@ -74,16 +96,27 @@ function verify(text, keys) {
   const sha = sha256hex(raw);
   if (sha !== pf.report_sha256) problems.push("the embedded report does not match its SHA-256");
   const report = JSON.parse(raw.toString("utf8"));
-  if (report.verdict !== "go") problems.push(`verdict is ${JSON.stringify(report.verdict)}, not 'go'`);
+  const approvals = pf.approvals || [];
+  for (const a of approvals) {
+    if (a.alg !== "ed25519") {
+      problems.push(
+        `preflight: ${a.by}: an HMAC approval (key '${a.key_id}'); a certificate needs Ed25519 approvals`,
+      );
+    }
+  }
+  if (report.verdict !== "go") problems.push(`preflight: verdict is '${report.verdict}', not 'go'`);
   const signers = new Map();
-  for (const a of pf.approvals || []) {
+  for (const a of approvals.filter((x) => x.alg === "ed25519")) {
     const why = approvalProblem(sha, a, keys);
-    if (why) problems.push(why);
+    if (why) problems.push(`preflight: ${why}`);
     else if (!signers.has(String(a.by))) signers.set(String(a.by), String(a.key_id));
   }
   const count = pf.distinct_keys ? new Set(signers.values()).size : signers.size;
   const required = Number(pf.required ?? 2);
-  if (count < required) problems.push(`${count} distinct signers with a valid approval, ${required} needed`);
+  if (count < required) {
+    const what = pf.distinct_keys ? "distinct keys" : "distinct signers";
+    problems.push(`preflight: ${count} ${what} with a valid approval, ${required} needed`);
+  }
   const subject = report.subject || {};
   if (canonical(payload.model) !== canonical(subject.checkpoint ?? null)) {
     problems.push("model identity differs from the signed report's checkpoint");
@@ -94,19 +127,26 @@ function verify(text, keys) {
   if (payload.live && sha256hex(Buffer.from(String(payload.live.text), "utf8")) !== payload.live.sha256) {
     problems.push("the live evidence does not match its SHA-256");
   }
-  const ok = problems.length === 0 && report.verdict === "go" && count >= required;
-  return { ok, signers: [...signers.keys()].sort(), problems, route: payload.route, model: payload.model };
+  const ok = problems.length === 0;
+  const signerNames = [...signers.keys()].sort();
+  return { ok, key_id: keyId, signers: signerNames, problems, route: payload.route, model: payload.model };
 }
 
-const keys = JSON.parse(process.argv[2] || "{}");
+let result;
+let keys;
+try {
+  keys = new Map(process.argv.slice(2).map((path) => trusted(fs.readFileSync(path, "utf8"))));
+} catch (err) {
+  process.stdout.write(JSON.stringify(refused(`public key: ${err.message}`)) + "\n");
+  process.exit(2);
+}
 let input = "";
 process.stdin.on("data", (chunk) => (input += chunk));
 process.stdin.on("end", () => {
-  let result;
   try {
     result = verify(input, keys);
   } catch (err) {
-    result = { ok: false, signers: [], problems: [`unreadable: ${err.message}`] };
+    result = refused(`unreadable: ${err.message}`);
   }
   process.stdout.write(JSON.stringify(result) + "\n");
   process.exit(result.ok ? 0 : 1);

@@ -84,6 +84,13 @@ class SigningSettings(BaseModel):
     # old restore are refused); one issued further than the skew in the future is refused.
     max_command_age_s: float = Field(default=300.0, gt=0)
     max_clock_skew_s: float = Field(default=30.0, ge=0)
+    # Ed25519 (schemas/ed25519.py): documents that leave the project are signed with a
+    # private key and checked with its public key alone, so a verifier cannot forge.
+    # The private key (PEM) signs launch approvals and certificates (None: approvals
+    # are HMAC with the active ring key, and no certificate can be issued).
+    private_key_file: Path | None = None
+    # Trusted public keys (PEM files): approvals and certificates they verify.
+    public_keys: list[Path] = Field(default_factory=list)
 
 
 class EmbeddingSettings(BaseModel):

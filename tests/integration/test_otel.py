@@ -6,7 +6,7 @@
   the gateway's span for an openai-SDK call, joined to the PairEvent on the real
   broker by ``quantdrift.pair_id``.
 * Once over the wire: a real ``quantdrift worker`` process exports OTLP/HTTP to a
-  receiver started here, which decodes the protobuf export requests.
+  receiver (``support.otlp``), which decodes the protobuf export requests.
 """
 
 from __future__ import annotations
@@ -15,26 +15,16 @@ import asyncio
 import os
 import subprocess
 import sys
-import threading
 import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
 import openai
 import pytest
 import uvicorn
-from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import (
-    ExportLogsServiceRequest,
-    ExportLogsServiceResponse,
-)
-from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
-    ExportTraceServiceRequest,
-    ExportTraceServiceResponse,
-)
 from opentelemetry.sdk._logs.export import InMemoryLogRecordExporter
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
@@ -52,6 +42,7 @@ from quantdrift.stack import EmbeddedStack, free_port
 from quantdrift.stack.broker import create_topics
 from support.guard import isolated_settings, make_topics, on_route, send_pairs, shadow_only
 from support.kafka import consume_n
+from support.otlp import Receiver
 from support.scripted_llm import ScriptedLLM
 from support.workers import start_worker
 
@@ -231,78 +222,6 @@ async def test_gateway_span_joins_the_pair_on_the_broker(
     assert attrs["gen_ai.response.finish_reasons"] == ("stop",)
     assert attrs["quantdrift.pair_id"] == pair.pair_id
     assert span.end_time > span.start_time
-
-
-# -- a real OTLP/HTTP receiver --------------------------------------------------------------
-def _value(v: Any) -> Any:
-    kind = v.WhichOneof("value")
-    if kind == "array_value":
-        return [_value(x) for x in v.array_value.values]
-    return getattr(v, kind) if kind else None
-
-
-@dataclass
-class Receiver:
-    url: str
-    logs: list[dict[str, Any]] = field(default_factory=list)
-    spans: list[dict[str, Any]] = field(default_factory=list)
-    requests: int = 0
-
-    def events(self, name: str) -> list[dict[str, Any]]:
-        return [r for r in list(self.logs) if r["event_name"] == name]
-
-
-@pytest.fixture
-def receiver() -> Iterator[Receiver]:
-    """Speaks the collector's OTLP/HTTP protocol (protobuf): /v1/logs and /v1/traces."""
-    port = free_port()
-    got = Receiver(f"http://127.0.0.1:{port}")
-
-    class Handler(BaseHTTPRequestHandler):
-        def do_POST(self) -> None:
-            body = self.rfile.read(int(self.headers.get("content-length", 0)))
-            got.requests += 1
-            if self.path == "/v1/logs":
-                req = ExportLogsServiceRequest.FromString(body)
-                for rl in req.resource_logs:
-                    service = {a.key: _value(a.value) for a in rl.resource.attributes}
-                    for sl in rl.scope_logs:
-                        for rec in sl.log_records:
-                            got.logs.append(
-                                {
-                                    "event_name": rec.event_name,
-                                    "attributes": {a.key: _value(a.value) for a in rec.attributes},
-                                    "body": _value(rec.body) if rec.HasField("body") else None,
-                                    "resource": service,
-                                    "scope": sl.scope.name,
-                                }
-                            )
-                answer = ExportLogsServiceResponse().SerializeToString()
-            elif self.path == "/v1/traces":
-                treq = ExportTraceServiceRequest.FromString(body)
-                for rs in treq.resource_spans:
-                    for ss in rs.scope_spans:
-                        got.spans.extend({"name": s.name} for s in ss.spans)
-                answer = ExportTraceServiceResponse().SerializeToString()
-            else:
-                self.send_response(404)
-                self.end_headers()
-                return
-            self.send_response(200)
-            self.send_header("content-type", "application/x-protobuf")
-            self.send_header("content-length", str(len(answer)))
-            self.end_headers()
-            self.wfile.write(answer)
-
-        def log_message(self, *_: Any) -> None:
-            pass
-
-    server = ThreadingHTTPServer(("127.0.0.1", port), Handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    yield got
-    server.shutdown()
-    thread.join(5)
 
 
 async def test_worker_exports_evaluations_over_otlp_http(

@@ -20,12 +20,11 @@ import hashlib
 import html
 import json
 import re
-import subprocess
 from pathlib import Path
 
 import pytest
 
-from support.browser import CHROMIUM, CHROMIUM_FLAGS, chromium_dom
+from support.browser import CHROMIUM, chromium_dom, screenshot
 from support.preflight import cli, go_report
 
 pytestmark = [
@@ -33,18 +32,6 @@ pytestmark = [
     pytest.mark.timeout(300),
     pytest.mark.skipif(CHROMIUM is None, reason="chromium not installed: make browser"),
 ]
-
-
-def screenshot(url: str, path: Path) -> None:
-    assert CHROMIUM is not None
-    subprocess.run(
-        [CHROMIUM, *CHROMIUM_FLAGS, "--hide-scrollbars", "--window-size=1200,1600",
-         f"--screenshot={path}", url],
-        capture_output=True,
-        timeout=90,
-        check=True,
-    )  # fmt: skip
-    assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
 def text(fragment: str) -> str:

@@ -9,7 +9,9 @@
   (:func:`support.workers.start_worker`) and stops it when the test ends;
 * ``scripted_llm``: the scripted OpenAI-compatible upstream (:mod:`support.scripted_llm`);
 * ``scripted``: the gateway tests' upstream with a behaviour per path
-  (:mod:`support.gateway_upstream`), one per module.
+  (:mod:`support.gateway_upstream`), one per module;
+* ``receiver``: an OTLP/HTTP receiver (:mod:`support.otlp`) that decodes what a real
+  process exports.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from quantdrift.schemas import CommandSigner
 from quantdrift.stack import EmbeddedStack
 from support.gateway_upstream import scripted  # noqa: F401 - registered as a fixture here
 from support.kafka import consume_n
+from support.otlp import receiver  # noqa: F401 - registered as a fixture here
 from support.scripted_llm import ScriptedLLM
 from support.workers import start_worker
 

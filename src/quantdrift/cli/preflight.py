@@ -7,8 +7,12 @@
 * ``quantdrift preflight sign REPORT --by NAME`` adds a signed approval and redraws the page;
 * ``quantdrift preflight verify REPORT`` passes only with ``go`` and two distinct signers;
 * ``quantdrift preflight page REPORT`` draws the launch page with its sign-off block;
-* ``quantdrift preflight certificate REPORT --out CERT`` issues a quantization certificate
-  of a verified report, ``preflight verify-certificate CERT`` checks one offline.
+* ``quantdrift preflight keygen KEY`` writes an Ed25519 key pair (KEY and KEY.pub);
+* ``quantdrift preflight certificate REPORT --out CERT --key KEY`` issues a quantization
+  certificate of a verified report (and its page, CERT with ``.html``),
+  ``preflight verify-certificate CERT --public-key PUB`` checks one offline,
+  ``preflight certificate-page CERT`` redraws its page, ``preflight certificate-events CERT``
+  exports it as OpenTelemetry ``gen_ai.evaluation.result`` events.
 """
 
 from __future__ import annotations
@@ -49,6 +53,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     s = ps.add_parser("sign", help="add a signed approval to a go report")
     s.add_argument("report", type=Path)
     s.add_argument("--by", required=True, help="the approver's name")
+    s.add_argument("--key", type=Path, help="Ed25519 private key (default: the settings')")
     s.set_defaults(func=sign)
     v = ps.add_parser("verify", help="go and two distinct signers, or exit 1")
     v.add_argument("report", type=Path)
@@ -73,11 +78,40 @@ def register(sub: argparse._SubParsersAction) -> None:
     c.add_argument("report", type=Path, help="a verified (go, signed) preflight report")
     c.add_argument("--out", type=Path, required=True, help="where to write the certificate")
     c.add_argument("--live", type=Path, help="live evidence after launch (a JSON document)")
+    c.add_argument("--key", type=Path, help="Ed25519 private key (default: the settings')")
+    c.add_argument("--html", type=Path, help="its page (default: CERT with .html)")
     c.set_defaults(func=certificate)
     vc = ps.add_parser("verify-certificate", help="check a certificate offline, or exit 1")
     vc.add_argument("certificate", type=Path)
+    _public_keys(vc)
     vc.add_argument("--json", action="store_true", help="print the check as JSON")
     vc.set_defaults(func=verify_certificate)
+    cp = ps.add_parser("certificate-page", help="draw a certificate's page, verified now")
+    cp.add_argument("certificate", type=Path)
+    _public_keys(cp)
+    cp.add_argument("--html", type=Path, help="where to write it (default: CERT with .html)")
+    cp.set_defaults(func=certificate_page)
+    ev = ps.add_parser(
+        "certificate-events",
+        help="export a verified certificate as OpenTelemetry gen_ai.evaluation.result events",
+    )
+    ev.add_argument("certificate", type=Path)
+    _public_keys(ev)
+    ev.add_argument("--json", action="store_true", help="print the events instead of exporting")
+    ev.set_defaults(func=certificate_events)
+    k = ps.add_parser("keygen", help="write an Ed25519 key pair: KEY (private) and KEY.pub")
+    k.add_argument("key", type=Path)
+    k.set_defaults(func=keygen)
+
+
+def _public_keys(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--public-key",
+        type=Path,
+        action="append",
+        default=[],
+        help="a trusted Ed25519 public key (PEM); repeat for each signer",
+    )
 
 
 def _only(text: str) -> list[str]:
@@ -160,7 +194,7 @@ def sign(args: argparse.Namespace) -> int:
     from quantdrift.preflight.signoff import sign_file
 
     signing = load_settings().signing
-    record = sign_file(args.report, args.by, signing, time.time())
+    record = sign_file(args.report, args.by, signing, time.time(), args.key)
     print(f"{args.report.name}: approved by {record['by']} (key {record['key_id']})")
     b = draw(args.report, page_path(args.report), signing)
     print(f"{page_path(args.report).name}: sign-off {b.state}, {b.valid} of {b.required}")
@@ -182,14 +216,14 @@ def page(args: argparse.Namespace) -> int:
 def verify(args: argparse.Namespace) -> int:
     from quantdrift.cli.common import load_settings
     from quantdrift.errors import ConfigError
-    from quantdrift.preflight.signoff import key_ring, read_approvals
+    from quantdrift.preflight.signoff import read_approvals, trusted
     from quantdrift.preflight.signoff import verify as verify_report
 
     try:
         raw = args.report.read_bytes()
     except OSError as exc:
         raise ConfigError(f"report {args.report}: {exc.strerror or exc}") from exc
-    _, keys = key_ring(load_settings().signing)
+    keys = trusted(load_settings().signing)
     result = verify_report(
         raw, read_approvals(args.report), keys, args.required, args.distinct_keys
     )
@@ -218,8 +252,10 @@ def verify(args: argparse.Namespace) -> int:
 def certificate(args: argparse.Namespace) -> int:
     from quantdrift.cli.common import load_settings
     from quantdrift.preflight.certificate import issue_file
+    from quantdrift.preflight.certificate_page import draw_certificate, page_path
 
-    env = issue_file(args.report, args.out, load_settings().signing, time.time(), args.live)
+    signing = load_settings().signing
+    env = issue_file(args.report, args.out, signing, time.time(), args.live, args.key)
     payload = json.loads(env["payload"])
     model = (payload.get("model") or {}).get("name", "no checkpoint hashed")
     print(
@@ -227,6 +263,9 @@ def certificate(args: argparse.Namespace) -> int:
         f" ({model}; live evidence {'attached' if payload.get('live') else 'not attached'};"
         f" key {env['key_id']})"
     )
+    html = args.html or page_path(args.out)
+    result = draw_certificate(args.out, html, signing)
+    print(f"{html}: {'verified' if result.ok else 'NOT verified'}")
     return 0
 
 
@@ -234,12 +273,57 @@ def verify_certificate(args: argparse.Namespace) -> int:
     from quantdrift.cli.common import load_settings
     from quantdrift.preflight.certificate import check_file
 
-    result = check_file(args.certificate, load_settings().signing)
+    result = check_file(args.certificate, load_settings().signing, args.public_key)
     if args.json:
-        print(json.dumps({"ok": result.ok, "signers": result.signers, "problems": result.problems}))
+        print(
+            json.dumps(
+                {
+                    "ok": result.ok,
+                    "key_id": result.key_id,
+                    "signers": result.signers,
+                    "problems": result.problems,
+                }
+            )
+        )
     else:
         status = "verified" if result.ok else "NOT verified"
-        print(f"{args.certificate.name}: {status}; signers: {', '.join(result.signers) or 'none'}")
+        print(
+            f"{args.certificate.name}: {status}; issuer {result.key_id or 'unknown'}; "
+            f"signers: {', '.join(result.signers) or 'none'}"
+        )
         for p in result.problems:
             print(f"  {p}")
     return 0 if result.ok else 1
+
+
+def certificate_page(args: argparse.Namespace) -> int:
+    from quantdrift.cli.common import load_settings
+    from quantdrift.preflight.certificate_page import draw_certificate, page_path
+
+    out = args.html or page_path(args.certificate)
+    result = draw_certificate(args.certificate, out, load_settings().signing, args.public_key)
+    print(f"{out}: {'verified' if result.ok else 'NOT verified'}")
+    for p in result.problems:
+        print(f"  {p}")
+    return 0
+
+
+def certificate_events(args: argparse.Namespace) -> int:
+    from quantdrift.cli.common import load_settings
+    from quantdrift.services.certificate_events import certificate_events as events
+
+    rows = events(args.certificate, load_settings().signing, args.public_key, not args.json)
+    if args.json:
+        for attrs in rows:
+            print(json.dumps({"event_name": "gen_ai.evaluation.result", "attributes": attrs}))
+    else:
+        print(f"{args.certificate.name}: {len(rows)} gen_ai.evaluation.result events exported")
+    return 0
+
+
+def keygen(args: argparse.Namespace) -> int:
+    from quantdrift.preflight.certificate import keygen as write_pair
+
+    key_id = write_pair(args.key)
+    print(f"{args.key}: Ed25519 private key {key_id}; public key {args.key}.pub")
+    return 0

@@ -33,6 +33,13 @@ def register(sub: argparse._SubParsersAction) -> None:
         metavar="ROUTE=REPORT",
         help="the preflight report Flagger's pre-rollout hook requires for ROUTE (repeatable)",
     )
+    p.add_argument(
+        "--certificate",
+        action="append",
+        default=[],
+        metavar="ROUTE=CERT",
+        help="the quantization certificate a rollout of ROUTE starts from (repeatable)",
+    )
     p.add_argument("--required-signers", type=positive_int, default=2)
     p.add_argument("--distinct-keys", action="store_true", help="signers must use distinct keys")
     p.add_argument("--public-url", default="", help="base URL for links in answers")
@@ -61,6 +68,16 @@ def _preflight(args: argparse.Namespace) -> dict[str, PreflightRule]:
     return rules
 
 
+def _certificates(args: argparse.Namespace) -> dict[str, Path]:
+    out: dict[str, Path] = {}
+    for item in args.certificate:
+        route, sep, cert = item.partition("=")
+        if not sep or not route or not cert:
+            raise ConfigError(f"--certificate {item!r}: expected ROUTE=CERT")
+        out[route] = Path(cert)
+    return out
+
+
 def run(args: argparse.Namespace) -> int:
     import uvicorn
 
@@ -77,6 +94,7 @@ def run(args: argparse.Namespace) -> int:
         settings.signing,
         load_policy(settings.policy_file),
         _preflight(args),
+        _certificates(args),
     )
     app = create_app(service, token, args.public_url)
     print(f"verdict API on http://{args.host}:{args.port}/api/v1/routes/ROUTE/verdict", flush=True)

@@ -35,6 +35,7 @@ from quantdrift.gateway.shadow import ShadowRunner
 from quantdrift.gateway.slices import TaskVocabulary
 from quantdrift.gateway.telemetry import Telemetry
 from quantdrift.gateway.upstreams import Upstreams
+from quantdrift.schemas.ed25519 import TrustedKey
 from quantdrift.schemas.privacy import salt_problem
 from quantdrift.supervision import Supervisor, cancelled
 
@@ -62,7 +63,7 @@ class Gateway:
         controller: RouteController | None = None,
         upstreams: Upstreams | None = None,
         shadow_upstreams: Upstreams | None = None,
-        preflight_keys: Mapping[str, bytes] | None = None,
+        preflight_keys: Mapping[str, TrustedKey] | None = None,
         floors: FloorWatch | None = None,
         mirrored_share: float = 1.0,
     ) -> None:

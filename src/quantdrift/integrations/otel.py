@@ -31,6 +31,14 @@ What is emitted (GenAI semantic conventions where they name a thing):
   reasons, and ``quantdrift.pair_id`` when the call was mirrored, so a backend
   joins a user's call to the evaluation of its pair.
 
+* ``quantdrift preflight certificate-events CERT``, once per call, for a certificate
+  that verifies (one that does not is refused, not exported): event
+  ``gen_ai.evaluation.result`` named ``quantdrift.certificate`` (label ``verified``,
+  the issuer's key id, signers, the build's name and weight hashes, the engine
+  it was measured on), and one named ``quantdrift.certificate.slice`` per row of
+  its live evidence (``schemas.certificate.live_rows``: route, slice, pairs
+  judged as the score, its status as the label, the largest e-value).
+
 The worker does not know the upstream's response id (pairs do not carry it),
 so evaluation events carry ``quantdrift.pair_id`` and the gateway's span holds
 both: that attribute is the join.
@@ -67,6 +75,8 @@ EVALUATION_EVENT = "gen_ai.evaluation.result"
 TRANSITION_EVENT = "quantdrift.breaker.transition"
 NOT_ARMED_EVENT = "quantdrift.breaker.not_armed"
 EVALUATION_NAME = "quantdrift.shadow_pair"
+CERTIFICATE_NAME = "quantdrift.certificate"
+CERTIFICATE_SLICE_NAME = "quantdrift.certificate.slice"
 SAMPLE_ENV = "QUANTDRIFT_OTEL__EVALUATION_SAMPLE"
 ENDPOINT_ENVS = (
     "OTEL_EXPORTER_OTLP_ENDPOINT",
@@ -130,6 +140,65 @@ def evaluation_attributes(score: ScoreEvent, state: RouteState | None = None) ->
     return attrs
 
 
+def certificate_attributes(
+    payload: Mapping[str, Any], key_id: str, signers: Sequence[str], sha256: str
+) -> list[dict[str, Any]]:
+    """The ``gen_ai.evaluation.result`` attributes of a *verified* certificate (pure):
+    the certificate itself, then one per route and slice of its live evidence.
+
+    >>> rows = certificate_attributes({"route": "r", "model": {"name": "m", "files":
+    ...     {"w": "ab"}}, "live": {"text": '{"routes": {"r": {"shadow_pairs": 4}}}'}},
+    ...     "ed25519:k", ["alice"], "f00")
+    >>> [(a["gen_ai.evaluation.name"], a["gen_ai.evaluation.score.label"]) for a in rows]
+    [('quantdrift.certificate', 'verified'), ('quantdrift.certificate.slice', 'no trip')]
+    >>> rows[0]["quantdrift.model.files"], rows[1]["gen_ai.evaluation.score.value"]
+    (['w=ab'], 4.0)
+    """
+    # Deferred: keeps this hook module a leaf that any package may import.
+    from quantdrift.schemas.certificate import engine_identity, live_rows
+
+    model = payload.get("model") or {}
+    pf = payload.get("preflight") or {}
+    common = {
+        "quantdrift.route": str(payload.get("route") or ""),
+        "quantdrift.certificate.sha256": sha256,
+        "quantdrift.certificate.key_id": key_id,
+    }
+    head: dict[str, Any] = {
+        "gen_ai.evaluation.name": CERTIFICATE_NAME,
+        "gen_ai.evaluation.score.label": "verified",
+        "gen_ai.evaluation.explanation": (
+            f"verified: signed by {key_id}; preflight {pf.get('verdict')} approved by "
+            f"{', '.join(signers) or 'nobody'}"
+        ),
+        **common,
+        "quantdrift.certificate.signers": list(signers),
+        "quantdrift.model.name": str(model.get("name") or ""),
+        "quantdrift.model.files": [
+            f"{k}={v}" for k, v in sorted((model.get("files") or {}).items())
+        ],
+        "quantdrift.certificate.issued_at": float(payload.get("issued_at") or 0.0),
+    }
+    engine = engine_identity((payload.get("engine") or {}).get("candidate"))
+    if engine:
+        head["quantdrift.candidate_engine"] = engine
+    rows = [head]
+    for r in live_rows((payload.get("live") or {}).get("text")):
+        attrs = {
+            "gen_ai.evaluation.name": CERTIFICATE_SLICE_NAME,
+            "gen_ai.evaluation.score.value": float(r["pairs"]),
+            "gen_ai.evaluation.score.label": r["status"],
+            "gen_ai.evaluation.explanation": r["detail"] or r["status"],
+            **common,
+            "quantdrift.route": r["route"],
+            "quantdrift.slice": r["slice"],
+        }
+        if r["e_value"] is not None:
+            attrs["quantdrift.e_value"] = float(r["e_value"])
+        rows.append(attrs)
+    return rows
+
+
 def transition_attributes(outbox: Outbox) -> dict[str, Any]:
     """The ``quantdrift.breaker.transition`` attributes for one transition (pure)."""
     command, alert = outbox.command, outbox.alert
@@ -170,6 +239,10 @@ class Telemetry:
             "quantdrift.alert.severity": alert.severity,
         }
         self.logger.emit(event_name=NOT_ARMED_EVENT, attributes=attrs, body=alert.summary)
+
+    def certificate(self, rows: Sequence[Mapping[str, Any]]) -> None:
+        for attrs in rows:
+            self.logger.emit(event_name=EVALUATION_EVENT, attributes=dict(attrs))
 
     def transition(self, outbox: Outbox) -> None:
         self.logger.emit(

@@ -78,6 +78,8 @@ class RouteVerdict:
     readiness: Readiness
     last_transition: dict[str, Any] | None = None
     worst_pairs: list[dict[str, Any]] = field(default_factory=list)
+    # The route's certificate as checked now (``integrations/certified.py``), if given.
+    certificate: dict[str, Any] | None = None
 
     @property
     def armed(self) -> bool:
@@ -106,6 +108,7 @@ class RouteVerdict:
             "last_transition": self.last_transition,
             "worst_pairs": self.worst_pairs,
             "worst_pairs_url": worst_pairs_url,
+            **({"certificate": self.certificate} if self.certificate is not None else {}),
         }
 
 

@@ -9,6 +9,10 @@
   ``confirm-promotion``, ``rollback``, ``event``
 * ``GET  /healthz``                            Redis reachable (no token)
 
+A route given a quantization certificate (``--certificate ROUTE=CERT``) has it
+checked on every call: it informs the verdict and may start a rollout, never
+pass one (``certified.py``).
+
 It holds no state of its own: every answer reads the breaker's route state and
 latest signed command from Redis through the breaker store's read methods, so
 any number of replicas answer alike. It never writes breaker state; it appends
@@ -28,7 +32,7 @@ import json
 import logging
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -41,6 +45,7 @@ from quantdrift.breaker.policy import Policy
 from quantdrift.breaker.store import RedisBreakerStore
 from quantdrift.config import SigningSettings
 from quantdrift.errors import BreakerStoreError, ConfigError, QuantdriftError
+from quantdrift.integrations import certified
 from quantdrift.integrations.verdict import (
     FLAGGER_HOOKS,
     RouteVerdict,
@@ -48,13 +53,14 @@ from quantdrift.integrations.verdict import (
     route_verdict,
 )
 from quantdrift.schemas.command import RouteCommand
+from quantdrift.schemas.ed25519 import TrustedKey
 from quantdrift.schemas.keys import route_key
 from quantdrift.schemas.signing import (
     CommandVerifier,
     signer_from_settings,
     verifier_from_settings,
 )
-from quantdrift.schemas.signoff import key_ring, verify_file
+from quantdrift.schemas.signoff import trusted, verify_file
 
 log = logging.getLogger(__name__)
 API = "/api/v1"
@@ -79,16 +85,28 @@ class VerdictService:
     key_prefix: str
     policy: Policy
     verifier: CommandVerifier
-    keys: Mapping[str, bytes]
+    keys: Mapping[str, TrustedKey]
     preflight: Mapping[str, PreflightRule]
     clock: Callable[[], float] = time.time
+    # Per route, the quantization certificate a rollout starts from (``certified.py``).
+    certificates: Mapping[str, Path] = field(default_factory=dict)
 
     async def verdict(self, route: str) -> RouteVerdict:
         state, version = await self.store.read(route)
         raw = await self.store.latest_command(route)
         floors = await self.store.read_floors(route)
         command = self._command(route, raw)
-        return route_verdict(route, state, version, self.policy.for_route(route), command, floors)
+        verdict = route_verdict(
+            route, state, version, self.policy.for_route(route), command, floors
+        )
+        return self._certified(route, verdict, state.candidate_engine or None)
+
+    def _certified(self, route: str, verdict: RouteVerdict, serving: str | None) -> RouteVerdict:
+        """The verdict informed by the route's certificate, when one is given."""
+        path = self.certificates.get(route)
+        if path is None:
+            return verdict
+        return certified.inform(verdict, certified.from_file(path, self.keys, route, serving))
 
     def _command(self, route: str, raw: bytes | None) -> RouteCommand | None:
         """The latest command, only if its signature holds: a forged one is not evidence."""
@@ -108,6 +126,10 @@ class VerdictService:
         gate (``schemas.signoff.verify_file``), re-read on every call.
         """
         rule = self.preflight.get(route)
+        if rule is None and route in self.certificates:
+            # A rollout that starts from a certificate: its signed preflight stands in.
+            c = certified.from_file(self.certificates[route], self.keys, route, None)
+            return c.verified, (() if c.verified else (f"certificate refused: {c.refused}",))
         if rule is None:
             return None, ()
         result = verify_file(
@@ -274,24 +296,26 @@ def build_service(
     signing: SigningSettings,
     policy: Policy,
     preflight: Mapping[str, PreflightRule],
+    certificates: Mapping[str, Path] | None = None,
 ) -> VerdictService:
     """The service from settings' parts: one Redis client, the breaker store for its reads.
 
     The key ring verifies both the route's latest command and preflight approvals,
-    as the gateway does.
+    as the gateway does; the trusted public keys (``signing.public_keys``) verify
+    Ed25519 approvals and the routes' certificates.
     """
     client = aioredis.Redis.from_url(redis_url, socket_timeout=3)
     # The store needs a signer to be built; this process only calls its reads.
     store = RedisBreakerStore(
         client, signer_from_settings(signing.active_key_id, signing.keys), key_prefix=key_prefix
     )
-    _, keys = key_ring(signing)
     return VerdictService(
         store=store,
         redis=client,
         key_prefix=key_prefix,
         policy=policy,
         verifier=verifier_from_settings(signing.keys),
-        keys=keys,
+        keys=trusted(signing),
         preflight=preflight,
+        certificates=dict(certificates or {}),
     )

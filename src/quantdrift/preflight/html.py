@@ -25,7 +25,7 @@ from quantdrift.preflight.plots import chart, plots
 from quantdrift.preflight.signoff import Block
 from quantdrift.preflight.wording import words
 
-__all__ = ["headline", "inputs", "plots", "render"]
+__all__ = ["checkpoint_html", "engine_words", "headline", "inputs", "plots", "render", "utc"]
 
 _SHOWN = {"pass": ("passed", "#1a7f37"), "fail": ("failed", "#cf222e"),
           "not run": ("not run", "#9a6700")}  # fmt: skip
@@ -38,7 +38,7 @@ _BLOCK = {
 }
 
 
-def _utc(ts: Any) -> str:
+def utc(ts: Any) -> str:
     if not isinstance(ts, int | float):
         return "not recorded"
     return time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(ts))
@@ -93,7 +93,7 @@ def headline(report: Mapping[str, Any]) -> str:
     return f"No-go: {text}{more}."
 
 
-def _engine(info: Any) -> str:
+def engine_words(info: Any) -> str:
     if not isinstance(info, Mapping) or not any(info.values()):
         return "not reported by the server"
     parts = [str(info.get("engine") or "unknown engine")]
@@ -104,7 +104,7 @@ def _engine(info: Any) -> str:
     return " ".join(parts)
 
 
-def _checkpoint(ck: Any) -> str:
+def checkpoint_html(ck: Any) -> str:
     if not isinstance(ck, Mapping):
         return "no checkpoint given (salient_weights.checkpoint): weights not hashed"
     quant = ", ".join(
@@ -132,17 +132,17 @@ def inputs(report: Mapping[str, Any]) -> list[tuple[str, str]]:
     def served(side: str) -> str:
         if not s.get(side):
             return "not given"
-        return f"{url(s.get(side))} &mdash; {escape(_engine(engines.get(side)))}"
+        return f"{url(s.get(side))} &mdash; {escape(engine_words(engines.get(side)))}"
 
     return [
         ("Route", url(s.get("route"))),
         ("Candidate", served("candidate")),
         ("Reference", served("reference")),
         ("Model and hashes", escape(s["checkpoint_error"]) if s.get("checkpoint_error")
-         else _checkpoint(s.get("checkpoint"))),
+         else checkpoint_html(s.get("checkpoint"))),
         ("Gateway", url(s.get("gateway"))
          + (f" (config <code>{escape(str(s['gateway_config']))}</code>)" if s.get("gateway_config") else "")),
-        ("Run", f"{_utc(report.get('generated_at'))}; checks run: "
+        ("Run", f"{utc(report.get('generated_at'))}; checks run: "
          + escape(", ".join(s.get("checks") or [i["id"] for i in report.get("items", [])]))),
     ]  # fmt: skip
 
@@ -160,7 +160,7 @@ def _signoff(b: Block | None, report: Mapping[str, Any]) -> str:
     )
     rows = "".join(
         f'<tr class="signature" data-verifies="{str(s.verifies).lower()}">'
-        f"<td>{escape(s.by)}</td><td>{_utc(s.signed_at)}</td><td><code>{escape(s.key_id)}</code></td>"
+        f"<td>{escape(s.by)}</td><td>{utc(s.signed_at)}</td><td><code>{escape(s.key_id)}</code></td>"
         f'<td style="color:{"#1a7f37" if s.verifies else "#cf222e"};font-weight:bold">'
         f"{'verifies' if s.verifies else 'does not verify'}</td>"
         f"<td>{'' if s.verifies else escape(s.problem or '')}</td></tr>"
@@ -171,7 +171,7 @@ def _signoff(b: Block | None, report: Mapping[str, Any]) -> str:
     return f"""<section id="signoff" data-state="{b.state}" data-valid="{b.valid}" data-required="{b.required}">
 <h2>Sign-off: <span style="color:{color}">{label}</span> ({b.valid} of {b.required})</h2>
 <p>Policy: {escape(policy)}, each approving this report's exact bytes
-(sha256 <code>{b.report_sha256}</code>) with a key of the signing key ring.</p>
+(sha256 <code>{b.report_sha256}</code>) with a key of the signing key ring or an Ed25519 key.</p>
 <table><tr><th>signer</th><th>signed at</th><th>key id</th><th>against these bytes</th><th>why not</th></tr>
 {rows or empty}</table>
 {"<p>Still missing:</p><ul class='missing'>" + missing + "</ul>" if missing else "<p>Nothing missing.</p>"}

@@ -13,7 +13,7 @@ from typing import Any
 
 from quantdrift.errors import ConfigError
 from quantdrift.preflight.html import render
-from quantdrift.preflight.signoff import Block, block, key_ring, policy_of, read_approvals
+from quantdrift.preflight.signoff import Block, block, policy_of, read_approvals, trusted
 
 
 def page_path(report: Path) -> Path:
@@ -40,7 +40,7 @@ def draw(
     if not isinstance(data, dict) or "items" not in data:
         raise ConfigError(f"report {report}: not a preflight report")
     want, distinct = policy_of(data)
-    _, keys = key_ring(signing)
+    keys = trusted(signing)
     b = block(
         raw,
         read_approvals(report),

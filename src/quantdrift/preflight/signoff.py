@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from quantdrift.errors import ConfigError, SignatureError
+from quantdrift.schemas.ed25519 import TrustedKey
 from quantdrift.schemas.signoff import (
     Verification,
     approve,
@@ -26,6 +27,8 @@ from quantdrift.schemas.signoff import (
     key_ring,
     read_approvals,
     sidecar,
+    signing_key,
+    trusted,
     verify,
 )
 
@@ -42,12 +45,20 @@ __all__ = [
     "read_approvals",
     "sidecar",
     "sign_file",
+    "signing_key",
+    "trusted",
     "verify",
 ]
 
 
-def sign_file(report: Path, by: str, signing: Any, now: float) -> dict[str, Any]:
-    """Append an approval to REPORT.signoff.json; refuses to sign a no-go report."""
+def sign_file(
+    report: Path, by: str, signing: Any, now: float, key_file: Path | None = None
+) -> dict[str, Any]:
+    """Append an approval to REPORT.signoff.json; refuses to sign a no-go report.
+
+    Signed with ``key_file`` or ``signing.private_key_file`` (Ed25519) when one is
+    given, else with the ring's active HMAC key (``schemas.signoff.signing_key``).
+    """
     try:
         raw = report.read_bytes()
     except OSError as exc:
@@ -58,11 +69,9 @@ def sign_file(report: Path, by: str, signing: Any, now: float) -> dict[str, Any]
         raise ConfigError(f"report {report}: not JSON") from exc
     if verdict != "go":
         raise SignatureError(f"{report.name} says {verdict!r}: only a 'go' report can be approved")
-    key_id, keys = key_ring(signing)
-    if key_id not in keys:
-        raise ConfigError(f"active signing key {key_id!r} is not in the key ring")
+    key_id, key = signing_key(signing, key_file)
     approvals = read_approvals(report)
-    record = approve(raw, by, key_id, keys[key_id], now)
+    record = approve(raw, by, key_id, key, now)
     approvals.append(record)
     sidecar(report).write_text(json.dumps({"approvals": approvals}, indent=2) + "\n")
     return record
@@ -118,7 +127,7 @@ def policy_of(report: Mapping[str, Any]) -> tuple[int, bool]:
 def block(
     report_bytes: bytes,
     approvals: Sequence[Mapping[str, Any]],
-    keys: Mapping[str, bytes],
+    keys: Mapping[str, TrustedKey],
     required: int = DEFAULT_REQUIRED,
     distinct_keys: bool = False,
 ) -> Block:

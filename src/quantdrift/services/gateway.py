@@ -24,7 +24,7 @@ from quantdrift.gateway.gateway_config import GatewayConfig, load_config, parse_
 from quantdrift.gateway.publisher import DegradationPublisher, ShadowPublisher
 from quantdrift.gateway.service import Gateway
 from quantdrift.schemas.signing import verifier_from_settings
-from quantdrift.schemas.signoff import key_ring
+from quantdrift.schemas.signoff import trusted
 
 ENV_KEYS = "QUANTDRIFT_GATEWAY__API_KEYS"
 OLD_ENV_KEYS = "QUANTDRIFT_GATEWAY_API_KEYS"  # before every variable was SECTION__FIELD
@@ -61,7 +61,7 @@ def build_gateway(
         publisher=publisher,
         degradations=DegradationPublisher(settings.kafka),
         controller=controller,
-        preflight_keys=key_ring(settings.signing)[1],
+        preflight_keys=trusted(settings.signing),
         floors=floors,
         mirrored_share=config.collector.mirrored_share if collector else 1.0,
     )

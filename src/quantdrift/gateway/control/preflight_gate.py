@@ -26,6 +26,7 @@ from functools import cached_property
 
 from quantdrift.errors import ConfigError
 from quantdrift.gateway.gateway_config import GatewayConfig, PreflightGateConfig
+from quantdrift.schemas.ed25519 import TrustedKey
 from quantdrift.schemas.signoff import read_approvals, verify
 from quantdrift.supervision import Supervisor, cancelled
 
@@ -47,7 +48,7 @@ class PreflightGate:
     """Per gated route: verified or capped at its canary share."""
 
     config: GatewayConfig
-    keys: Mapping[str, bytes]
+    keys: Mapping[str, TrustedKey]
     clock: Callable[[], float] = time.time
     status: dict[str, GateStatus] = field(default_factory=dict)
     supervisor: Supervisor = field(default_factory=Supervisor)
