@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -155,10 +156,9 @@ def wald_pairs(xs: list[float], null: float, arl: float) -> float | None:
     its best bet does not grow (the variant sits at or under the null)."""
     if not xs or null >= 1.0:
         return None
-    x = np.clip(np.asarray(xs, dtype=np.float64), 0.0, 1.0)
-    m = max(null, 1e-6)
-    g = max(float(np.mean(np.log1p(f / m * (x - m)))) for f in BettingSR().fractions)
-    return round(float(np.log(arl)) / g, 1) if g > 0 else None
+    weight = 1.0 / len(xs)
+    g, _ = BettingSR(arl=arl).growth([(float(x), weight) for x in xs], null)
+    return round(math.log(arl) / g, 1) if g > 0 else None
 
 
 def markdown(result: dict[str, Any]) -> str:

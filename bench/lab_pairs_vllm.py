@@ -52,7 +52,7 @@ from quantdrift.data.prompts import PROMPTS, Prompt
 from quantdrift.gateway.gateway_config import parse_config
 from quantdrift.gateway.publisher import PairItem, ShadowPublisher
 from quantdrift.gateway.service import Gateway
-from quantdrift.gateway.shadow import prompt_text
+from quantdrift.gateway.shadow_pairs import prompt_text
 from quantdrift.lab.generate import TEMPERATURE, TOP_P, prompt_seed
 from quantdrift.lab.variants import GPTQ_VARIANTS, VARIANTS
 from quantdrift.lab.vllm_process import EngineProcess, start_engine, wait_ready
@@ -164,7 +164,7 @@ def relabel(
 ) -> PairEvent:
     """Add what only the lab knows: the prompt's task and contract, label, pair id.
 
-    The gateway writes the chat as ``role: content`` lines (``shadow.prompt_text``);
+    The gateway writes the chat as ``role: content`` lines (``shadow_pairs.prompt_text``);
     the lab's pairs carry the user message itself, which is what the eval's prompt
     split (``data/prompts.part_of``) is keyed by, so the prompt is the lab's text."""
     i = index[pair.request.prompt or ""]

@@ -6,6 +6,7 @@ Order: ``scoring.py``, ``escalation_means.py``, ``static_features.py``, ``redis_
 ``gateway_fallback.py``, ``gateway_overhead.py``, ``shadow_isolation.py``,
 ``gateway_capacity.py``, ``gateway_vllm.py``, ``e2e.py``, ``soak.py``, ``scale_out.py``,
 ``profile_worker.py``, ``eval_modes.py``, ``floor_coverage.py``, ``signal_power.py``,
+``shadow_cost.py`` (the shadow cost estimate beside the breaker's measured delays),
 ``decisions.py``, each as a subprocess with ``--json --write OUT`` so a failing one leaves
 the others' sections. ``floor_coverage.py`` says how often a calibration sets a divergence
 test's null below the healthy traffic's mean, and what that null costs a broken variant;
@@ -209,6 +210,7 @@ def main(argv: list[str] | None = None) -> int:
     results["eval_corpus"] = run_bench("eval_corpus.py", write, timeout=5400)
     results["floor_coverage"] = run_bench("floor_coverage.py", write, timeout=900)
     results["signal_power"] = run_bench("signal_power.py", write, timeout=900)
+    results["shadow_cost"] = run_bench("shadow_cost.py", write, timeout=900)
     # Last: the longest (18 evals at full size, MiniLM among the scorers).
     results["decisions"] = run_bench("decisions.py", write, timeout=3600)
     failed = [name for name, r in results.items() if r is None and (HERE / f"{name}.py").exists()]

@@ -13,6 +13,7 @@ import uuid
 from typing import Any
 
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from quantdrift.config import KafkaSettings
 from quantdrift.gateway.collector import create_collector_app
@@ -100,6 +101,15 @@ async def test_a_mirrored_request_becomes_the_pair_the_gateway_publishes(
     calls = [b for b in scripted.calls_to("int4") if marker in json.dumps(b)]
     assert len(calls) == candidate_calls + 2  # the collector called the candidate itself
     assert f'collector_requests_total{{outcome="accepted",route="{ROUTE}"}} 2.0' in metrics
+    # A collector serves no one, so both sides' calls are shadow spend, apart by side.
+    spent = {
+        (s.labels["side"], s.labels["purpose"]): s.value
+        for family in text_string_to_metric_families(metrics)
+        for s in family.samples
+        if s.name == "quantdrift_gateway_shadow_spend_calls_total" and s.labels["route"] == ROUTE
+    }
+    assert spent == {("candidate", "shadow"): 2, ("reference", "shadow"): 2,
+                     ("reference", "teacher_forcing"): 2}  # fmt: skip
 
 
 async def test_a_slow_reference_and_a_full_queue_never_slow_the_202(

@@ -576,7 +576,7 @@ async def test_a_reference_that_cannot_teacher_force_is_reported_once_and_counte
     with caplog.at_level("INFO", logger="quantdrift.gateway.shadow"):
         async with serving(gw) as client:
             deadline = time.monotonic() + 10
-            while "bf16" not in gw.shadow.tf_ready:
+            while "bf16" not in gw.shadow.probe.tf_ready:
                 assert time.monotonic() < deadline, "the startup probe never concluded"
                 await asyncio.sleep(0.05)
             for i in range(2):

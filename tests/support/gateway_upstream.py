@@ -112,7 +112,10 @@ class Scripted:
         async def score(mode: str, tag: str, request: Request) -> dict[str, Any]:
             body = await request.json()
             self.calls.append((mode, f"{tag}/score", body))
-            return {"continuation_logprobs": [-0.25] * len(body["continuation"].split())}
+            words = len(body["continuation"].split())
+            # As ``lab serve`` reports it: the chat's tokens and the forced answer's.
+            usage = {"prompt_tokens": 5, "continuation_tokens": words}
+            return {"continuation_logprobs": [-0.25] * words, "usage": usage}
 
         @app.post("/{mode}/{tag}/v1/completions", response_model=None)
         async def text(mode: str, tag: str, request: Request) -> Any:
@@ -274,6 +277,7 @@ def make_config(
                 "reference": "bf16",
                 "teacher_forced": extra.pop("teacher_forced", False),
                 "clear_prompts": extra.pop("clear_prompts", False),
+                "extra_candidates": extra.pop("extra_candidates", []),
             }
         },
         "shadow_sample_rate": 0.0,

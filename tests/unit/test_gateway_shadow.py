@@ -10,6 +10,7 @@ from quantdrift.gateway.openai_wire import Accumulator
 from quantdrift.gateway.planning import Incoming, Plan, plan_request
 from quantdrift.gateway.routing import RouteDirective
 from quantdrift.gateway.shadow import QUEUE_FULL, ShadowRunner
+from quantdrift.gateway.shadow_pairs import candidate_suspended
 from quantdrift.gateway.upstreams import Upstreams
 from quantdrift.schemas.privacy import prompt_hash
 
@@ -72,11 +73,19 @@ def test_queued_jobs_hold_only_what_the_pair_needs() -> None:
 
 def test_a_rolled_back_route_suspends_its_candidate_before_the_call() -> None:
     state: dict[str, RouteDirective | None] = {"r": None}
-    r = runner(state)
     p = plan("req-1")
-    assert not r._candidate_suspended(p)
+    assert not candidate_suspended(CONFIG, p, state.get)
     state["r"] = RouteDirective("rollback", "bf16", None)
-    assert r._candidate_suspended(p)
+    assert candidate_suspended(CONFIG, p, state.get)
+
+
+def test_a_route_awaiting_its_preflight_keeps_shadowing_its_candidate() -> None:
+    # The check asks route_decision, cap included: a cap of 0 sends users to the
+    # reference and pairs the candidate behind it, so the job still calls it.
+    p = plan("req-1")
+    assert not candidate_suspended(CONFIG, p, lambda _: None, lambda _: 0.0)
+    state = {"r": RouteDirective("rollback", "bf16", None)}
+    assert candidate_suspended(CONFIG, p, state.get, lambda _: 0.0)
 
 
 def test_prompt_hash_is_salted() -> None:

@@ -14,9 +14,8 @@ from quantdrift.gateway.auth import OPEN
 from quantdrift.gateway.gateway_config import parse_config
 from quantdrift.gateway.openai_wire import Accumulator
 from quantdrift.gateway.planning import Incoming, Plan, plan_request
-from quantdrift.gateway.shadow import ShadowRunner
+from quantdrift.gateway.shadow_pairs import build_pair
 from quantdrift.gateway.slices import TaskVocabulary, check_tags, request_tags
-from quantdrift.gateway.upstreams import Upstreams
 from quantdrift.integrations.litellm_pairs import PairJoiner, RouteMap, Side
 from quantdrift.schemas.pair import ModelOutput, PairEvent
 
@@ -201,13 +200,11 @@ def test_a_producer_may_set_tags_and_bad_ones_are_refused() -> None:
 def test_shadow_pairs_carry_the_plans_tags() -> None:
     body = chat("吾輩は猫である。名前はまだ無い。", temperature=0)
     p = planned(body, {"x-quantdrift-task": "qa"}, admit_task=TaskVocabulary().admit)
-    runner = ShadowRunner(
-        CONFIG, Upstreams(CONFIG, shadow=True), None, lambda _: None, prompt_salt="s"
-    )
     acc = Accumulator("int4")
     acc.add({"choices": [{"index": 0, "delta": {"content": "はい"}, "finish_reason": "stop"}]})
     done = acc.finish()
-    pair = runner._build(p, "shadow", done, done, None, 1.0)
+    pair = build_pair(CONFIG, p, "shadow", (done, done), None, rate=1.0, salt="s",
+                      identities={}, ts=0.0)  # fmt: skip
     want = {"language": "ja", "length": "short", "output": "text", "decoding": "greedy"}
     assert pair.tags == {**want, "task": "qa"}
     assert PairEvent.parse(pair.dumps()).tags == pair.tags

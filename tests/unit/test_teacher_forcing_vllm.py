@@ -97,11 +97,11 @@ async def test_an_engine_change_under_a_pool_is_counted_and_logged(
     upstreams = Upstreams(config, shadow=True)
     runner = ShadowRunner(config, upstreams, None, lambda _: None, prompt_salt="s")
     old = EngineInfo(engine="vllm", version="0.32.0", model="int4-g64-gptq")
-    runner._identified("int4", old)
-    runner._identified("int4", old)
-    assert runner.engine_changes == {}
+    runner.probe.identified("int4", old)
+    runner.probe.identified("int4", old)
+    assert runner.probe.engine_changes == {}
     with caplog.at_level("WARNING", logger="quantdrift.gateway.shadow"):
-        runner._identified("int4", old.model_copy(update={"version": "0.33.0"}))
-    assert runner.engine_changes == {"int4": 1}
+        runner.probe.identified("int4", old.model_copy(update={"version": "0.33.0"}))
+    assert runner.probe.engine_changes == {"int4": 1}
     assert "0.33.0" in caplog.text and "0.32.0" in caplog.text
     await upstreams.aclose()

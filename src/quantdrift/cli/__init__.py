@@ -34,6 +34,7 @@ COMMAND_MODULES = (
     "quantdrift.cli.gateway",
     "quantdrift.cli.collector",
     "quantdrift.cli.follow",
+    "quantdrift.cli.shadow",
     "quantdrift.cli.replay",
     "quantdrift.cli.archive",
     "quantdrift.cli.alerts",

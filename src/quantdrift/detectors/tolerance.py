@@ -167,6 +167,50 @@ class BettingSR:
         drift = n >= self.min_instances and stat >= self.threshold
         return new, Signal(drift, stat, self.threshold)
 
+    def growth(
+        self, outcomes: Sequence[tuple[float, float]], null_mean: float
+    ) -> tuple[float, float]:
+        """(g, step) of the best bet size when x is drawn from ``outcomes`` ((value,
+        probability) pairs): ``g = E[log e]`` per pair, the largest the bet sizes reach,
+        and that bet's largest one-pair log e-value. ``g <= 0``: no bet grows.
+
+        >>> g, step = BettingSR().growth([(1.0, 0.3), (0.0, 0.7)], null_mean=0.02)
+        >>> round(g, 3), round(step, 2)
+        (0.568, 2.9)
+        """
+        best, step = -math.inf, 0.0
+        if null_mean >= 1.0:
+            return best, step
+        m = max(null_mean, 1e-6)
+        for f in self.fractions:
+            logs = [(p, math.log1p(f / m * (min(1.0, max(0.0, x)) - m))) for x, p in outcomes]
+            g = sum(p * v for p, v in logs if p > 0)
+            if g > best:
+                best, step = g, max(v for _, v in logs)
+        return best, step
+
+    def expected_delay(
+        self, outcomes: Sequence[tuple[float, float]], null_mean: float
+    ) -> float | None:
+        """Expected pairs to the alarm when every pair's x is drawn from ``outcomes``
+        from the first pair on (None: no bet grows, the alarm is not expected).
+
+        Wald's identity for the best bet size: its log e-process grows by ``g`` a pair
+        and stops at the threshold ``log arl`` plus the mean overshoot, taken as half
+        its largest step. The Shiryaev-Roberts sum starts ``log 1 / (1 - e^-g)`` ahead
+        of the plain product (each earlier change point discounted by ``e^-g`` a pair).
+        An analytic approximation, not a bound: bench/shadow_cost.py sets it beside the
+        delays the breaker's fold measures.
+
+        >>> round(BettingSR(arl=8e6).expected_delay([(1.0, 0.3), (0.0, 0.7)], 0.02), 1)
+        29.1
+        """
+        g, step = self.growth(outcomes, null_mean)
+        if g <= 0:
+            return None
+        head_start = -math.log1p(-math.exp(-g))
+        return max(0.0, self.threshold + step / 2.0 - head_start) / g
+
 
 # --- per-pair signals ----------------------------------------------------------------------
 

@@ -85,6 +85,10 @@ class RouteConfig(_Frozen):
     noise_sample_rate: float | None = Field(default=None, ge=0, le=1)
     clear_prompts: bool = False
     preflight: PreflightGateConfig | None = None
+    # Pools judged side by side with the candidate on the same sampled requests, against
+    # the same one reference answer; each publishes its pairs under its own route id
+    # (``candidate_route``) and gets its own evidence and verdict. They serve no user.
+    extra_candidates: list[str] = Field(default_factory=list, max_length=8)
 
 
 class SliceConfig(_Frozen):
@@ -143,6 +147,9 @@ class PoolConfig(_Frozen):
     stream_usage: bool = True  # honours stream_options.include_usage (vLLM, OpenAI, lab serve)
     max_connections: int | None = Field(default=None, ge=1)  # default: the global max_connections
     acquire_timeout_s: float = Field(default=0.5, gt=0)
+    # What serving from this pool costs, in the team's own unit ($ per million tokens,
+    # GPU-hours per day, ...): ``quantdrift shadow report`` ranks a route's candidates by it.
+    cost: float | None = Field(default=None, ge=0)
     # How a route's teacher_forced scores are obtained when this pool is its reference:
     # lab = POST /v1/score (quantdrift lab serve), vllm = chat + prompt_logprobs.
     teacher_forcing: Literal["vllm", "lab", "none"] = "lab"
@@ -317,6 +324,16 @@ class GatewayConfig(_Frozen):
                 raise ValueError(
                     f"routes.{name}: the candidate must come before the reference in precisions"
                 )
+        for name, route in self.routes.items():
+            extras = route.extra_candidates
+            for pool in extras:
+                if pool not in self.precisions:
+                    raise ValueError(f"routes.{name}.extra_candidates: unknown precision {pool!r}")
+                if pool in (route.candidate, route.reference) or extras.count(pool) > 1:
+                    raise ValueError(
+                        f"routes.{name}.extra_candidates: {pool!r} is already judged on this "
+                        "route (the candidate, the reference, or listed twice)"
+                    )
         for name in self.pools:
             if name not in self.precisions:
                 raise ValueError(f"pools.{name}: unknown precision")
@@ -369,6 +386,15 @@ class GatewayConfig(_Frozen):
         r = self.routes[route].noise_sample_rate
         rate = self.noise_sample_rate if r is None else r
         return max(rate, self.noise_fill.max_rate) if filling else rate
+
+
+def candidate_route(route: str, pool: str) -> str:
+    """The route id an extra candidate's pairs, evidence and verdict go under.
+
+    >>> candidate_route("cs-agent/int4", "int8")
+    'cs-agent/int4@int8'
+    """
+    return f"{route}@{pool}"
 
 
 def parse_config(data: dict[str, Any]) -> GatewayConfig:

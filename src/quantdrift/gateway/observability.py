@@ -1,6 +1,6 @@
 """What the gateway says about itself: ``/health``, live metrics, per-answer timings.
 
-* ``health``: each route's serving precision and mode (the same ``decide`` a
+* ``health``: each route's serving precision and mode (the same ``route_decision`` a
   request gets), control and Kafka state, queue depths; 503 once a supervised
   task was given up on.
 * ``live_metrics``: numbers other parts keep (publisher and controller counters,
@@ -17,9 +17,10 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 from quantdrift.gateway.attempts import Trace
+from quantdrift.gateway.auth import OPEN
+from quantdrift.gateway.gateway_config import candidate_route
 from quantdrift.gateway.openai_wire import Completion
-from quantdrift.gateway.planning import Plan
-from quantdrift.gateway.routing import decide
+from quantdrift.gateway.planning import Incoming, Plan, route_decision
 from quantdrift.gateway.telemetry import Telemetry, counter, gauge
 from quantdrift.integrations import otel
 
@@ -32,21 +33,29 @@ def health(gateway: Gateway, private: bool = True) -> dict[str, Any]:
     cfg = gateway.config
     routes = {}
     gates = gateway.preflight.health(private)
+    # What a request would get now: the same decision planning makes, cap included.
+    incoming = Incoming(
+        headers={},
+        principal=OPEN,
+        request_id="health",
+        directive_of=gateway.directive,
+        cap_of=gateway.preflight.cap,
+    )
     for route, rc in cfg.routes.items():
-        d = decide(
-            order=cfg.order,
-            candidate=rc.candidate,
-            reference=rc.reference,
-            preference="cost_optimized",
-            directive=gateway.directive(route),
-            request_id="health",
-            candidate_cap=gateway.preflight.cap(route),
-        )
+        d = route_decision(cfg, route, "cost_optimized", incoming)
         routes[route] = {
             "serving": d.serve,
             "mode": d.mode,
             "epoch": gateway.controller.epoch(route) if gateway.controller else 0,
         }
+        # Shadowing's own calls, apart from what users were served (shadow_spend.py).
+        routes[route]["shadow_spend"] = gateway.shadow.spend.view(route)
+        if rc.extra_candidates:  # judged side by side, each under its own route id
+            routes[route]["extra_candidates"] = {
+                pool: {"route": sub, "shadow_spend": gateway.shadow.spend.view(sub)}
+                for pool in rc.extra_candidates
+                for sub in (candidate_route(route, pool),)
+            }
         gate = gates.get(route)
         if gate is not None:
             routes[route]["preflight"] = gate

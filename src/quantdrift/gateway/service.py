@@ -107,6 +107,8 @@ class Gateway:
             self.directive,
             prompt_salt=prompt_salt,
             mirrored_share=mirrored_share,
+            # The same cap a request gets: a job's candidate is re-checked against it.
+            cap_of=lambda route: self.preflight.cap(route),
         )
         self.shadow.upstreams.attribute_lag(self.loop_lag)
         # Routes with a ``preflight:`` gate verify their report with the signing key ring.

@@ -50,7 +50,11 @@ PROBE_ANSWER = "Hello"
 
 @dataclass(frozen=True, slots=True)
 class Scored:
+    """The reference's log-probs of the candidate's tokens; ``tokens``: how many tokens
+    the forced pass read (prompt + answer) when the server said, for the shadow spend."""
+
     logprobs: list[float]
+    tokens: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,7 +81,7 @@ def align(
     >>> entries = [None, {"7": {"logprob": -0.5, "decoded_token": "Hi"}},
     ...            {"2": {"logprob": -0.1, "decoded_token": "<|im_end|>"}}]
     >>> align(["Hi", "<|im_end|>"], 1, [1, 7, 2], entries)
-    Scored(logprobs=[-0.5, -0.1])
+    Scored(logprobs=[-0.5, -0.1], tokens=None)
     >>> align(["Hello"], 1, [1, 7, 2], entries).reason
     'token_mismatch'
     """
@@ -175,7 +179,8 @@ async def score_vllm(
     got = await _vllm_positions(client, url, model, messages, answer, finished, timeout_s)
     if isinstance(got, Failed):
         return got
-    return align(candidate_tokens, *got)
+    found = align(candidate_tokens, *got)
+    return Scored(found.logprobs, len(got[1])) if isinstance(found, Scored) else found
 
 
 async def probe(
@@ -212,9 +217,24 @@ async def score_lab(
     if r.status != 200:
         return Failed(FAILED, f"/v1/score: HTTP {r.status}")
     try:
-        values = r.json().get("continuation_logprobs")
+        reply = r.json()
+        values, usage = reply.get("continuation_logprobs"), reply.get("usage")
     except (ValueError, AttributeError):
         return Failed(FAILED, "unreadable reply")
     if isinstance(values, list) and all(isinstance(v, int | float) for v in values):
-        return Scored([float(v) for v in values])
+        return Scored([float(v) for v in values], _read_tokens(usage))
     return Failed(UNSUPPORTED, "no continuation_logprobs in the reply")
+
+
+def _read_tokens(usage: Any) -> int | None:
+    """Prompt + continuation tokens of a ``/v1/score`` reply's usage, None without it.
+
+    >>> _read_tokens({"prompt_tokens": 12, "continuation_tokens": 5}), _read_tokens(None)
+    (17, None)
+    """
+    if not isinstance(usage, Mapping):
+        return None
+    counts = [usage.get("prompt_tokens"), usage.get("continuation_tokens")]
+    if not all(isinstance(v, int) and not isinstance(v, bool) for v in counts):
+        return None
+    return int(counts[0]) + int(counts[1])  # type: ignore[arg-type]

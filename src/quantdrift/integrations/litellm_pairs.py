@@ -28,7 +28,7 @@ from typing import Any, Literal
 
 from quantdrift.gateway.openai_wire import Accumulator
 from quantdrift.gateway.planning import json_spec
-from quantdrift.gateway.shadow import request_info
+from quantdrift.gateway.shadow_pairs import request_info
 from quantdrift.gateway.slices import request_tags
 from quantdrift.schemas.pair import ModelOutput, PairEvent, pair_id_for
 

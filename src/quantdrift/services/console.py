@@ -103,6 +103,7 @@ async def route_status(settings: Settings, route: str | None = None) -> list[dic
                     "last_similarity": state.last_similarity,
                     "min_pairs": verdict.min_pairs,
                     "armed": verdict.armed,
+                    "verdict": verdict.verdict,
                     "readiness": ready["readiness"],
                     "missing": ready["missing"],
                     "rules": ready["rules"],

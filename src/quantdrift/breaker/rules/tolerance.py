@@ -133,7 +133,7 @@ def null_mean(
     the paired null.
     """
     if signal == "outcomes":
-        paired = (1.0 + policy.tolerance_outcomes) / 2.0
+        paired = paired_null(policy, signal)
         blessed = (
             None if floor is None else blessed_outcome_mean(floor.values, policy.min_floor_pairs)
         )
@@ -143,7 +143,7 @@ def null_mean(
     if signal == "hard":
         rate = None if floor is None else blessed_hard_rate(floor.values, policy.min_floor_pairs)
         if rate is None:
-            return policy.tolerance_hard, "paired"
+            return paired_null(policy, signal), "paired"
         return min(1.0, rate + policy.tolerance_hard), "blessed"
     if floor is None:
         return None
@@ -156,6 +156,21 @@ def null_mean(
         return None
     mean, source = found
     return min(1.0, mean + delta / clip), source
+
+
+def paired_null(policy: RoutePolicy, signal: str) -> float:
+    """The null mean of ``hard`` or ``outcomes`` without a blessing: the tolerated rate of
+    hard failures, and ``(1 + δ) / 2`` for paired outcomes (what the shadow cost estimate
+    tests a drift against, as the judge does before any blessing).
+
+    >>> paired_null(RoutePolicy(), "hard"), paired_null(RoutePolicy(), "outcomes")
+    (0.02, 0.525)
+    """
+    if signal == "hard":
+        return policy.tolerance_hard
+    if signal == "outcomes":
+        return (1.0 + policy.tolerance_outcomes) / 2.0
+    raise ValueError(f"no paired null for {signal!r}: only hard and outcomes have one")
 
 
 def _scale(policy: RoutePolicy, signal: str) -> tuple[float, float]:

@@ -44,7 +44,7 @@ from quantdrift.errors import UpstreamError
 from quantdrift.gateway.gateway_config import GatewayConfig, parse_config
 from quantdrift.gateway.openai_wire import Accumulator, Completion
 from quantdrift.gateway.planning import JsonSpec
-from quantdrift.gateway.shadow import request_info
+from quantdrift.gateway.shadow_pairs import request_info
 from quantdrift.gateway.slices import request_tags
 from quantdrift.gateway.teacher_forcing import Scored
 from quantdrift.gateway.upstreams import Upstreams
