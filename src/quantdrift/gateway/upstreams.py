@@ -269,15 +269,21 @@ class UpstreamPool:
 
     async def score(self, messages: Any, candidate: Completion, *, timeout_s: float) -> Outcome:
         """The reference's log-probs of ``candidate``'s tokens, the way this pool declared
-        (``teacher_forcing``; see ``teacher_forcing``). Tries the pool's URLs in turn
-        while they refuse connections; never raises."""
+        (``teacher_forcing``; see ``teacher_forcing``): by the candidate's own token ids
+        where it reported them, else by re-tokenizing its text. Tries the pool's URLs in
+        turn while they refuse connections; never raises."""
         mode = self.capabilities.teacher_forcing
         if mode == "none":
             return Failed(tf.UNSUPPORTED, f"pool {self.precision} declares teacher_forcing: none")
         tokens = [str(e.get("token", "")) for e in candidate.choice(0).logprobs_content]
+        ids, prompt_ids = candidate.choice(0).token_ids, candidate.prompt_token_ids
         outcome: Outcome = Failed(tf.FAILED, f"{self.precision}: no upstream answered")
         for url in self._ordered():
-            if mode == "vllm":
+            if mode == "vllm" and ids and prompt_ids:
+                outcome = await tf.score_vllm_ids(
+                    self._client, url, self.model, prompt_ids, ids, timeout_s
+                )
+            elif mode == "vllm":
                 outcome = await tf.score_vllm(
                     self._client,
                     url,
