@@ -8,11 +8,12 @@ above its null: the blessed floor's upper bound plus δ. That happens exactly wh
 calibration came out low against the traffic, so the rate of such calibrations is the
 false-rollback rate a long healthy stream meets, before the e-detector's own share.
 
-On each recorded pair set (``lab`` and ``vllm``, as ``bench/eval_modes.py``) and
-decoding mode, the healthy int8 pairs of the evaluation prompts stand for the traffic
-(their mean x is what a long stream of them learns), and the null is drawn ``--draws``
-times from the calibration prompts' blessed int8 pairs, through the same
-``seed_from_pairs`` and null as ``quantdrift calibrate`` and the judge:
+On each recorded pair set (``corpus``, the traffic corpus of ``corpus/pairs``, its
+prompts split by the stable hash every non-lab prompt gets; ``lab`` and ``vllm``, as
+``bench/eval_modes.py``) and decoding mode, the healthy int8 pairs of the evaluation
+prompts stand for the traffic (their mean x is what a long stream of them learns), and
+the null is drawn ``--draws`` times from the calibration prompts' blessed int8 pairs,
+through the same ``seed_from_pairs`` and null as ``quantdrift calibrate`` and the judge:
 
 * ``bootstrap``: the eval's ``--calibration-draws`` (a bootstrap over the calibration
   prompts, as many as there are);
@@ -56,10 +57,22 @@ from quantdrift.services.evaluation import calibration_draws, calibration_prompt
 from quantdrift.services.pairs import read_pairs
 from quantdrift.services.scoring import build_embedder
 
-DATA = Path(__file__).resolve().parent.parent / "src" / "quantdrift" / "data"
-SETS = {"lab": DATA / "lab_pairs.jsonl.gz", "vllm": DATA / "lab_pairs_vllm.jsonl.gz"}
+ROOT = Path(__file__).resolve().parent.parent
+DATA = ROOT / "src" / "quantdrift" / "data"
+SETS = {
+    "corpus": ROOT / "corpus" / "pairs",
+    "lab": DATA / "lab_pairs.jsonl.gz",
+    "vllm": DATA / "lab_pairs_vllm.jsonl.gz",
+}
 ROUTE = "eval/route"
-BROKEN = ("int4", "int4-gptq", "int3", "int2")
+# The broken variants, by the column that shows them and the labels each set gives them:
+# the traffic corpus's int4 is the GPTQ checkpoint on vLLM's kernel, its int3 group-wise.
+BROKEN = {
+    "int4": ("int4", "int4-g64-gptq"),
+    "int4-gptq": ("int4-gptq",),
+    "int3": ("int3", "int3-g64"),
+    "int2": ("int2",),
+}
 SECTION = "## How often a calibration comes out low"
 
 
@@ -79,7 +92,7 @@ def split(
     evaluation prompts), and each broken variant's shadow pairs there (those recorded)."""
     mine = select(pairs, decoding=decoding)  # type: ignore[arg-type]
     evaluation = select(mine, kinds=("shadow",), part="evaluation")
-    broken = {label: v for label in BROKEN if (v := select(evaluation, labels=(label,)))}
+    broken = {col: v for col, labels in BROKEN.items() if (v := select(evaluation, labels=labels))}
     return select(mine, part="calibration"), select(evaluation, labels=("int8",)), broken
 
 
@@ -174,7 +187,8 @@ def markdown(result: dict[str, Any]) -> str:
         f"{result['draws']} bootstrap draws (as `--calibration-draws`) and "
         f"{result['draws']} halves without replacement. *miss*: the share of draws whose "
         "null sits below the traffic mean, each of which rolls a long healthy stream back. "
-        "*int4*: the broken variant's mean x on the evaluation prompts and, after the arrow, "
+        "*int4*: the broken variant's mean x (on the corpus, the GPTQ checkpoint) on the "
+        "evaluation prompts and, after the arrow, "
         "the pairs the test alone needs at the whole calibration's null (Wald's "
         "approximation; `-`: never, its mean is under the null).",
         "",
@@ -233,7 +247,10 @@ def run_sets(
     }
     for name in args.sets.split(","):
         if not SETS[name].exists():
-            sys.exit(f"{SETS[name]} is missing (bench/lab_pairs_vllm.py records it)")
+            sys.exit(
+                f"{SETS[name]} is missing (`quantdrift lab corpus record` or "
+                "bench/lab_pairs_vllm.py records it)"
+            )
         cache = ScoreCache(embedder)
         result["sets"][name] = per_set(SETS[name], args.draws, args.seed, cache, args.policy)
     text = markdown(result)
