@@ -65,14 +65,12 @@ SETS = {
     "vllm": DATA / "lab_pairs_vllm.jsonl.gz",
 }
 ROUTE = "eval/route"
-# The broken variants, by the column that shows them and the labels each set gives them:
-# the traffic corpus's int4 is the GPTQ checkpoint on vLLM's kernel, its int3 group-wise.
-BROKEN = {
-    "int4": ("int4", "int4-g64-gptq"),
-    "int4-gptq": ("int4-gptq",),
-    "int3": ("int3", "int3-g64"),
-    "int2": ("int2",),
-}
+# The broken variants, by the column that shows them and the labels a set gives them. The
+# traffic corpus (a folder of blocks) names its builds: its int4 is the GPTQ checkpoint on
+# vLLM's kernel, its int3 group-wise. Matched by label alone in the corpus: the vllm set's
+# GPTQ pairs are served by a model of that name too.
+BROKEN = {"int4": "int4", "int4-gptq": "int4-gptq", "int3": "int3", "int2": "int2"}
+CORPUS_BROKEN = {"int4": "int4-g64-gptq", "int3": "int3-g64"}
 SECTION = "## How often a calibration comes out low"
 
 
@@ -86,14 +84,23 @@ def floor_state(
 
 
 def split(
-    pairs: list[PairEvent], decoding: str
+    pairs: list[PairEvent], decoding: str, broken_labels: dict[str, str] = BROKEN
 ) -> tuple[list[PairEvent], list[PairEvent], dict[str, list[PairEvent]]]:
     """One decoding mode's calibration pairs, its healthy int8 traffic (shadow pairs of the
     evaluation prompts), and each broken variant's shadow pairs there (those recorded)."""
     mine = select(pairs, decoding=decoding)  # type: ignore[arg-type]
     evaluation = select(mine, kinds=("shadow",), part="evaluation")
-    broken = {col: v for col, labels in BROKEN.items() if (v := select(evaluation, labels=labels))}
+    broken = {
+        col: v
+        for col, label in broken_labels.items()
+        if (v := [p for p in evaluation if p.label == label])
+    }
     return select(mine, part="calibration"), select(evaluation, labels=("int8",)), broken
+
+
+def broken_of(path: Path) -> dict[str, str]:
+    """The broken variants' labels by column for the set at ``path``."""
+    return CORPUS_BROKEN if path.is_dir() else BROKEN
 
 
 def half_draws(
@@ -121,7 +128,7 @@ def coverage(
     pairs = [strip(p, "full") for p in read_pairs(path)]
     rows = []
     for decoding in ("greedy", "sampled"):
-        calibration, traffic, broken = split(pairs, decoding)
+        calibration, traffic, broken = split(pairs, decoding, broken_of(path))
         cache.fill([*calibration, *traffic, *(p for v in broken.values() for p in v)])
         scores = [to_score(p, cache[p], rp, ROUTE) for p in traffic]
         broken_scores = {
