@@ -137,3 +137,30 @@ def test_a_streamed_answer_keeps_its_token_ids_through_the_shadow_copy() -> None
     plain = Accumulator("bf16")
     plain.add({"choices": [{"index": 0, "delta": {"content": "A"}, "token_ids": ["x"]}]})
     assert plain.finish().prompt_token_ids is None and plain.completion.choice(0).token_ids == []
+
+
+def test_a_pool_that_reports_ids_is_asked_for_them_and_users_never_see_them() -> None:
+    from quantdrift.gateway.openai_wire import client_chunk
+    from quantdrift.gateway.upstreams import Upstreams
+
+    config = parse_config(
+        {
+            "precisions": {"int4": ["http://a"], "bf16": ["http://b"]},
+            "pools": {"int4": {"token_ids": True}, "bf16": {"teacher_forcing": "vllm"}},
+            "routes": {"r": {"candidate": "int4", "reference": "bf16", "teacher_forced": True}},
+        }
+    )
+    pools = Upstreams(config, shadow=True)
+    body = {"messages": [{"role": "user", "content": "hi"}], "logprobs": True}
+    assert pools["int4"].shape(body)["return_token_ids"] is True
+    assert "return_token_ids" not in pools["int4"].shape(body, chat=False)  # text completions
+    assert "return_token_ids" not in pools["int4"].shape({**body, "logprobs": False})
+    assert "return_token_ids" not in pools["bf16"].shape(body)
+    chunk = {
+        "id": "c",
+        "prompt_token_ids": [1, 2],
+        "choices": [{"index": 0, "delta": {"content": "A"}, "token_ids": [11], "logprobs": None}],
+    }
+    out = client_chunk(chunk, logprobs=False, top_k=0)
+    assert "prompt_token_ids" not in out and "token_ids" not in out["choices"][0]
+    assert out["choices"][0]["delta"] == {"content": "A"}

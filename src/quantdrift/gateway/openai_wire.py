@@ -389,13 +389,22 @@ def trim_logprobs(logprobs: Any, wanted: bool, top_k: int) -> Any:
     }
 
 
+# What an upstream adds for the gateway's own use (vLLM's ``return_token_ids``, asked for
+# teacher forcing): never passed on to the client, who did not ask for it.
+_GATEWAY_ONLY = frozenset({"usage", "quantdrift", "prompt_token_ids", "prompt_text"})
+
+
 def client_chunk(chunk: Mapping[str, Any], logprobs: bool, top_k: int) -> dict[str, Any]:
-    """An upstream chunk as the client gets it: log-probs trimmed, usage removed."""
-    out = {k: v for k, v in chunk.items() if k not in ("usage", "quantdrift")}
+    """An upstream chunk as the client gets it: log-probs trimmed, usage and token ids
+    removed."""
+    out = {k: v for k, v in chunk.items() if k not in _GATEWAY_ONLY}
     choices = chunk.get("choices")
     if isinstance(choices, list):
         out["choices"] = [
-            {**c, "logprobs": trim_logprobs(c.get("logprobs"), logprobs, top_k)}
+            {
+                **{k: v for k, v in c.items() if k != "token_ids"},
+                "logprobs": trim_logprobs(c.get("logprobs"), logprobs, top_k),
+            }
             if isinstance(c, dict)
             else c
             for c in choices

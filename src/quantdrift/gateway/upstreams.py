@@ -117,10 +117,14 @@ class UpstreamPool:
         ordered = self.urls[start:] + self.urls[:start]
         return self.outliers.available(ordered, self._clock())
 
-    def shape(self, body: Mapping[str, Any]) -> dict[str, Any]:
-        """The payload this pool gets: streaming, capabilities applied, its model name."""
+    def shape(self, body: Mapping[str, Any], *, chat: bool = True) -> dict[str, Any]:
+        """The payload this pool gets: streaming, capabilities applied, its model name;
+        token ids asked for on a chat with log-probs where the pool reports them (what
+        teacher forcing by ids reads; ``openai_wire.client_chunk`` strips them)."""
         cap = self.capabilities
         payload = dict(body, stream=True)
+        if chat and cap.token_ids and payload.get("logprobs"):
+            payload["return_token_ids"] = True
         if self.model:
             payload["model"] = self.model
         if not cap.logprobs:
@@ -154,7 +158,7 @@ class UpstreamPool:
         path: str = "/v1/chat/completions",
     ) -> AsyncGenerator[dict[str, Any], None]:
         """Yield the chunks of one streamed completion (see the module docstring for errors)."""
-        payload = self.shape(body)
+        payload = self.shape(body, chat=path == "/v1/chat/completions")
         deadline = time.monotonic() + (total_s or self._timeouts.total_s)
         failures: list[str] = []
         for url in self._ordered():
