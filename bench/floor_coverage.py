@@ -8,11 +8,12 @@ above its null: the blessed floor's upper bound plus δ. That happens exactly wh
 calibration came out low against the traffic, so the rate of such calibrations is the
 false-rollback rate a long healthy stream meets, before the e-detector's own share.
 
-On each recorded pair set (``lab`` and ``vllm``, as ``bench/eval_modes.py``) and
-decoding mode, the healthy int8 pairs of the evaluation prompts stand for the traffic
-(their mean x is what a long stream of them learns), and the null is drawn ``--draws``
-times from the calibration prompts' blessed int8 pairs, through the same
-``seed_from_pairs`` and null as ``quantdrift calibrate`` and the judge:
+On each recorded pair set (``corpus``, the traffic corpus of ``corpus/pairs``, its
+prompts split by the stable hash every non-lab prompt gets; ``lab`` and ``vllm``, as
+``bench/eval_modes.py``) and decoding mode, the healthy int8 pairs of the evaluation
+prompts stand for the traffic (their mean x is what a long stream of them learns), and
+the null is drawn ``--draws`` times from the calibration prompts' blessed int8 pairs,
+through the same ``seed_from_pairs`` and null as ``quantdrift calibrate`` and the judge:
 
 * ``bootstrap``: the eval's ``--calibration-draws`` (a bootstrap over the calibration
   prompts, as many as there are);
@@ -57,10 +58,20 @@ from quantdrift.services.evaluation import calibration_draws, calibration_prompt
 from quantdrift.services.pairs import read_pairs
 from quantdrift.services.scoring import build_embedder
 
-DATA = Path(__file__).resolve().parent.parent / "src" / "quantdrift" / "data"
-SETS = {"lab": DATA / "lab_pairs.jsonl.gz", "vllm": DATA / "lab_pairs_vllm.jsonl.gz"}
+ROOT = Path(__file__).resolve().parent.parent
+DATA = ROOT / "src" / "quantdrift" / "data"
+SETS = {
+    "corpus": ROOT / "corpus" / "pairs",
+    "lab": DATA / "lab_pairs.jsonl.gz",
+    "vllm": DATA / "lab_pairs_vllm.jsonl.gz",
+}
 ROUTE = "eval/route"
-BROKEN = ("int4", "int4-gptq", "int3", "int2")
+# The broken variants, by the column that shows them and the labels a set gives them. The
+# traffic corpus (a folder of blocks) names its builds: its int4 is the GPTQ checkpoint on
+# vLLM's kernel, its int3 group-wise. Matched by label alone in the corpus: the vllm set's
+# GPTQ pairs are served by a model of that name too.
+BROKEN = {"int4": "int4", "int4-gptq": "int4-gptq", "int3": "int3", "int2": "int2"}
+CORPUS_BROKEN = {"int4": "int4-g64-gptq", "int3": "int3-g64"}
 SECTION = "## How often a calibration comes out low"
 
 
@@ -74,14 +85,23 @@ def floor_state(
 
 
 def split(
-    pairs: list[PairEvent], decoding: str
+    pairs: list[PairEvent], decoding: str, broken_labels: dict[str, str] = BROKEN
 ) -> tuple[list[PairEvent], list[PairEvent], dict[str, list[PairEvent]]]:
     """One decoding mode's calibration pairs, its healthy int8 traffic (shadow pairs of the
     evaluation prompts), and each broken variant's shadow pairs there (those recorded)."""
     mine = select(pairs, decoding=decoding)  # type: ignore[arg-type]
     evaluation = select(mine, kinds=("shadow",), part="evaluation")
-    broken = {label: v for label in BROKEN if (v := select(evaluation, labels=(label,)))}
+    broken = {
+        col: v
+        for col, label in broken_labels.items()
+        if (v := [p for p in evaluation if p.label == label])
+    }
     return select(mine, part="calibration"), select(evaluation, labels=("int8",)), broken
+
+
+def broken_of(path: Path) -> dict[str, str]:
+    """The broken variants' labels by column for the set at ``path``."""
+    return CORPUS_BROKEN if path.is_dir() else BROKEN
 
 
 def half_draws(
@@ -109,7 +129,7 @@ def coverage(
     pairs = [strip(p, "full") for p in read_pairs(path)]
     rows = []
     for decoding in ("greedy", "sampled"):
-        calibration, traffic, broken = split(pairs, decoding)
+        calibration, traffic, broken = split(pairs, decoding, broken_of(path))
         cache.fill([*calibration, *traffic, *(p for v in broken.values() for p in v)])
         scores = [to_score(p, cache[p], rp, ROUTE) for p in traffic]
         broken_scores = {
@@ -174,7 +194,8 @@ def markdown(result: dict[str, Any]) -> str:
         f"{result['draws']} bootstrap draws (as `--calibration-draws`) and "
         f"{result['draws']} halves without replacement. *miss*: the share of draws whose "
         "null sits below the traffic mean, each of which rolls a long healthy stream back. "
-        "*int4*: the broken variant's mean x on the evaluation prompts and, after the arrow, "
+        "*int4*: the broken variant's mean x (on the corpus, the GPTQ checkpoint) on the "
+        "evaluation prompts and, after the arrow, "
         "the pairs the test alone needs at the whole calibration's null (Wald's "
         "approximation; `-`: never, its mean is under the null).",
         "",
@@ -233,7 +254,10 @@ def run_sets(
     }
     for name in args.sets.split(","):
         if not SETS[name].exists():
-            sys.exit(f"{SETS[name]} is missing (bench/lab_pairs_vllm.py records it)")
+            sys.exit(
+                f"{SETS[name]} is missing (`quantdrift lab corpus record` or "
+                "bench/lab_pairs_vllm.py records it)"
+            )
         cache = ScoreCache(embedder)
         result["sets"][name] = per_set(SETS[name], args.draws, args.seed, cache, args.policy)
     text = markdown(result)

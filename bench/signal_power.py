@@ -36,7 +36,7 @@ from typing import Any
 
 import numpy as np
 from common import policy_flag
-from floor_coverage import ROUTE, power_cell, run_sets, split, wald_pairs
+from floor_coverage import ROUTE, broken_of, power_cell, run_sets, split, wald_pairs
 
 from quantdrift.breaker.policy import RoutePolicy, load_policy
 from quantdrift.breaker.rules import signal_arl
@@ -137,7 +137,7 @@ def power(
     pairs = [strip(p, "full") for p in read_pairs(path)]
     rows = []
     for decoding in ("greedy", "sampled"):
-        calibration, traffic, broken = split(pairs, decoding)
+        calibration, traffic, broken = split(pairs, decoding, broken_of(path))
         blessed = select(calibration, labels=("int8",), kinds=("shadow",))
         cache.fill([*blessed, *traffic, *(p for v in broken.values() for p in v)])
         drawn = [

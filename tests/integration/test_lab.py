@@ -17,7 +17,7 @@ import httpx
 import pytest
 
 from quantdrift.schemas import PairEvent
-from quantdrift.services.pairs import read_pairs
+from quantdrift.services.pairs import CORPUS_SLICE, read_pairs
 from quantdrift.stack import free_port
 
 pytestmark = pytest.mark.slow
@@ -157,6 +157,33 @@ def test_shipped_pairs_have_the_labels_the_demo_needs() -> None:
     assert {"int8", "noise"} <= labels and labels & {"int2", "int3"}
     assert all(p.kind == ("noise" if p.label == "noise" else "shadow") for p in pairs)
     assert all(p.reference_logprobs_on_candidate is not None for p in pairs)
+
+
+def test_the_shipped_corpus_slice_is_the_corpus_s_own_and_mixes_its_traffic(
+    tmp_path: Path,
+) -> None:
+    """The demo's pairs: regenerated from the committed corpus byte for byte, every
+    prompt with its noise pair, int8 and int3, and the corpus's mix of languages and
+    lengths kept (a slice, not a handful of English prompts)."""
+    from quantdrift.cli import main
+    from quantdrift.evaluation.corpus import prompt_of
+
+    root = Path(__file__).parents[2]
+    out = tmp_path / "slice.jsonl.xz"
+    argv = ["lab", "corpus", "slice", "--pairs", str(root / "corpus/pairs"), "--out", str(out)]
+    assert main(argv) == 0
+    assert out.read_bytes() == (root / "src/quantdrift/data/corpus_slice.jsonl.xz").read_bytes()
+    pairs = read_pairs(None, shipped=CORPUS_SLICE)
+    by_label: dict[str, set[str]] = {}
+    for p in pairs:
+        by_label.setdefault(p.label or "", set()).add(prompt_of(p))
+    assert set(by_label) == {"noise", "int8", "int3-g64"}
+    assert len(by_label["noise"]) == 120
+    assert by_label["int8"] == by_label["int3-g64"] == by_label["noise"]
+    assert {p.tags.get("language") for p in pairs} >= {"en", "zh", "ja"}
+    assert {p.tags.get("length") for p in pairs} >= {"short", "medium", "long"}
+    assert main(["lab", "corpus", "slice", "--pairs", str(tmp_path / "none"), "--out",
+                 str(out)]) == 2  # fmt: skip
 
 
 def test_quality_cli_on_shipped_pairs(capsys: pytest.CaptureFixture[str]) -> None:

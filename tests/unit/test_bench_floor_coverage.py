@@ -62,3 +62,19 @@ def test_a_policy_with_a_wider_mix_raises_every_spread_null(
     assert wide[("greedy", "lexical")]["null_whole"] > base[("greedy", "lexical")]["null_whole"]
     assert all(wide[k]["null_whole"] >= base[k]["null_whole"] for k in base)
     assert "--policy" in floor_coverage.markdown(runs[1])
+
+
+@pytest.mark.slow  # scores the committed corpus with the static embedder (~10 s)
+def test_the_traffic_corpus_is_a_set_with_its_gptq_int4_and_int3(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    argv = ["--draws", "4", "--sets", "corpus", "--embedder", "static", "--json"]
+    assert floor_coverage.main(argv) == 0
+    result = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    rows = {(r["decoding"], r["signal"]): r for r in result["sets"]["corpus"]}
+    for decoding in ("greedy", "sampled"):
+        kl = rows[(decoding, "tf_kl")]
+        # Healthy int8 under its null; the GPTQ checkpoint (the int4 column) and int3 above
+        # it, int3 further, each called by teacher-forced KL alone.
+        assert kl["traffic_mean"] < kl["null_whole"] < kl["int4_mean"] < kl["int3_mean"]
+        assert kl["int4_pairs"] is not None and kl["int3_pairs"] < kl["int4_pairs"]

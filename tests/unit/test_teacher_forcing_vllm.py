@@ -11,7 +11,15 @@ import torch
 
 from quantdrift.errors import ConfigError
 from quantdrift.gateway.gateway_config import parse_config
-from quantdrift.gateway.teacher_forcing import MISMATCH, Failed, Scored, align, vllm_request
+from quantdrift.gateway.openai_wire import Accumulator
+from quantdrift.gateway.teacher_forcing import (
+    MISMATCH,
+    Failed,
+    Scored,
+    align,
+    align_ids,
+    vllm_request,
+)
 from quantdrift.lab.export import dequantize_gptq, gptq_linear, rtn_symmetric
 
 
@@ -105,3 +113,54 @@ async def test_an_engine_change_under_a_pool_is_counted_and_logged(
     assert runner.probe.engine_changes == {"int4": 1}
     assert "0.33.0" in caplog.text and "0.32.0" in caplog.text
     await upstreams.aclose()
+
+
+def test_token_ids_score_the_candidates_own_tokens_with_no_decoding() -> None:
+    # The reference was given the ids themselves: positions 2.. hold ids 11, 12, 13, 2.
+    got = align_ids([11, 12, 13, 2], 2, entries(IDS, TOKS, LPS))
+    assert got == Scored([-0.1, -0.2, -0.3, -0.4])
+    wrong = align_ids([11, 99], 2, entries(IDS, TOKS, LPS))
+    assert isinstance(wrong, Failed) and wrong.reason == MISMATCH and "99" in wrong.detail
+    assert isinstance(align_ids([11] * 9, 2, entries(IDS, TOKS, LPS)), Failed)
+    assert isinstance(align_ids([], 2, entries(IDS, TOKS, LPS)), Failed)
+
+
+def test_a_streamed_answer_keeps_its_token_ids_through_the_shadow_copy() -> None:
+    acc = Accumulator("int8")
+    acc.add({"id": "c", "prompt_token_ids": [1, 10], "choices": [{"index": 0, "delta": {}}]})
+    acc.add({"choices": [{"index": 0, "delta": {"content": "A"}, "token_ids": [11]}]})
+    acc.add({"choices": [{"index": 0, "delta": {"content": "B"}, "token_ids": [12]}]})
+    acc.add({"choices": [{"index": 0, "delta": {}, "finish_reason": "stop", "token_ids": [2]}]})
+    done = acc.finish().stripped(5)
+    assert done.prompt_token_ids == [1, 10] and done.choice(0).token_ids == [11, 12, 2]
+    # A server that does not report ids leaves both empty: the text path is used.
+    plain = Accumulator("bf16")
+    plain.add({"choices": [{"index": 0, "delta": {"content": "A"}, "token_ids": ["x"]}]})
+    assert plain.finish().prompt_token_ids is None and plain.completion.choice(0).token_ids == []
+
+
+def test_a_pool_that_reports_ids_is_asked_for_them_and_users_never_see_them() -> None:
+    from quantdrift.gateway.openai_wire import client_chunk
+    from quantdrift.gateway.upstreams import Upstreams
+
+    config = parse_config(
+        {
+            "precisions": {"int4": ["http://a"], "bf16": ["http://b"]},
+            "pools": {"int4": {"token_ids": True}, "bf16": {"teacher_forcing": "vllm"}},
+            "routes": {"r": {"candidate": "int4", "reference": "bf16", "teacher_forced": True}},
+        }
+    )
+    pools = Upstreams(config, shadow=True)
+    body = {"messages": [{"role": "user", "content": "hi"}], "logprobs": True}
+    assert pools["int4"].shape(body)["return_token_ids"] is True
+    assert "return_token_ids" not in pools["int4"].shape(body, chat=False)  # text completions
+    assert "return_token_ids" not in pools["int4"].shape({**body, "logprobs": False})
+    assert "return_token_ids" not in pools["bf16"].shape(body)
+    chunk = {
+        "id": "c",
+        "prompt_token_ids": [1, 2],
+        "choices": [{"index": 0, "delta": {"content": "A"}, "token_ids": [11], "logprobs": None}],
+    }
+    out = client_chunk(chunk, logprobs=False, top_k=0)
+    assert "prompt_token_ids" not in out and "token_ids" not in out["choices"][0]
+    assert out["choices"][0]["delta"] == {"content": "A"}

@@ -73,7 +73,8 @@ def write_config(path: Path, candidate_url: str, candidate_model: str, reference
             {
                 "precisions": {"int4": [candidate_url], "bf16": [reference_url]},
                 "precision_models": {"int4": candidate_model, "bf16": "ref-f32"},
-                "pools": {"bf16": {"teacher_forcing": "vllm"}},
+                # The candidate reports its token ids: teacher forcing scores those.
+                "pools": {"bf16": {"teacher_forcing": "vllm"}, "int4": {"token_ids": True}},
                 "routes": {
                     ROUTE: {"candidate": "int4", "reference": "bf16", "teacher_forced": True}
                 },
@@ -182,6 +183,11 @@ async def test_rollback_on_teacher_forced_evidence_from_vllm(
                 for r in await records_for(kafka.bootstrap_servers, kafka.topics.pairs, ROUTE)
             )
         }
+        # Every answer is cut at MAX_TOKENS, the case re-tokenizing got wrong: forced by
+        # ids, every pair has the reference's log-prob of each candidate token.
+        for p in pairs.values():
+            forced, own = p.reference_logprobs_on_candidate, p.candidate.token_logprobs
+            assert forced and own and len(forced) == len(own), p.pair_id
         pair = pairs[decisive]
         tf = pair.reference_logprobs_on_candidate
         assert (

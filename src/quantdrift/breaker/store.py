@@ -14,7 +14,6 @@ is written outside the Lua steps.
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Callable, Sequence
 from importlib import resources
 from typing import Any
@@ -40,6 +39,7 @@ from quantdrift.breaker.protocol import (
     Prefix,
     result_of,
 )
+from quantdrift.breaker.redis_outbox import RedisOutbox
 from quantdrift.breaker.state import RouteState, Transition
 from quantdrift.breaker.step import DECODING_MODES, floor_key_suffix, fold_many, last_pair_id
 from quantdrift.detectors.noise_floor import NoiseFloor, NoiseFloorState
@@ -50,12 +50,7 @@ from quantdrift.schemas.signing import CommandSigner
 
 _SCRIPTS = resources.files("quantdrift.breaker")
 _APPLY = _SCRIPTS.joinpath("apply.lua").read_text()
-_CLAIM = _SCRIPTS.joinpath("outbox_claim.lua").read_text()
-_ACK = _SCRIPTS.joinpath("outbox_ack.lua").read_text()
 _BATCH = _SCRIPTS.joinpath("fold_batch.lua").read_text()
-_RELEASE = (
-    "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0"
-)
 # A redelivery comes from offsets folded but not yet committed (seconds), or from a
 # producer retrying a send (seconds); an hour covers both with a wide margin and
 # bounds Redis at ~one key per pair of the last hour.
@@ -83,10 +78,8 @@ class RedisBreakerStore(BreakerStore):
         self._floor = noise_floor
         self._failpoint = failpoint or (lambda name: None)
         self._script = client.register_script(_APPLY)
-        self._claim_script = client.register_script(_CLAIM)
-        self._ack_script = client.register_script(_ACK)
         self._batch_script = client.register_script(_BATCH)
-        self._release_script = client.register_script(_RELEASE)
+        self._outbox = RedisOutbox(client, key_prefix)
         self._registered: set[str] = set()
 
     # -- keys -----------------------------------------------------------------
@@ -348,46 +341,15 @@ class RedisBreakerStore(BreakerStore):
             raise BreakerStoreError(f"redis: {exc}") from exc
         return (status.decode() if isinstance(status, bytes) else status), int(v)
 
-    # -- outbox ---------------------------------------------------------------
+    # -- outbox (the claim's Lua steps live in ``redis_outbox``) ---------------
     async def claim(self, route: str, owner: str, ttl_ms: int = 10_000) -> Claim | None:
-        """The outbox's items for ``owner`` alone; None when empty or another holds it.
-
-        Every worker's clock looks at every route, so without a claim two workers
-        would publish the same transition's command twice. The claim expires after
-        ``ttl_ms``: a worker that dies mid-flush leaves the items to the next one
-        (at least once; gateways drop a repeated epoch, sinks a repeated dedupe key).
-        """
-        token = f"{owner}:{uuid.uuid4().hex[:12]}"
-        try:
-            raw = await self._claim_script(
-                keys=[self._k(route, "outbox:owner"), self._k(route, "outbox")],
-                args=[token, ttl_ms],
-            )
-        except RedisError as exc:
-            raise BreakerStoreError(f"redis: {exc}") from exc
-        if not raw:
-            return None
-        return Claim(route, token, tuple(OutboxItem.parse(item, route) for item in raw))
+        return await self._outbox.claim(route, owner, ttl_ms)
 
     async def ack(self, claim: Claim, count: int | None = None) -> bool:
-        """Trim what the claim sent and end it, inside Lua, only while the claim holds."""
-        n = len(claim.items) if count is None else count
-        try:
-            done = await self._ack_script(
-                keys=[self._k(claim.route, "outbox:owner"), self._k(claim.route, "outbox")],
-                args=[claim.token, n],
-            )
-        except RedisError as exc:
-            raise BreakerStoreError(f"redis: {exc}") from exc
-        return bool(done)
+        return await self._outbox.ack(claim, count)
 
     async def release(self, claim: Claim) -> None:
-        try:
-            await self._release_script(
-                keys=[self._k(claim.route, "outbox:owner")], args=[claim.token]
-            )
-        except RedisError as exc:
-            raise BreakerStoreError(f"redis: {exc}") from exc
+        await self._outbox.release(claim)
 
 
 def _decode(raw: list[Any], build: Callable[[Any], Any]) -> tuple[Any, int]:

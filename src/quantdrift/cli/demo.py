@@ -21,9 +21,9 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--pairs",
         type=Path,
         default=None,
-        help="PairEvent JSONL(.gz) to replay (default: the recorded lab pairs)",
+        help="PairEvent JSONL(.gz/.xz) to replay (default: the shipped traffic-corpus slice)",
     )
-    p.add_argument("--synthetic", action="store_true", help="generated pairs instead of lab pairs")
+    p.add_argument("--synthetic", action="store_true", help="generated pairs, not recorded ones")
     p.add_argument("--healthy-pairs", type=positive_int, default=60)
     p.add_argument("--rate", type=float, default=20.0, help="pairs per second")
     p.set_defaults(func=run)

@@ -263,6 +263,15 @@ def _register_corpus(lab_sub: argparse._SubParsersAction) -> None:
         help="how the reference teacher-forces (lab: `lab serve` engines given by --engine)",
     )
     r.set_defaults(func=corpus_record)
+    s = c_sub.add_parser(
+        "slice", help="a seeded sample of recorded prompts with some labels (the demo's pairs)"
+    )
+    s.add_argument("--pairs", type=Path, required=True, help="the folder of recorded blocks")
+    s.add_argument("--labels", default="int8,int3-g64", help="candidate labels to keep")
+    s.add_argument("--prompts", type=positive_int, default=120)
+    s.add_argument("--seed", type=non_negative_int, default=0)
+    s.add_argument("--out", type=Path, required=True, help="PAIRS.jsonl.xz")
+    s.set_defaults(func=corpus_slice)
 
 
 def corpus_generate(args: argparse.Namespace) -> int:
@@ -306,3 +315,22 @@ def corpus_record(args: argparse.Namespace) -> int:
     summary = session.run(log=sys.stderr)
     print(json.dumps(summary))
     return 0 if summary.get("error") is None else 1
+
+
+def corpus_slice(args: argparse.Namespace) -> int:
+    import lzma
+
+    from quantdrift.errors import ConfigError
+    from quantdrift.services.corpus_eval import corpus_slice as pick
+    from quantdrift.services.pairs import read_pairs
+
+    if not args.pairs.exists():
+        raise ConfigError(f"no such folder: {args.pairs}")
+    labels = [v for v in args.labels.split(",") if v]
+    kept = pick(read_pairs(args.pairs), labels, args.prompts, args.seed)
+    lines = b"".join(p.model_dump_json(exclude_none=True).encode() + b"\n" for p in kept)
+    # xz holds no timestamp: the same slice gives the same bytes, so a regenerated file is
+    # no diff.
+    args.out.write_bytes(lzma.compress(lines, preset=9))
+    print(json.dumps({"out": str(args.out), "prompts": args.prompts, "pairs": len(kept)}))
+    return 0

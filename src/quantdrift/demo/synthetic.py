@@ -1,4 +1,4 @@
-"""Generated pairs for the demo when no recorded lab pairs are given.
+"""Generated pairs for the demo when asked for (`--synthetic`) or nothing recorded is shipped.
 
 Healthy pairs differ from the reference at paraphrase level; drifted pairs
 show the failure modes the seeds describe: hallucinated facts, loops, broken

@@ -142,15 +142,7 @@ def run_long(
     cache.fill([*healthy, *(p for pool in pools.values() for p in pool)])
     nf = noise_floor or NoiseFloor()
     # The same draws for every policy: policies differ by their decisions only.
-    draws = []
-    for k in range(streams):
-        rng = np.random.default_rng([seed, k])
-        h = rng.integers(0, len(healthy), size=length)
-        d = {
-            name: rng.integers(0, len(pool), size=drift_length) if pool else np.zeros(0, int)
-            for name, pool in pools.items()
-        }
-        draws.append((h, d))
+    draws = _stream_draws(len(healthy), pools, streams, length, drift_length, seed)
     results = []
     limits: dict[str, float | None] = {}
     for name, policy in policies.items():
@@ -165,12 +157,7 @@ def run_long(
                 pool: information_limit(h_rows, [s.metrics.model_dump() for s in scores])
                 for pool, scores in d_scores.items()
             }
-        seeds = []
-        for rows_by_mode in floors:
-            seeded = offline_store(nf)
-            for mode, rows in rows_by_mode.items():
-                asyncio.run(seeded.seed_floor(ROUTE, mode, list(rows)))
-            seeds.append(seeded)
+        seeds = [_seeded(rows_by_mode, nf) for rows_by_mode in floors]
         false, with_false = 0, 0
         false_rules: Counter[str] = Counter()
         delays: dict[str, list[float]] = {pool: [] for pool in pools}
@@ -203,29 +190,86 @@ def run_long(
                         delays[pool].append(float(delay))
                         by[pool][rule or "?"] += 1
         total = len(seeds) * streams * length
+        tally = _Tally(false, with_false, false_rules, delays, missed, by)
+        results += tally.results(name, pools, len(seeds) * streams, total, drift_length, limits,
+                                 floor_source)  # fmt: skip
+    return results
+
+
+def _stream_draws(
+    n_healthy: int,
+    pools: Mapping[str, Sequence[PairEvent]],
+    streams: int,
+    length: int,
+    drift_length: int,
+    seed: int,
+) -> list[tuple[np.ndarray, dict[str, np.ndarray]]]:
+    """Each stream's seeded draw: healthy indices, then each pool's drift indices."""
+    draws = []
+    for k in range(streams):
+        rng = np.random.default_rng([seed, k])
+        h = rng.integers(0, n_healthy, size=length)
+        d = {
+            name: rng.integers(0, len(pool), size=drift_length) if pool else np.zeros(0, int)
+            for name, pool in pools.items()
+        }
+        draws.append((h, d))
+    return draws
+
+
+def _seeded(rows_by_mode: FloorRows, nf: NoiseFloor) -> MemoryBreakerStore:
+    """A store whose floors are one calibration draw's, written as calibrate writes them."""
+    seeded = offline_store(nf)
+    for mode, rows in rows_by_mode.items():
+        asyncio.run(seeded.seed_floor(ROUTE, mode, list(rows)))
+    return seeded
+
+
+@dataclass
+class _Tally:
+    """What one policy's streams counted: false rollbacks, and per pool its delays."""
+
+    false: int
+    with_false: int
+    false_rules: Counter[str]
+    delays: dict[str, list[float]]
+    missed: Counter[str]
+    by: dict[str, Counter[str]]
+
+    def results(
+        self,
+        name: str,
+        pools: Mapping[str, Sequence[PairEvent]],
+        streams: int,
+        total: int,
+        drift_length: int,
+        limits: Mapping[str, float | None],
+        floor_source: Mapping[str, str] | None,
+    ) -> list[LongResult]:
+        out = []
         for pool, pairs in pools.items():
-            caught = [x for x in delays[pool] if x <= drift_length]
-            results.append(
+            caught = [x for x in self.delays[pool] if x <= drift_length]
+            out.append(
                 LongResult(
                     policy=name,
-                    streams=len(seeds) * streams,
+                    streams=streams,
                     healthy_pairs=total,
-                    false_rollbacks=false,
-                    false_rollbacks_per_100k=round(1e5 * false / total, 3) if total else 0.0,
-                    false_rollbacks_per_100k_upper95=round(poisson_upper95(false, total), 3),
+                    false_rollbacks=self.false,
+                    false_rollbacks_per_100k=round(1e5 * self.false / total, 3) if total else 0.0,
+                    false_rollbacks_per_100k_upper95=round(poisson_upper95(self.false, total), 3),
                     detection_delay_pairs=quantile(caught, 0.5) if pairs else None,
-                    detection_delay_p90=quantile(delays[pool], 0.9) if pairs else None,
-                    missed=missed[pool],
+                    detection_delay_p90=quantile(self.delays[pool], 0.9) if pairs else None,
+                    missed=self.missed[pool],
                     drifted=pool,
                     drifted_pairs_per_stream=drift_length if pairs else 0,
-                    streams_with_false_rollback=with_false,
-                    detected_by=dict(by[pool]),
-                    false_rollback_rules=dict(false_rules),
+                    streams_with_false_rollback=self.with_false,
+                    detected_by=dict(self.by[pool]),
+                    false_rollback_rules=dict(self.false_rules),
                     floor=dict(floor_source or {}),
                     information_limit_pairs=_rounded(limits.get(pool)),
                 )
             )
-    return results
+        return out
 
 
 def _rounded(x: float | None) -> float | None:

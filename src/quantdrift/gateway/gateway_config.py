@@ -153,6 +153,11 @@ class PoolConfig(_Frozen):
     # How a route's teacher_forced scores are obtained when this pool is its reference:
     # lab = POST /v1/score (quantdrift lab serve), vllm = chat + prompt_logprobs.
     teacher_forcing: Literal["vllm", "lab", "none"] = "lab"
+    # The servers report an answer's token ids when asked (vLLM's ``return_token_ids``).
+    # A candidate pool that does has its shadowed answers teacher-forced on those very
+    # ids, so no re-tokenized text can split differently (it did for about one answer in
+    # six cut by max_tokens); the ids never reach users.
+    token_ids: bool = False
 
 
 class ApiKey(_Frozen):

@@ -108,6 +108,9 @@ class Choice:
     logprobs_content: list[dict[str, Any]] = field(default_factory=list)
     role: str = "assistant"
     entries_seen: int = 0  # per-token entries streamed, kept or not
+    # The answer's token ids, where the server reports them (vLLM's ``return_token_ids``):
+    # teacher forcing then scores these very tokens (``teacher_forcing.score_vllm_ids``).
+    token_ids: list[int] = field(default_factory=list)
 
     @property
     def text(self) -> str:
@@ -163,6 +166,7 @@ class Completion:
     system_fingerprint: str | None = None
     latency_ms: float = 0.0
     first_token_s: float | None = None  # seconds from the call to its first content
+    prompt_token_ids: list[int] | None = None  # vLLM's ``return_token_ids``, else None
 
     def choice(self, index: int = 0) -> Choice:
         for c in self.choices:
@@ -219,7 +223,13 @@ class Completion:
             }
             for e in c.logprobs_content
         ]
-        choice = Choice(0, [c.text], finish_reason=c.finish_reason, logprobs_content=slim)
+        choice = Choice(
+            0,
+            [c.text],
+            finish_reason=c.finish_reason,
+            logprobs_content=slim,
+            token_ids=c.token_ids,
+        )
         return Completion(
             self.precision,
             self.model,
@@ -229,7 +239,13 @@ class Completion:
             self.usage,
             system_fingerprint=self.system_fingerprint,
             latency_ms=self.latency_ms,
+            prompt_token_ids=self.prompt_token_ids,
         )
+
+
+def _ids(value: Any) -> bool:
+    """Whether ``value`` is a non-empty list of token ids."""
+    return isinstance(value, list) and bool(value) and all(type(v) is int for v in value)
 
 
 def _top_dict(entry: Mapping[str, Any], k: int) -> dict[str, float]:
@@ -278,6 +294,8 @@ class Accumulator:
             c.system_fingerprint = str(chunk["system_fingerprint"])
         if isinstance(chunk.get("usage"), dict):
             c.usage = chunk["usage"]
+        if c.prompt_token_ids is None and _ids(chunk.get("prompt_token_ids")):
+            c.prompt_token_ids = list(chunk["prompt_token_ids"])
         out: list[Delta] = []
         for raw in chunk.get("choices") or ():
             if not isinstance(raw, dict):
@@ -306,6 +324,8 @@ class Accumulator:
             logprobs = raw.get("logprobs")
             entries = logprobs.get("content") if isinstance(logprobs, dict) else None
             keep = self._all_choices or choice.index == 0
+            if keep and _ids(raw.get("token_ids")):
+                choice.token_ids.extend(raw["token_ids"])
             for entry in entries or ():
                 if isinstance(entry, dict):
                     choice.entries_seen += 1
@@ -369,13 +389,22 @@ def trim_logprobs(logprobs: Any, wanted: bool, top_k: int) -> Any:
     }
 
 
+# What an upstream adds for the gateway's own use (vLLM's ``return_token_ids``, asked for
+# teacher forcing): never passed on to the client, who did not ask for it.
+_GATEWAY_ONLY = frozenset({"usage", "quantdrift", "prompt_token_ids", "prompt_text"})
+
+
 def client_chunk(chunk: Mapping[str, Any], logprobs: bool, top_k: int) -> dict[str, Any]:
-    """An upstream chunk as the client gets it: log-probs trimmed, usage removed."""
-    out = {k: v for k, v in chunk.items() if k not in ("usage", "quantdrift")}
+    """An upstream chunk as the client gets it: log-probs trimmed, usage and token ids
+    removed."""
+    out = {k: v for k, v in chunk.items() if k not in _GATEWAY_ONLY}
     choices = chunk.get("choices")
     if isinstance(choices, list):
         out["choices"] = [
-            {**c, "logprobs": trim_logprobs(c.get("logprobs"), logprobs, top_k)}
+            {
+                **{k: v for k, v in c.items() if k != "token_ids"},
+                "logprobs": trim_logprobs(c.get("logprobs"), logprobs, top_k),
+            }
             if isinstance(c, dict)
             else c
             for c in choices

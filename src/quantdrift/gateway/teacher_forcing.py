@@ -25,6 +25,14 @@ measured on different tokens: ``Mismatch`` says so and the caller counts it
 (``shadow_errors{reason="tf_token_mismatch"}``). The lab's scorer follows the
 same rule: a list of a different length gives no ``tf_kl``
 (``detectors.entropy.teacher_forced_kl``).
+
+**By token ids** (vLLM, when the candidate's answer carries them). A vLLM candidate
+asked with ``return_token_ids: true`` reports its prompt's and its answer's token
+ids. Then nothing is re-tokenized: the reference scores exactly those ids
+(``POST /v1/completions`` with the ids as the prompt, ``prompt_logprobs: 1``,
+``max_tokens: 1``), and the alignment trap cannot happen. This needs the two sides to
+share a tokenizer, as the builds of one model do; a reply whose entries do not carry
+the ids asked for is a counted mismatch, never a divergence measured on other tokens.
 """
 
 from __future__ import annotations
@@ -107,6 +115,68 @@ def align(
             )
         out.append(float(entry["logprob"]))
     return Scored(out)
+
+
+def align_ids(
+    answer_ids: Sequence[int], start: int, prompt_logprobs: Sequence[Mapping[str, Any] | None]
+) -> Outcome:
+    """The reference's log-probs of ``answer_ids``, which sit at ``start`` onwards of a
+    prompt the reference was given as token ids (so no decoded text is compared).
+
+    >>> entries = [None, {"7": {"logprob": -0.5}}, {"2": {"logprob": -0.1}}]
+    >>> align_ids([7, 2], 1, entries)
+    Scored(logprobs=[-0.5, -0.1])
+    >>> align_ids([7, 3], 1, entries).reason
+    'token_mismatch'
+    """
+    if not answer_ids:
+        return Failed(MISMATCH, "the candidate reported no token ids")
+    if start < 1 or start + len(answer_ids) > len(prompt_logprobs):
+        return Failed(FAILED, "prompt_logprobs do not cover the answer")
+    out: list[float] = []
+    for i, tid in enumerate(answer_ids):
+        entry = (prompt_logprobs[start + i] or {}).get(str(tid))
+        if not isinstance(entry, Mapping):
+            return Failed(MISMATCH, f"token {i}: no entry for id {tid}")
+        if not isinstance(entry.get("logprob"), int | float):
+            return Failed(FAILED, f"no log-prob for the token at position {start + i}")
+        out.append(float(entry["logprob"]))
+    return Scored(out)
+
+
+async def score_vllm_ids(
+    client: PoolClient,
+    url: str,
+    model: str | None,
+    prompt_ids: Sequence[int],
+    answer_ids: Sequence[int],
+    timeout_s: float,
+) -> Outcome:
+    """Teacher-force the candidate's own token ids on the vLLM server at ``url``."""
+    body: dict[str, Any] = {
+        "prompt": [*prompt_ids, *answer_ids],
+        "prompt_logprobs": 1,
+        "max_tokens": 1,
+        "temperature": 0,
+    }
+    if model:
+        body["model"] = model
+    try:
+        async with asyncio.timeout(timeout_s):
+            r = await client.post(f"{url}/v1/completions", body)
+    except CALL_ERRORS as exc:
+        return Failed(FAILED, failure_name(exc))
+    if r.status in (400, 404, 405, 422):
+        return Failed(UNSUPPORTED, f"/v1/completions: HTTP {r.status}: {r.text[:200]}")
+    if r.status != 200:
+        return Failed(FAILED, f"/v1/completions: HTTP {r.status}")
+    try:
+        entries = r.json()["choices"][0]["prompt_logprobs"]
+    except (ValueError, KeyError, IndexError, TypeError):
+        return Failed(FAILED, "unreadable reply")
+    if not isinstance(entries, list):
+        return Failed(UNSUPPORTED, "no prompt_logprobs in the reply")
+    return align_ids(list(answer_ids), len(prompt_ids), entries)
 
 
 def vllm_request(

@@ -117,10 +117,14 @@ class UpstreamPool:
         ordered = self.urls[start:] + self.urls[:start]
         return self.outliers.available(ordered, self._clock())
 
-    def shape(self, body: Mapping[str, Any]) -> dict[str, Any]:
-        """The payload this pool gets: streaming, capabilities applied, its model name."""
+    def shape(self, body: Mapping[str, Any], *, chat: bool = True) -> dict[str, Any]:
+        """The payload this pool gets: streaming, capabilities applied, its model name;
+        token ids asked for on a chat with log-probs where the pool reports them (what
+        teacher forcing by ids reads; ``openai_wire.client_chunk`` strips them)."""
         cap = self.capabilities
         payload = dict(body, stream=True)
+        if chat and cap.token_ids and payload.get("logprobs"):
+            payload["return_token_ids"] = True
         if self.model:
             payload["model"] = self.model
         if not cap.logprobs:
@@ -154,7 +158,7 @@ class UpstreamPool:
         path: str = "/v1/chat/completions",
     ) -> AsyncGenerator[dict[str, Any], None]:
         """Yield the chunks of one streamed completion (see the module docstring for errors)."""
-        payload = self.shape(body)
+        payload = self.shape(body, chat=path == "/v1/chat/completions")
         deadline = time.monotonic() + (total_s or self._timeouts.total_s)
         failures: list[str] = []
         for url in self._ordered():
@@ -269,15 +273,21 @@ class UpstreamPool:
 
     async def score(self, messages: Any, candidate: Completion, *, timeout_s: float) -> Outcome:
         """The reference's log-probs of ``candidate``'s tokens, the way this pool declared
-        (``teacher_forcing``; see ``teacher_forcing``). Tries the pool's URLs in turn
-        while they refuse connections; never raises."""
+        (``teacher_forcing``; see ``teacher_forcing``): by the candidate's own token ids
+        where it reported them, else by re-tokenizing its text. Tries the pool's URLs in
+        turn while they refuse connections; never raises."""
         mode = self.capabilities.teacher_forcing
         if mode == "none":
             return Failed(tf.UNSUPPORTED, f"pool {self.precision} declares teacher_forcing: none")
         tokens = [str(e.get("token", "")) for e in candidate.choice(0).logprobs_content]
+        ids, prompt_ids = candidate.choice(0).token_ids, candidate.prompt_token_ids
         outcome: Outcome = Failed(tf.FAILED, f"{self.precision}: no upstream answered")
         for url in self._ordered():
-            if mode == "vllm":
+            if mode == "vllm" and ids and prompt_ids:
+                outcome = await tf.score_vllm_ids(
+                    self._client, url, self.model, prompt_ids, ids, timeout_s
+                )
+            elif mode == "vllm":
                 outcome = await tf.score_vllm(
                     self._client,
                     url,

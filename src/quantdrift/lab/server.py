@@ -97,11 +97,194 @@ def _trim_top(step: Step, k: int) -> Step:
     return Step(step.token_id, step.token, step.logprob, step.entropy, top)
 
 
+class LabModel:
+    """One loaded model and the single thread that runs it: scoring and the answers."""
+
+    def __init__(self, model: Any, tokenizer: Any, precision: str) -> None:
+        self.model, self.tokenizer, self.precision = model, tokenizer, precision
+        self.worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="lab-gen")
+        self.model_id = f"{MODEL_NAME}@{precision}"
+
+    def prompt_ids(self, messages: list[Message] | None, prompt: str | None = None) -> list[int]:
+        if messages:
+            return encode_chat(self.tokenizer, [m.model_dump() for m in messages])
+        return encode_chat(self.tokenizer, prompt or "")
+
+    def score(self, body: ScoreRequest) -> dict[str, Any]:
+        """Teacher forcing: this model's log-prob of each continuation token."""
+        prompt_ids = self.prompt_ids(body.messages, body.prompt)
+        cont = list(self.tokenizer(body.continuation, add_special_tokens=False)["input_ids"])
+        pad = self.tokenizer.pad_token_id or 0
+        scores = score_continuations(self.model, [prompt_ids], [cont], pad=pad)[0] if cont else []
+        return {
+            "object": "score",
+            "model": self.model_id,
+            "precision": self.precision,
+            "tokens": [self.tokenizer.decode([t]) for t in cont],
+            "token_ids": cont,
+            "continuation_logprobs": scores,
+            "usage": {"prompt_tokens": len(prompt_ids), "continuation_tokens": len(cont)},
+        }
+
+    async def in_worker(self, fn: Any, *args: Any) -> Any:
+        return await asyncio.get_running_loop().run_in_executor(self.worker, fn, *args)
+
+
+class ChatAnswer:
+    """One chat request's answer: its decoding, its usage, its OpenAI shapes."""
+
+    def __init__(self, lab: LabModel, body: ChatRequest) -> None:
+        self.lab, self.body = lab, body
+        self.prompt_ids = lab.prompt_ids(body.messages)
+        self.max_new = body.max_completion_tokens or body.max_tokens or DEFAULT_MAX_TOKENS
+        self.seed = body.seed if body.seed is not None else random.randrange(2**31)
+        self.top_k = max(1, body.top_logprobs or 0)
+        self.created, self.id = int(time.time()), f"chatcmpl-{uuid.uuid4().hex[:24]}"
+        self.n = body.n
+
+    def run(self, on_step: Any = None, stop: Any = None) -> list[Generation]:
+        b = self.body
+        return generate(
+            self.lab.model, self.lab.tokenizer, [self.prompt_ids] * self.n,
+            max_new_tokens=self.max_new, temperature=b.temperature, top_p=b.top_p,
+            seeds=[self.seed + i for i in range(self.n)], top_k=self.top_k, on_step=on_step,
+            should_stop=stop,
+        )  # fmt: skip
+
+    def usage(self, gens: list[Generation]) -> dict[str, int]:
+        completion = sum(len(g.steps) for g in gens)
+        prompt = len(self.prompt_ids)
+        return {
+            "prompt_tokens": prompt,
+            "completion_tokens": completion,
+            "total_tokens": prompt + completion,
+        }
+
+    def logprobs_of(self, steps: list[Step]) -> dict[str, Any] | None:
+        if not self.body.logprobs:
+            return None
+        k = self.body.top_logprobs or 0
+        return {"content": [_entry(_trim_top(s, k)) for s in steps]}
+
+    def completion(self, gens: list[Generation]) -> dict[str, Any]:
+        """The non-streamed ``chat.completion``."""
+        return {
+            "id": self.id,
+            "object": "chat.completion",
+            "created": self.created,
+            "model": self.lab.model_id,
+            "system_fingerprint": self.lab.precision,
+            "choices": [
+                {
+                    "index": i,
+                    "message": {"role": "assistant", "content": gen.text},
+                    "logprobs": self.logprobs_of(gen.steps),
+                    "finish_reason": gen.finish_reason,
+                }
+                for i, gen in enumerate(gens)
+            ],
+            "usage": self.usage(gens),
+            "quantdrift": {
+                "precision": self.lab.precision,
+                "entropy": [s.entropy for s in gens[0].steps],
+                "latency_ms": gens[0].latency_ms,
+            },
+        }
+
+    def frame(self, choices: list[dict[str, Any]], **extra: Any) -> str:
+        body = {
+            "id": self.id,
+            "object": "chat.completion.chunk",
+            "created": self.created,
+            "model": self.lab.model_id,
+            "system_fingerprint": self.lab.precision,
+            "choices": choices,
+            **extra,
+        }
+        return f"data: {json.dumps(body, ensure_ascii=False)}\n\n"
+
+    def chunk(self, index: int, delta: dict[str, Any], **extra: Any) -> str:
+        choice = {"index": index, "delta": delta, "logprobs": None, "finish_reason": None}
+        choice.update(extra)
+        return self.frame([choice])
+
+
+Item = tuple[int, Step] | list[Generation] | BaseException
+
+
+class ChatStream:
+    """A streamed answer: decoding in the model's thread, chunks on the event loop.
+
+    The thread posts each token (and at the end the generations, or the error) to a
+    queue the loop reads; a client that goes away sets ``cancelled``, which stops the
+    decoding early.
+    """
+
+    def __init__(self, answer: ChatAnswer) -> None:
+        self.answer = answer
+        self.loop = asyncio.get_running_loop()
+        self.queue: asyncio.Queue[Item] = asyncio.Queue()
+        self.cancelled = threading.Event()
+        self.include_usage = bool((answer.body.stream_options or {}).get("include_usage"))
+
+    def _on_step(self, index: int, step: Step) -> None:
+        self.loop.call_soon_threadsafe(self.queue.put_nowait, (index, step))
+
+    def _produce(self) -> None:
+        try:
+            result: Item = self.answer.run(self._on_step, self.cancelled.is_set)
+        except Exception as exc:  # reported to the client as an error chunk
+            result = exc
+        self.loop.call_soon_threadsafe(self.queue.put_nowait, result)
+
+    def _finish(self, gens: list[Generation], sent: list[str]) -> list[str]:
+        a, out = self.answer, []
+        for i, gen in enumerate(gens):
+            done = sent[i]
+            tail = gen.text[len(done) :] if gen.text.startswith(done) else ""
+            if tail:
+                out.append(a.chunk(i, {"content": tail}))
+            out.append(a.chunk(i, {}, finish_reason=gen.finish_reason))
+        if self.include_usage:
+            out.append(a.frame([], usage=a.usage(gens)))
+        return out
+
+    async def events(self) -> AsyncIterator[str]:
+        a = self.answer
+        future = self.loop.run_in_executor(a.lab.worker, self._produce)
+        ids: list[list[int]] = [[] for _ in range(a.n)]
+        sent = [""] * a.n
+        try:
+            for i in range(a.n):
+                yield a.chunk(i, {"role": "assistant", "content": ""})
+            while True:
+                item = await self.queue.get()
+                if isinstance(item, BaseException):
+                    err = {"error": {"message": str(item), "type": "server_error"}}
+                    yield f"data: {json.dumps(err)}\n\n"
+                    break
+                if isinstance(item, list):
+                    for line in self._finish(item, sent):
+                        yield line
+                    break
+                index, step = item
+                ids[index].append(step.token_id)
+                text = a.lab.tokenizer.decode(ids[index], skip_special_tokens=True)
+                # Hold back a partial UTF-8 character (CJK spans several tokens).
+                delta = "" if text.endswith("\ufffd") else text[len(sent[index]) :]
+                sent[index] += delta
+                yield a.chunk(index, {"content": delta}, logprobs=a.logprobs_of([step]))
+            yield "data: [DONE]\n\n"
+        finally:
+            self.cancelled.set()  # client gone or done: stop decoding early
+            if future.done() and not future.cancelled():
+                future.result()
+
+
 def create_app(model: Any, tokenizer: Any, precision: str) -> FastAPI:
-    """The ASGI app around one loaded model."""
+    """The ASGI app around one loaded model: thin routes over ``LabModel``."""
     app = FastAPI(title=f"quantdrift lab: {MODEL_NAME} @ {precision}")
-    worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="lab-gen")
-    model_id = f"{MODEL_NAME}@{precision}"
+    lab = LabModel(model, tokenizer, precision)
 
     @app.exception_handler(RequestValidationError)
     async def _bad_request(_: Request, exc: RequestValidationError) -> JSONResponse:
@@ -116,160 +299,21 @@ def create_app(model: Any, tokenizer: Any, precision: str) -> FastAPI:
     async def health() -> dict[str, str]:
         return {"status": "ok", "model": MODEL_NAME, "precision": precision}
 
-    def _prompt_ids(messages: list[Message] | None, prompt: str | None) -> list[int]:
-        if messages:
-            return encode_chat(tokenizer, [m.model_dump() for m in messages])
-        return encode_chat(tokenizer, prompt or "")
-
-    def _score(body: ScoreRequest) -> dict[str, Any]:
-        prompt_ids = _prompt_ids(body.messages, body.prompt)
-        cont = list(tokenizer(body.continuation, add_special_tokens=False)["input_ids"])
-        pad = tokenizer.pad_token_id or 0
-        scores = score_continuations(model, [prompt_ids], [cont], pad=pad)[0] if cont else []
-        return {
-            "object": "score",
-            "model": model_id,
-            "precision": precision,
-            "tokens": [tokenizer.decode([t]) for t in cont],
-            "token_ids": cont,
-            "continuation_logprobs": scores,
-            "usage": {"prompt_tokens": len(prompt_ids), "continuation_tokens": len(cont)},
-        }
-
     @app.post("/v1/score")
     async def score(body: ScoreRequest) -> dict[str, Any]:
-        return await asyncio.get_running_loop().run_in_executor(worker, _score, body)
+        result: dict[str, Any] = await lab.in_worker(lab.score, body)
+        return result
 
     @app.post("/v1/chat/completions", response_model=None)
     async def chat(body: ChatRequest) -> JSONResponse | StreamingResponse | dict[str, Any]:
-        loop = asyncio.get_running_loop()
         if body.continuation is not None:
             req = ScoreRequest(messages=body.messages, continuation=body.continuation)
-            return await loop.run_in_executor(worker, _score, req)
-        prompt_ids = encode_chat(tokenizer, [m.model_dump() for m in body.messages])
-        max_new = body.max_completion_tokens or body.max_tokens or DEFAULT_MAX_TOKENS
-        seed = body.seed if body.seed is not None else random.randrange(2**31)
-        top_k = max(1, body.top_logprobs or 0)
-        created, cid = int(time.time()), f"chatcmpl-{uuid.uuid4().hex[:24]}"
-
-        n = body.n
-
-        def run(on_step: Any = None, stop: Any = None) -> list[Generation]:
-            return generate(
-                model, tokenizer, [prompt_ids] * n,
-                max_new_tokens=max_new, temperature=body.temperature, top_p=body.top_p,
-                seeds=[seed + i for i in range(n)], top_k=top_k, on_step=on_step,
-                should_stop=stop,
-            )  # fmt: skip
-
-        def usage(gens: list[Generation]) -> dict[str, int]:
-            completion = sum(len(g.steps) for g in gens)
-            return {
-                "prompt_tokens": len(prompt_ids),
-                "completion_tokens": completion,
-                "total_tokens": len(prompt_ids) + completion,
-            }
-
-        def logprobs_of(steps: list[Step]) -> dict[str, Any] | None:
-            if not body.logprobs:
-                return None
-            k = body.top_logprobs or 0
-            return {"content": [_entry(_trim_top(s, k)) for s in steps]}
-
+            scored: dict[str, Any] = await lab.in_worker(lab.score, req)
+            return scored
+        answer = ChatAnswer(lab, body)
         if not body.stream:
-            gens = await loop.run_in_executor(worker, run)
-            return {
-                "id": cid,
-                "object": "chat.completion",
-                "created": created,
-                "model": model_id,
-                "system_fingerprint": precision,
-                "choices": [
-                    {
-                        "index": i,
-                        "message": {"role": "assistant", "content": gen.text},
-                        "logprobs": logprobs_of(gen.steps),
-                        "finish_reason": gen.finish_reason,
-                    }
-                    for i, gen in enumerate(gens)
-                ],
-                "usage": usage(gens),
-                "quantdrift": {
-                    "precision": precision,
-                    "entropy": [s.entropy for s in gens[0].steps],
-                    "latency_ms": gens[0].latency_ms,
-                },
-            }
-
-        Item = tuple[int, Step] | list[Generation] | BaseException
-        queue: asyncio.Queue[Item] = asyncio.Queue()
-        cancelled = threading.Event()
-        include_usage = bool((body.stream_options or {}).get("include_usage"))
-
-        def on_step(index: int, step: Step) -> None:
-            loop.call_soon_threadsafe(queue.put_nowait, (index, step))
-
-        def produce() -> None:
-            try:
-                result: Item = run(on_step, cancelled.is_set)
-            except Exception as exc:  # reported to the client as an error chunk
-                result = exc
-            loop.call_soon_threadsafe(queue.put_nowait, result)
-
-        def frame(choices: list[dict[str, Any]], **extra: Any) -> str:
-            body_ = {
-                "id": cid,
-                "object": "chat.completion.chunk",
-                "created": created,
-                "model": model_id,
-                "system_fingerprint": precision,
-                "choices": choices,
-                **extra,
-            }
-            return f"data: {json.dumps(body_, ensure_ascii=False)}\n\n"
-
-        def chunk(index: int, delta: dict[str, Any], **extra: Any) -> str:
-            choice = {"index": index, "delta": delta, "logprobs": None, "finish_reason": None}
-            choice.update(extra)
-            return frame([choice])
-
-        async def events() -> AsyncIterator[str]:
-            future = loop.run_in_executor(worker, produce)
-            ids: list[list[int]] = [[] for _ in range(n)]
-            sent = [""] * n
-            try:
-                for i in range(n):
-                    yield chunk(i, {"role": "assistant", "content": ""})
-                while True:
-                    item = await queue.get()
-                    if isinstance(item, BaseException):
-                        err = {"error": {"message": str(item), "type": "server_error"}}
-                        yield f"data: {json.dumps(err)}\n\n"
-                        break
-                    if isinstance(item, list):
-                        for i, gen in enumerate(item):
-                            done = sent[i]
-                            tail = gen.text[len(done) :] if gen.text.startswith(done) else ""
-                            if tail:
-                                yield chunk(i, {"content": tail})
-                            yield chunk(i, {}, finish_reason=gen.finish_reason)
-                        if include_usage:
-                            yield frame([], usage=usage(item))
-                        break
-                    index, step = item
-                    ids[index].append(step.token_id)
-                    text = tokenizer.decode(ids[index], skip_special_tokens=True)
-                    # Hold back a partial UTF-8 character (CJK spans several tokens).
-                    delta = "" if text.endswith("\ufffd") else text[len(sent[index]) :]
-                    sent[index] += delta
-                    yield chunk(index, {"content": delta}, logprobs=logprobs_of([step]))
-                yield "data: [DONE]\n\n"
-            finally:
-                cancelled.set()  # client gone or done: stop decoding early
-                if future.done() and not future.cancelled():
-                    future.result()
-
-        return StreamingResponse(events(), media_type="text/event-stream")
+            return answer.completion(await lab.in_worker(answer.run))
+        return StreamingResponse(ChatStream(answer).events(), media_type="text/event-stream")
 
     return app
 

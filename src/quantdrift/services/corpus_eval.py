@@ -12,12 +12,22 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+import numpy as np
+
 from quantdrift.breaker.policy import load_policy
 from quantdrift.config import EmbeddingSettings
-from quantdrift.errors import InputError
+from quantdrift.errors import ConfigError, InputError
 from quantdrift.evaluation.cache import ScoreCache
-from quantdrift.evaluation.corpus import CorpusEval, Row, Scenario
+from quantdrift.evaluation.corpus import (
+    CorpusEval,
+    Row,
+    Scenario,
+    by_prompt,
+    complete,
+    prompt_of,
+)
 from quantdrift.evaluation.modes import strip
+from quantdrift.schemas import PairEvent
 from quantdrift.services.pairs import read_pairs
 from quantdrift.services.scoring import build_embedder
 
@@ -113,3 +123,21 @@ def run(ev: CorpusEval, request: CorpusRequest) -> list[Row]:
 
 def rows_json(rows: Sequence[Row]) -> list[dict[str, Any]]:
     return [r.as_dict() for r in rows]
+
+
+def corpus_slice(
+    pairs: Sequence[PairEvent], labels: Sequence[str], prompts: int, seed: int
+) -> list[PairEvent]:
+    """A seeded sample of ``prompts`` corpus prompts that have a noise pair and a pair of
+    every label, with just those pairs, in the corpus's order: a small set that keeps the
+    corpus's mix of tasks, languages and lengths (what the demo and small tests read)."""
+    grouped = by_prompt(pairs)
+    full = complete(grouped, labels)
+    if len(full) < prompts:
+        raise ConfigError(
+            f"{prompts} prompts asked for, but only {len(full)} have a noise pair and "
+            f"{', '.join(labels)}"
+        )
+    picked = set(np.random.default_rng([seed, 11]).permutation(full)[:prompts].tolist())
+    keep = {"noise", *labels}
+    return [p for p in pairs if prompt_of(p) in picked and (p.label or "") in keep]

@@ -26,20 +26,24 @@ if TYPE_CHECKING:
     from quantdrift.replay.sources import TopicRange
 
 LAB_PAIRS = "lab_pairs.jsonl.gz"
+# A slice of the traffic corpus shipped in the package (``quantdrift lab corpus slice``):
+# the demo's pairs.
+CORPUS_SLICE = "corpus_slice.jsonl.xz"
 
 
-def read_pairs(path: Path | None = None) -> list[PairEvent]:
+def read_pairs(path: Path | None = None, *, shipped: str = LAB_PAIRS) -> list[PairEvent]:
     """PairEvents from JSONL (gzip, xz or plain); a folder: every ``*.jsonl.gz`` and
     ``*.jsonl.xz`` in it, by name (a recorded corpus's blocks); None reads the pairs
-    shipped in the package."""
+    shipped in the package as ``shipped``."""
     if path is not None and path.is_dir():
         files = sorted([*path.glob("*.jsonl.gz"), *path.glob("*.jsonl.xz")])
         return [p for f in files for p in read_pairs(f)]
-    if path is not None and path.suffix == ".xz":
+    if path is None:
+        ref = resources.files("quantdrift.data").joinpath(shipped)
+        unpack = lzma.decompress if shipped.endswith(".xz") else gzip.decompress
+        raw = unpack(ref.read_bytes())
+    elif path.suffix == ".xz":
         raw = lzma.decompress(path.read_bytes())
-    elif path is None:
-        ref = resources.files("quantdrift.data").joinpath(LAB_PAIRS)
-        raw = gzip.decompress(ref.read_bytes())
     elif path.suffix == ".gz":
         raw = gzip.decompress(path.read_bytes())
     else:
@@ -50,7 +54,7 @@ def read_pairs(path: Path | None = None) -> list[PairEvent]:
             try:
                 pairs.append(PairEvent.parse(line))
             except ValueError as exc:
-                raise ConfigError(f"{path or LAB_PAIRS} line {n}: {exc}") from exc
+                raise ConfigError(f"{path or shipped} line {n}: {exc}") from exc
     return pairs
 
 

@@ -7,7 +7,7 @@ shaping, ``teacher_forcing: vllm`` on the reference pool):
 * the reference twice, independently (``kind = noise``: the floor measured on the same
   prompts). A greedy prompt's runs are both greedy, as the gateway's noise pairs are;
 * every candidate once, and the reference's teacher-forced log-probs of each candidate
-  answer (``kind = shadow``).
+  answer (``kind = shadow``), by the answer's own token ids (``return_token_ids``).
 
 No request carries a ``seed``: most real traffic does not, so the candidate's and the
 reference's samples are independent, as the noise pair's two samples are (a shared seed
@@ -190,6 +190,9 @@ class CorpusRecorder:
             "top_p": p.top_p,
             "logprobs": True,
             "top_logprobs": TOP_LOGPROBS,
+            # The answer's own token ids: teacher forcing scores them, not a re-tokenized text
+            # (which split about one cut answer in six differently).
+            "return_token_ids": True,
         }
 
     async def _ask(self, name: str, body: Mapping[str, Any]) -> Completion:
