@@ -12,16 +12,9 @@ from __future__ import annotations
 import json
 
 from quantdrift.breaker import RouteState
-from quantdrift.breaker.memory_store import MemoryBreakerStore
 from quantdrift.breaker.policy import RoutePolicy
-from quantdrift.breaker.protocol import FoldResult
-from quantdrift.schemas import Metrics, ScoreEvent
-from quantdrift.schemas.command import RouteCommand
-from quantdrift.schemas.signing import CommandSigner, CommandVerifier
+from support.slice_walk import SliceWalk
 
-KEY = b"k" * 32
-LOOP = Metrics(repetition_run=8, candidate_tokens=40)
-GOOD = Metrics(candidate_tokens=40)
 POLICY = RoutePolicy(
     rollback_scope="slice",
     slice_dimensions=("language",),
@@ -32,72 +25,37 @@ POLICY = RoutePolicy(
 )
 
 
-class Walk:
-    """One route's scores through a memory store; every command as a gateway opens it."""
-
-    def __init__(self, policy: RoutePolicy = POLICY) -> None:
-        self.store = MemoryBreakerStore(CommandSigner("k1", KEY))
-        self.verifier = CommandVerifier({"k1": KEY})
-        self.policy = policy
-        self.n = 0
-        self.commands: list[RouteCommand] = []
-        self.alerts: list[str] = []
-
-    async def pair(self, language: str, m: Metrics, now: float) -> RouteCommand | None:
-        self.n += 1
-        score = ScoreEvent(
-            pair_id=f"p{self.n}", route="r", kind="shadow", ts=now, decoding="greedy",
-            metrics=m, tags={"language": language},
-        )  # fmt: skip
-        return self._took(await self.store.fold(score, self.policy, now))
-
-    async def tick(self, now: float) -> RouteCommand | None:
-        return self._took(await self.store.tick("r", self.policy, now))
-
-    def _took(self, result: FoldResult) -> RouteCommand | None:
-        command = None
-        for outbox in result.outboxes:
-            command = self.verifier.open(outbox.sealed)
-            assert not self.commands or command.epoch > self.commands[-1].epoch  # monotonic
-            self.commands.append(command)
-            self.alerts.append(outbox.alert.summary)
-        return command
-
-    async def state(self) -> RouteState:
-        return (await self.store.read("r"))[0]
+def policy(**changes: object) -> RoutePolicy:
+    return RoutePolicy.model_validate({**POLICY.model_dump(), **changes})
 
 
 async def test_a_chinese_drift_rolls_back_chinese_alone_then_half_opens_and_restores() -> None:
-    walk = Walk()
-    now = 0.0
-    command = None
-    for i in range(200):  # English healthy, Chinese looping, one in four
-        now += 0.01
-        command = await walk.pair("zh" if i % 4 == 3 else "en", LOOP if i % 4 == 3 else GOOD, now)
-        if command is not None:
-            break
-    assert command is not None and command.action == "rollback"
+    walk = SliceWalk(POLICY)
+    command = await walk.until_command("zh")
+    assert command.action == "rollback" and command.target == "reference"
     assert command.slice is not None and command.slice.key == "language=zh"
     assert [(h.key, h.action) for h in command.slices] == [("language=zh", "rollback")]
-    assert command.target == "reference" and command.evidence["rule"] == "tolerance:hard@language=zh"
+    assert command.evidence["rule"] == "tolerance:hard@language=zh"
+    assert command.evidence["slice"]["pairs"] >= 5
     assert walk.alerts[-1].startswith("r [slice language=zh]: closed -> open (rollback to the ")
     state = await walk.state()
     assert state.state == "closed" and state.target == "candidate"
     assert state.held["language=zh"].state == "open"
 
-    # English keeps being judged (no command), a Chinese pair in flight is ignored.
-    assert await walk.pair("en", GOOD, now + 0.1) is None
-    assert await walk.pair("zh", LOOP, now + 0.2) is None
+    # English keeps being judged (no command); a Chinese pair in flight is ignored.
+    opened = walk.now
+    assert await walk.pair("en", False) is None
+    assert await walk.pair("zh", True) is None
     assert (await walk.state()).last_decision == "ignored@language=zh"
-    assert await walk.tick(now + 5) is None  # cool-down not over
+    assert await walk.tick(opened + 5) is None  # cool-down not over
 
-    probe = await walk.tick(now + 10.5)
+    probe = await walk.tick(opened + 10.5)
     assert probe is not None and (probe.action, probe.percent) == ("canary", 0.0)
     assert probe.slice is not None and probe.slice.key == "language=zh"
     assert [(h.key, h.action) for h in probe.slices] == [("language=zh", "canary")]
-    for k in range(2):
-        assert await walk.pair("zh", GOOD, now + 11 + k) is None
-    restore = await walk.pair("zh", GOOD, now + 14)
+    for _ in range(2):
+        assert await walk.pair("zh", False) is None
+    restore = await walk.pair("zh", False)
     assert restore is not None and (restore.action, restore.target) == ("restore", "candidate")
     assert restore.slice is not None and restore.slices == ()
     assert (await walk.state()).held == {}
@@ -105,14 +63,10 @@ async def test_a_chinese_drift_rolls_back_chinese_alone_then_half_opens_and_rest
 
 
 async def test_a_slice_that_keeps_failing_widens_to_the_route() -> None:
-    walk = Walk()
-    now = 0.0
-    for i in range(200):
-        now += 0.01
-        if await walk.pair("zh" if i % 4 == 3 else "en", LOOP if i % 4 == 3 else GOOD, now):
-            break
-    assert await walk.tick(now + 11) is not None  # half-open
-    widened = await walk.pair("zh", LOOP, now + 12)  # the probe fails: second trip
+    walk = SliceWalk(POLICY)
+    await walk.until_command("zh")
+    assert await walk.tick(walk.now + 11) is not None  # half-open
+    widened = await walk.pair("zh", True)  # the probe fails: the slice's second trip
     assert widened is not None and widened.slice is None and widened.slices == ()
     assert (widened.action, widened.target) == ("rollback", "reference")
     assert "widened to the route: the slice tripped 2 times" in widened.reason
@@ -120,41 +74,33 @@ async def test_a_slice_that_keeps_failing_widens_to_the_route() -> None:
     assert state.state == "open" and state.held == {}
 
 
+async def test_with_one_trip_allowed_to_repeat_a_failed_probe_reopens_the_slice() -> None:
+    walk = SliceWalk(policy(widen_after_trips=3))
+    await walk.until_command("zh")
+    opened_for = (await walk.state()).held["language=zh"].cooldown_s
+    assert await walk.tick(walk.now + 11) is not None
+    again = await walk.pair("zh", True)
+    assert again is not None and again.slice is not None and again.action == "rollback"
+    held = (await walk.state()).held["language=zh"]
+    assert (held.state, held.trips, held.cooldown_s) == ("open", 2, opened_for * 2)
+
+
 async def test_a_second_slice_widens_and_a_route_policy_never_scopes() -> None:
-    two = RoutePolicy.model_validate({**POLICY.model_dump(), "widen_after_slices": 2})
-    walk = Walk(two)
-    now = 0.0
-    for i in range(200):  # Chinese loops first: held alone
-        now += 0.01
-        if await walk.pair("zh" if i % 4 == 3 else "en", LOOP if i % 4 == 3 else GOOD, now):
-            break
-    assert walk.commands[-1].slice is not None
-    second = None
-    for i in range(200):  # then Japanese: a second slice would be held
-        now += 0.01
-        second = await walk.pair("ja" if i % 4 == 3 else "en", LOOP if i % 4 == 3 else GOOD, now)
-        if second is not None:
-            break
-    assert second is not None and second.slice is None and second.action == "rollback"
+    walk = SliceWalk(policy(widen_after_slices=2))
+    assert (await walk.until_command("zh")).slice is not None  # Chinese first: held alone
+    second = await walk.until_command("ja")  # then Japanese: a second slice
+    assert second.slice is None and second.action == "rollback"
     assert "widened to the route: 2 slices would be rolled back" in second.reason
     assert (await walk.state()).held == {}
 
-    whole = Walk(RoutePolicy.model_validate({**POLICY.model_dump(), "rollback_scope": "route"}))
-    command = None
-    for i in range(200):
-        now += 0.01
-        command = await whole.pair("zh" if i % 4 == 3 else "en", LOOP if i % 4 == 3 else GOOD, now)
-        if command is not None:
-            break
-    assert command is not None and command.slice is None  # the default: the whole route
+    whole = SliceWalk(policy(rollback_scope="route"))
+    command = await whole.until_command("zh")
+    assert command.slice is None and command.slices == ()  # the default: the whole route
 
 
 async def test_held_slices_survive_the_states_json_round_trip() -> None:
-    walk = Walk()
-    now = 0.0
-    for i in range(200):
-        now += 0.01
-        if await walk.pair("zh" if i % 4 == 3 else "en", LOOP if i % 4 == 3 else GOOD, now):
-            break
+    walk = SliceWalk(POLICY)
+    await walk.until_command("zh")
     state = await walk.state()
+    assert state.held
     assert RouteState.from_json(json.loads(json.dumps(state.to_json()))) == state

@@ -10,7 +10,7 @@ scores only through :func:`quantdrift.breaker.step.fold_many`, which ticks first
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
 from quantdrift.breaker import rules, slice_scope
 from quantdrift.breaker.policy import RoutePolicy
@@ -75,7 +75,9 @@ def judge(
     return _closed(policy, state, pair, noise_floor, now)
 
 
-def _widened(policy: RoutePolicy, state: RouteState, step: Decision | slice_scope.Widen) -> Decision:
+def _widened(
+    policy: RoutePolicy, state: RouteState, step: Decision | slice_scope.Widen
+) -> Decision:
     """A slice's decision, or the route's trip when the slice's rollback widens."""
     if isinstance(step, Decision):
         return step

@@ -98,7 +98,9 @@ def trip(
     return _open(policy, state, held, "closed", fired.rule, fired.reason, numbers, now)
 
 
-def judge_held(policy: RoutePolicy, state: RouteState, held: HeldSlice, pair: Pair) -> Decision | Widen:
+def judge_held(
+    policy: RoutePolicy, state: RouteState, held: HeldSlice, pair: Pair
+) -> Decision | Widen:
     """A pair of a held slice: ignored while it is open, the probe's while half-open."""
     if held.state == "open":
         return Decision(state.evolve(last_decision=f"ignored@{held.key}"))
@@ -112,9 +114,12 @@ def judge_held(policy: RoutePolicy, state: RouteState, held: HeldSlice, pair: Pa
                 f"slice {held.key}: {fired.reason}; widened to the route: the slice tripped "
                 f"{trips} times (widen_after_trips)"
             )
-            return Widen(f"{fired.rule}@{held.key}", reason, {**fired.evidence, "slice": _row(held)})
+            evidence = {**fired.evidence, "slice": _row(held)}
+            return Widen(f"{fired.rule}@{held.key}", reason, evidence)
         cooldown = min(held.cooldown_s * policy.cooldown_backoff, policy.max_cooldown_s)
-        again = replace(held, state="open", opened_at=now, cooldown_s=cooldown, trips=trips, passes=0)
+        again = replace(
+            held, state="open", opened_at=now, cooldown_s=cooldown, trips=trips, passes=0
+        )
         return _open(
             policy, state, again, "half_open", f"{fired.rule}@{held.key}",
             f"slice {held.key}: {fired.reason}", fired.evidence, now,

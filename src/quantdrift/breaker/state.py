@@ -131,9 +131,7 @@ class RouteState:
         data["readiness"] = ReadinessState.from_json(
             readiness if isinstance(readiness, dict) else None
         )
-        data["held"] = {
-            str(k): HeldSlice.from_json(v) for k, v in (data.get("held") or {}).items()
-        }
+        data["held"] = {str(k): HeldSlice.from_json(v) for k, v in (data.get("held") or {}).items()}
         data["worst"] = tuple(
             WorstPair(w["pair_id"], w["similarity"], tuple(w["reasons"]))
             for w in data.get("worst", ())

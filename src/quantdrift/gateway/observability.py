@@ -13,18 +13,39 @@ Read-only over the ``Gateway``'s parts: nothing here changes what is served.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 from quantdrift.gateway.attempts import Trace
+from quantdrift.gateway.gateway_config import RouteConfig
 from quantdrift.gateway.openai_wire import Completion
 from quantdrift.gateway.planning import Plan
-from quantdrift.gateway.routing import decide
+from quantdrift.gateway.routing import Decision, RouteDirective, decide
 from quantdrift.gateway.telemetry import Telemetry, counter, gauge
 from quantdrift.integrations import otel
 
 if TYPE_CHECKING:  # the Gateway registers live_metrics: a runtime import would be a cycle
     from quantdrift.gateway.service import Gateway
+
+
+def _decided(
+    order: Sequence[str],
+    rc: RouteConfig,
+    directive: RouteDirective | None,
+    cap: float | None,
+    tags: dict[str, str],
+) -> Decision:
+    """Where a default request of a route (with ``tags``) goes now: ``/health``'s view."""
+    return decide(
+        order=order,
+        candidate=rc.candidate,
+        reference=rc.reference,
+        preference="cost_optimized",
+        directive=directive,
+        request_id="health",
+        candidate_cap=cap,
+        tags=tags,
+    )
 
 
 def health(gateway: Gateway, private: bool = True) -> dict[str, Any]:
@@ -33,19 +54,22 @@ def health(gateway: Gateway, private: bool = True) -> dict[str, Any]:
     routes = {}
     gates = gateway.preflight.health(private)
     for route, rc in cfg.routes.items():
-        d = decide(
-            order=cfg.order,
-            candidate=rc.candidate,
-            reference=rc.reference,
-            preference="cost_optimized",
-            directive=gateway.directive(route),
-            request_id="health",
-            candidate_cap=gateway.preflight.cap(route),
-        )
+        directive = gateway.directive(route)
+        cap = gateway.preflight.cap(route)
+        d = _decided(cfg.order, rc, directive, cap, {})
         routes[route] = {
             "serving": d.serve,
             "mode": d.mode,
             "epoch": gateway.controller.epoch(route) if gateway.controller else 0,
+            # Slices held apart by a slice-scoped rollback: where their requests go.
+            "slices": {
+                f"{h.dimension}={h.value}": {
+                    "serving": (sd := _decided(cfg.order, rc, directive, cap, tags)).serve,
+                    "mode": sd.mode,
+                }
+                for h in (directive.slices if directive else ())
+                for tags in ({h.dimension: h.value},)
+            },
         }
         gate = gates.get(route)
         if gate is not None:

@@ -325,6 +325,7 @@ class ShadowRunner:
             preference=plan.preference,  # type: ignore[arg-type]
             directive=self._directive_of(plan.route),
             request_id=plan.request_id,
+            tags=plan.tags,
         )
         return now.pair_candidate is None
 

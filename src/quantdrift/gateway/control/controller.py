@@ -9,7 +9,9 @@ current command. Both paths go through the same gate: the envelope's signature
 over the payload's exact bytes matches a known key, the epoch is newer than the
 one applied for that route, ``issued_at`` is within the freshness window (a
 stale command may only move users to the reference), and the target maps onto
-one of this gateway's pools (``targets.py``). Bad bytes and refused commands are
+one of this gateway's pools (``targets.py``), and a slice selector names a tag this
+gateway computes. The gate itself is the pure ``fence.fence``; this module follows the
+two sources and keeps what the fence returns. Bad bytes and refused commands are
 counted by reason and logged, never raised: the route keeps what it served.
 """
 
@@ -30,9 +32,10 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 from redis.exceptions import RedisError
 
 from quantdrift.config import KafkaSettings
-from quantdrift.errors import SchemaError, SignatureError, StaleCommand, UnmappableCommand
+from quantdrift.errors import SchemaError, SignatureError
+from quantdrift.gateway.control.fence import AppliedCommand, AppliedSlice, Refusal, fence
 from quantdrift.kafka_clients import consumer_kwargs
-from quantdrift.schemas.command import Action, RouteCommand
+from quantdrift.schemas.command import RouteCommand
 from quantdrift.schemas.keys import COMMAND_KEY_GLOB, route_of_command_key
 from quantdrift.schemas.keys import command_key as _command_key
 from quantdrift.schemas.signing import CommandVerifier
@@ -48,41 +51,6 @@ _GLOB_SPECIALS = "\\*?[]"
 def command_key(key_prefix: str, route: str) -> str:
     """The Redis key holding a route's latest signed command (written by the breaker)."""
     return _command_key(key_prefix, route)
-
-
-@dataclass(frozen=True, slots=True)
-class AppliedCommand:
-    """What the gateway does for a route now, and since when (monotonic seconds).
-
-    ``target_precision`` is the pool the command's target maps to here (the role
-    itself when the controller has no resolver); everything else is the verified
-    command's own, read from it rather than copied, so the two cannot disagree.
-    """
-
-    target_precision: str
-    command: RouteCommand
-    applied_at: float
-    source: str  # "kafka" or "redis"
-
-    @property
-    def epoch(self) -> int:
-        return self.command.epoch
-
-    @property
-    def action(self) -> Action:
-        return self.command.action
-
-    @property
-    def locked(self) -> bool:
-        return self.command.locked
-
-    @property
-    def percent(self) -> float | None:
-        return self.command.percent
-
-    @property
-    def breaker_state(self) -> str:
-        return self.command.state
 
 
 @dataclass(slots=True)
@@ -117,6 +85,7 @@ class RouteController:
         clock: Callable[[], float] = time.monotonic,
         wall_clock: Callable[[], float] = time.time,
         resolve: Callable[[RouteCommand], str] | None = None,
+        slice_dimensions: Iterable[str] = (),
     ) -> None:
         if poll_interval_s <= 0:
             raise ValueError(f"poll_interval_s must be > 0, got {poll_interval_s}")
@@ -134,6 +103,9 @@ class RouteController:
         self._clock = clock
         self._wall_clock = wall_clock
         self._resolve = resolve or (lambda command: command.target)
+        # The slice tags this gateway computes for every request: a command holding a
+        # slice on any other tag is refused (none: every slice command is refused).
+        self.slice_dimensions = frozenset(slice_dimensions)
         self._targets: dict[str, AppliedCommand] = {}
         self._known: set[str] = set(routes)
         self._last_raw: dict[str, bytes] = {}
@@ -171,6 +143,11 @@ class RouteController:
 
     def state(self, route: str) -> AppliedCommand | None:
         return self._targets.get(route)
+
+    def slices(self, route: str) -> tuple[AppliedSlice, ...]:
+        """The route's slices held apart from it (a slice-scoped rollback, half-open)."""
+        applied = self._targets.get(route)
+        return applied.slices if applied else ()
 
     def applied_at(self, route: str) -> float | None:
         """Monotonic time the route's current command was applied (for switch latency)."""
@@ -320,48 +297,65 @@ class RouteController:
     async def _apply(self, command: RouteCommand, source: str) -> bool:
         """Fence and apply a command whose signature was verified."""
         async with self._apply_lock:
-            current = self._targets.get(command.route)
-            last_epoch = current.epoch if current else 0
-            if current is not None and command.command_id == current.command.command_id:
-                # The same command seen again (topic redelivery, the Redis mirror of
-                # what the topic already brought): nothing to refuse, nothing to do.
-                self.stats.duplicates += 1
+            applied = fence(
+                self._targets.get(command.route),
+                command,
+                now=self._clock(),
+                wall_now=self._wall_clock(),
+                verifier=self.verifier,
+                resolve=self._resolve,
+                dimensions=self.slice_dimensions,
+                source=source,
+            )
+            if isinstance(applied, Refusal):
+                self._refused(applied, source)
                 return False
-            try:
-                self.verifier.check(command, last_epoch, self._wall_clock())
-                pool = self._resolve(command)
-            except StaleCommand as exc:
-                log.info("ignored %s command: %s", source, exc)
-                return False
-            except UnmappableCommand as exc:
-                self.verifier.refused["unmappable_target"] = (
-                    self.verifier.refused.get("unmappable_target", 0) + 1
-                )
-                log.error("refused %s command, route keeps its target: %s", source, exc)
-                return False
-            applied = AppliedCommand(pool, command, self._clock(), source)
             self._targets[command.route] = applied
             self._known.add(command.route)
             self.stats.applied += 1
+            where, pool = "", applied.target_precision
+            if command.slice is not None:
+                where = f" for slice {command.slice.key}"
+                held = {h.key: h for h in applied.slices}.get(command.slice.key)
+                pool = held.target_precision if held else pool
             log.info(
-                "route %s: %s -> %s (epoch %d, via %s)",
+                "route %s: %s%s -> %s (epoch %d, via %s)",
                 command.route,
                 command.action,
+                where,
                 pool,
                 command.epoch,
                 source,
             )
             async with self._changed:
                 self._changed.notify_all()
-            for cb in list(self._callbacks):
-                try:
-                    result = cb(command.route, command)
-                    if inspect.isawaitable(result):
-                        await result
-                except Exception:  # a broken listener must not stop the controller
-                    self.stats.callback_errors += 1
-                    log.exception("on_change callback failed for route %s", command.route)
+            await self._tell(command)
             return True
+
+    def _refused(self, refusal: Refusal, source: str) -> None:
+        """Count and log a command the fence refused; the route keeps what it served."""
+        if refusal.reason == "duplicate":
+            # The same command seen again (topic redelivery, the Redis mirror of what
+            # the topic already brought): nothing to refuse, nothing to do.
+            self.stats.duplicates += 1
+            return
+        refused = self.verifier.refused
+        refused[refusal.reason] = refused.get(refusal.reason, 0) + 1
+        if refusal.reason.startswith("unmappable"):
+            log.error("refused %s command, route keeps its target: %s", source, refusal.message)
+        else:
+            log.info("ignored %s command: %s", source, refusal.message)
+
+    async def _tell(self, command: RouteCommand) -> None:
+        """Call every listener in order; a broken one must not stop the controller."""
+        for cb in list(self._callbacks):
+            try:
+                result = cb(command.route, command)
+                if inspect.isawaitable(result):
+                    await result
+            except Exception:
+                self.stats.callback_errors += 1
+                log.exception("on_change callback failed for route %s", command.route)
 
     # -- the control topic -----------------------------------------------------
 
