@@ -34,6 +34,7 @@ from quantdrift.breaker.rules import RuleStates
 from quantdrift.breaker.rules.probe import HalfOpenProbe, ProbeState
 from quantdrift.breaker.rules.reading import Fired, Pair
 from quantdrift.breaker.rules.slices import OTHER, SliceState
+from quantdrift.breaker.rules.slices import report as slice_report
 from quantdrift.breaker.state import (
     Decision,
     HeldSlice,
@@ -248,3 +249,27 @@ def _row(held: HeldSlice) -> dict[str, Any]:
         "state": held.state,
         "trips": held.trips,
     }
+
+
+def report(policy: RoutePolicy, state: RouteState) -> list[dict[str, Any]]:
+    """``rules/slices.report`` (each slice's pairs, ``testing`` or ``insufficient_data``)
+    with each slice's own breaker: ``breaker`` is ``closed``, ``open`` or ``half_open``
+    and ``status`` says ``rolled_back`` / ``half_open`` for a held slice (whose tests
+    restarted, so its pair count says nothing about it). A held slice on a dimension
+    the policy no longer judges still gets its row: its users are on the reference."""
+    rows = slice_report(policy, state.rules.slices)
+    seen = {r["slice"] for r in rows}
+    for key, held in sorted(state.held.items()):
+        if key not in seen:
+            rows.append(
+                {"slice": key, "dimension": held.dimension, "value": held.value, "pairs": 0,
+                 "min_pairs": policy.slice_min_pairs, "early": None, "tests": {}}
+            )  # fmt: skip
+    for row in rows:
+        holding = state.held.get(row["slice"])
+        row["breaker"] = "closed" if holding is None else holding.state
+        if holding is not None:
+            row["status"] = "rolled_back" if holding.state == "open" else "half_open"
+            row["trips"] = holding.trips
+            row["cooldown_s"] = holding.cooldown_s
+    return rows
