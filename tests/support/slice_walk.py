@@ -29,11 +29,15 @@ class SliceWalk:
         self.commands: list[RouteCommand] = []
         self.alerts: list[str] = []
 
-    async def pair(self, language: str, looping: bool) -> RouteCommand | None:
+    async def pair(
+        self, language: str, looping: bool, at: float | None = None
+    ) -> RouteCommand | None:
+        """One pair, folded now (0.01 s after the last), made at ``at`` (default: now)."""
         self.n += 1
         self.now += 0.01
         score = ScoreEvent(
-            pair_id=f"p{self.n}", route="r", kind="shadow", ts=self.now, decoding="greedy",
+            pair_id=f"p{self.n}", route="r", kind="shadow", ts=self.now if at is None else at,
+            decoding="greedy",
             metrics=LOOP if looping else GOOD, tags={"language": language},
         )  # fmt: skip
         return self._took(await self.store.fold(score, self.policy, self.now))

@@ -98,6 +98,21 @@ async def test_a_second_slice_widens_and_a_route_policy_never_scopes() -> None:
     assert command.slice is None and command.slices == ()  # the default: the whole route
 
 
+async def test_a_gateway_still_serving_the_held_slice_widens_the_rollback() -> None:
+    # A gateway that cannot map the selector refuses the command (and counts it): its
+    # Chinese users stay on the candidate, whose failing pairs keep coming. In flight
+    # (built within slice_stray_grace_s of the trip) they are ignored; later, they widen.
+    walk = SliceWalk(POLICY)
+    await walk.until_command("zh")
+    opened = walk.now
+    assert await walk.pair("zh", True, at=opened + 59) is None  # in flight
+    assert await walk.pair("zh", False, at=opened + 90) is None  # passing: no evidence
+    widened = await walk.pair("zh", True, at=opened + 90)
+    assert widened is not None and widened.slice is None and widened.action == "rollback"
+    assert widened.evidence["rule"] == "stray@language=zh"
+    assert "a gateway still serves the slice from the candidate" in widened.reason
+
+
 async def test_held_slices_survive_the_states_json_round_trip() -> None:
     walk = SliceWalk(POLICY)
     await walk.until_command("zh")

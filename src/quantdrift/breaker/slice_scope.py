@@ -5,7 +5,10 @@ that slice: its requests go to the reference and the rest of the route stays on 
 candidate. The slice then lives its own breaker life in ``RouteState.held``:
 
 * **open**: its pairs should not come (the gateway runs no candidate for it); those
-  still in flight from before the trip say nothing new and are ignored.
+  still in flight from before the trip say nothing new and are ignored. A *failing*
+  pair built more than ``slice_stray_grace_s`` after the trip is not in flight: some
+  gateway still runs the candidate for the slice (one that cannot map the selector
+  refuses the command), so the rollback widens to the route.
 * **half-open** after its cool-down (:func:`tick`): the reference serves the slice and
   the candidate runs in shadow for it; its pairs go to the half-open probe, not to
   the route's rules. ``half_open_pairs`` passing pairs restore it (it leaves
@@ -102,8 +105,18 @@ def trip(
 def judge_held(
     policy: RoutePolicy, state: RouteState, held: HeldSlice, pair: Pair
 ) -> Decision | Widen:
-    """A pair of a held slice: ignored while it is open, the probe's while half-open."""
+    """A pair of a held slice: ignored while it is open (unless it is a failing stray:
+    see the module docstring), the probe's while half-open."""
     if held.state == "open":
+        late = pair.score.ts - held.opened_at
+        if pair.failing and late > policy.slice_stray_grace_s:
+            reason = (
+                f"slice {held.key}: a failing candidate pair made {late:.1f} s after the "
+                "slice's rollback: a gateway still serves the slice from the "
+                "candidate; widened to the route"
+            )
+            evidence: dict[str, Any] = {"decisive_pair_id": pair.score.pair_id, "slice": _row(held)}
+            return Widen(f"stray@{held.key}", reason, evidence)
         return Decision(state.evolve(last_decision=f"ignored@{held.key}"))
     probe = HalfOpenProbe(policy.half_open_pairs)
     passed, fired = probe.update(ProbeState(held.passes), pair)
