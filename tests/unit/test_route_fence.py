@@ -15,6 +15,7 @@ from quantdrift.gateway.control.targets import resolve_target
 from quantdrift.gateway.gateway_config import RouteConfig
 from quantdrift.gateway.routing import RouteDirective, SliceDirective, decide
 from quantdrift.gateway.slices import DIMENSIONS
+from quantdrift.integrations.litellm_routing import call_tags, serves_reference
 from quantdrift.schemas.command import RouteCommand
 from quantdrift.schemas.signing import CommandVerifier
 from support.slice_walk import KEY, SliceWalk
@@ -102,3 +103,21 @@ def test_a_request_is_routed_by_its_slice(
         preference=preference, directive=directive, request_id="q", tags=tags,  # type: ignore[arg-type]
     )  # fmt: skip
     assert (d.serve, d.mode, d.shadow_precision) == (serve, mode, shadow)
+
+
+async def test_the_litellm_guard_sends_a_held_slices_calls_to_the_reference() -> None:
+    # The guard's routing (pure, importable without LiteLLM): the SDK's call bodies
+    # tagged by the gateway's one function, the breaker's commands as fenced.
+    rollback, probe, restore = await breaker_commands()
+    zh = call_tags({"messages": [{"role": "user", "content": "法国的首都是哪里？"}]}, None)
+    en = call_tags({"messages": [{"role": "user", "content": "What is the capital?"}]}, None)
+    assert (zh["language"], en["language"]) == ("zh", "en")
+    held = fenced(None, rollback)
+    assert isinstance(held, AppliedCommand)
+    assert serves_reference(held, zh, 0.5) and not serves_reference(held, en, 0.5)
+    half = fenced(held, probe)
+    assert isinstance(half, AppliedCommand) and serves_reference(half, zh, 0.5)
+    done = fenced(half, restore)
+    assert isinstance(done, AppliedCommand) and not serves_reference(done, zh, 0.5)
+    refused = fenced(None, rollback, dimensions=())
+    assert isinstance(refused, Refusal)  # a guard that maps no slice keeps serving int4
