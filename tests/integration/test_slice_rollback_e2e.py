@@ -36,7 +36,7 @@ import pytest
 from quantdrift.config import Settings
 from quantdrift.demo.workers import WorkerProcess
 from quantdrift.detectors.script import language_of
-from quantdrift.stack import EmbeddedStack
+from quantdrift.stack import EmbeddedStack, free_port
 from support.e2e import Gateway, cli, example_config, isolated_world, start_gateway, verdict_api
 from support.guard import records_for, until_seen
 from support.scripted_llm import ScriptedLLM
@@ -101,7 +101,7 @@ class Upstreams:
 @pytest.fixture
 def world(
     stack: EmbeddedStack, tmp_path: Path
-) -> Iterator[tuple[Settings, WorkerProcess, dict[str, str], Upstreams]]:
+) -> Iterator[tuple[Settings, WorkerProcess, dict[str, str], Upstreams, str]]:
     with isolated_world(stack, tmp_path, POLICY) as (settings, env):
         llm = ScriptedLLM().start()
         ups = Upstreams(llm)
@@ -109,9 +109,11 @@ def world(
         llm.variants["bf16"] = EN
         llm.answer["int4"] = ups.int4
         llm.answer["bf16"] = ups.bf16
-        worker = start_worker(settings, stack.redis_url)
+        port = free_port()
+        worker = start_worker(settings, stack.redis_url, web_port=port)
+        status = f"http://127.0.0.1:{port}/status.json"  # the worker's status page
         try:
-            yield settings, worker, env, ups
+            yield settings, worker, env, ups, status
         finally:
             worker.stop()
             llm.stop()
@@ -197,6 +199,13 @@ def ask_verdict(base: str) -> dict[str, Any]:
     return body
 
 
+def route_row(status_url: str) -> dict[str, Any]:
+    """The route's row on the worker's ``/status.json``."""
+    rows = httpx.get(status_url, timeout=5).json()["routes"]
+    (row,) = [r for r in rows if r["route"] == ROUTE]
+    return dict(row)
+
+
 def slice_verdicts(body: dict[str, Any]) -> dict[str, str]:
     return {row["slice"]: row["verdict"] for row in body["slices"]}
 
@@ -204,7 +213,7 @@ def slice_verdicts(body: dict[str, Any]) -> dict[str, str]:
 def test_a_chinese_drift_rolls_back_chinese_alone_and_restores_it(
     world: Any, tmp_path: Path
 ) -> None:
-    settings, worker, env, ups = world
+    settings, worker, env, ups, status = world
     config = example_config(ups.llm, SALT, noise_sample_rate=0.0, noise_fill={"max_rate": 0.0})
     gw = start_gateway(config, env, tmp_path, "gateway")
     users = Users(gw)
@@ -260,6 +269,11 @@ def test_a_chinese_drift_rolls_back_chinese_alone_and_restores_it(
         assert slice_verdicts(body)["language=en"] == "pass"
         out = cli(env, tmp_path, "route", "status", "--route", ROUTE)
         assert "slice language=zh  ROLLED BACK alone: its users on the reference" in out
+        deadline = time.monotonic() + 15  # the worker's status page refreshes on a timer
+        while not (held := route_row(status)["held_slices"]):
+            assert time.monotonic() < deadline, "no held slice on the worker's /status.json"
+            time.sleep(0.2)
+        assert [(h["slice"], h["breaker"]) for h in held] == [("language=zh", "open")]
         health = gw.health()["routes"][ROUTE]
         assert health["serving"] == "int4"
         assert health["slices"] == {"language=zh": {"serving": "bf16", "mode": "slice_rolled_back"}}
