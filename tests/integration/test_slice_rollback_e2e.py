@@ -14,7 +14,7 @@ precision`` header and from the calls each upstream received:
    from bf16 is measured; English stays on int4, Chinese goes to bf16 with no int4 call
    at all; the verdict API says ``fail`` for the slice and the route, ``route status``
    names the slice;
-3. the candidate heals; after the cool-down the slice half-opens (bf16 serves Chinese,
+3. the candidate heals; after the cool-down (20 s) the slice half-opens (bf16 serves Chinese,
    int4 runs in shadow for it), passes its probe, and is restored: Chinese back on int4,
    the verdict ``pass`` again. On-call got one alert per transition, naming the slice.
 """
@@ -55,7 +55,7 @@ EN = [
 ]
 ZH = ["法国的首都是巴黎，位于塞纳河畔。", "巴黎是法国的首都，塞纳河从城中流过。"]
 ZH_STUTTER = "首都首都首都首都首都首都是巴黎，法国的首都位于塞纳河畔，是一座历史悠久的美丽城市。"
-COOLDOWN_S = 8.0
+COOLDOWN_S = 20.0  # the checks below run while the slice is held, on a busy host too
 PROBE_PAIRS = 3
 # The default rule (tolerance) judging slices by language, warming sooner than the
 # defaults, and a slice-scoped rollback; the route relies on its hard and outcome tests
