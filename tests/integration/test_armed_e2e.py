@@ -27,11 +27,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
-import subprocess
-import sys
 import time
-import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -39,14 +35,12 @@ from typing import Any
 
 import httpx
 import pytest
-import redis
-import yaml
 
 from quantdrift.config import Settings
-from quantdrift.demo.workers import WorkerProcess, settings_env
-from quantdrift.stack import EmbeddedStack, free_port
-from quantdrift.stack.ports import stop_popen
-from support.guard import isolated_settings, make_topics, records_for, until_seen
+from quantdrift.demo.workers import WorkerProcess
+from quantdrift.stack import EmbeddedStack
+from support.e2e import Gateway, cli, example_config, isolated_world, start_gateway, verdict_api
+from support.guard import records_for, until_seen
 from support.scripted_llm import ScriptedLLM
 from support.workers import start_worker
 
@@ -54,7 +48,6 @@ openai = pytest.importorskip("openai")
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
 
-ROOT = Path(__file__).resolve().parents[2]
 ROUTE = "cs-agent/int4"  # the example config's route
 TOKEN = "armed-e2e-verdict-token"
 ANSWERS = [
@@ -68,146 +61,31 @@ SAMPLED, GREEDY = 7, 7  # requests of each phase
 # The default rule (tolerance), warming, flooring and alerting sooner than the defaults
 # (20, 10, 100): the alert comes on the second greedy pair.
 FLOOR = 6
+SALT = "armed-e2e-sample-salt-0123456789"
 POLICY = {"default": {"min_pairs": 5, "min_floor_pairs": FLOOR, "unarmed_alert_pairs": 9}}
-
-
-def example_config(llm: ScriptedLLM, **changes: Any) -> dict[str, Any]:
-    """``examples/gateway.yaml`` with the scripted upstreams in its pools, every request
-    shadowed, and ``changes`` on top."""
-    config = yaml.safe_load((ROOT / "examples" / "gateway.yaml").read_text())
-    config["precisions"] = {"int4": [f"{llm.url}/int4"], "bf16": [f"{llm.url}/bf16"]}
-    config["precision_models"] = {"int4": "m-int4", "bf16": "m-bf16"}
-    # The scripted servers' logprobs are constants, so they would make an entropy floor
-    # that never varies: declare the pools without logprobs (the route then has no
-    # entropy test to rely on, and route status says why).
-    for pool in config["pools"].values():
-        pool["logprobs"] = False
-    config["shadow_sample_rate"] = 1.0
-    config["sample_salt"] = "armed-e2e-sample-salt-0123456789"
-    return {**config, **changes}
-
-
-@dataclass
-class Gateway:
-    proc: subprocess.Popen[bytes]
-    url: str
-    log: Path
-
-    def stop(self) -> None:
-        stop_popen(self.proc, timeout=15)
-
-
-def start_gateway(config: dict[str, Any], env: dict[str, str], workdir: Path, name: str) -> Gateway:
-    path = workdir / f"{name}.yaml"
-    path.write_text(yaml.safe_dump(config, sort_keys=False))
-    port = free_port()
-    log = workdir / f"{name}.log"
-    proc = subprocess.Popen(
-        [
-            *(sys.executable, "-m", "quantdrift", "gateway", "--config", str(path)),
-            *("--port", str(port), "--log-level", "info"),
-        ],
-        stdout=log.open("ab"),
-        stderr=subprocess.STDOUT,
-        env=env,
-        cwd=workdir,
-    )
-    gw = Gateway(proc, f"http://127.0.0.1:{port}", log)
-    deadline = time.monotonic() + 60
-    while True:
-        assert proc.poll() is None, log.read_text()
-        try:
-            health = httpx.get(gw.url + "/health", timeout=1)
-            if health.status_code == 200 and health.json()["control_known"]:
-                return gw
-        except httpx.HTTPError:
-            pass
-        assert time.monotonic() < deadline, "gateway not up:\n" + log.read_text()[-3000:]
-        time.sleep(0.1)
-
-
-def cli(env: dict[str, str], workdir: Path, *argv: str) -> str:
-    """``quantdrift ...`` as a user runs it; its stdout, printed here too."""
-    proc = subprocess.run(
-        [sys.executable, "-m", "quantdrift", *argv],
-        capture_output=True,
-        text=True,
-        env=env,
-        cwd=workdir,
-        timeout=60,
-    )
-    assert proc.returncode == 0, proc.stderr
-    print(f"\n$ quantdrift {' '.join(argv)}\n{proc.stdout}", end="")
-    return proc.stdout
 
 
 @pytest.fixture
 def world(
     stack: EmbeddedStack, tmp_path: Path
 ) -> Iterator[tuple[Settings, WorkerProcess, dict[str, str], ScriptedLLM]]:
-    prefix = f"qdtest:{uuid.uuid4().hex}:"
-    policy = tmp_path / "policy.yaml"
-    policy.write_text(yaml.safe_dump(POLICY))
-    settings = isolated_settings(stack, prefix)
-    # The static tier: the worker (and calibrate, which scores as it does) loads no
-    # transformer model, and its pairs still carry a cosine (the dissimilarity test).
-    embedding = settings.embedding.model_copy(update={"tier": "static"})
-    settings = settings.model_copy(update={"policy_file": policy, "embedding": embedding})
-    asyncio.run(make_topics(settings))
-    env = {
-        **os.environ,
-        **settings_env(settings, stack.redis_url),
-        "OMP_NUM_THREADS": "1",
-        "TOKENIZERS_PARALLELISM": "false",
-        "HF_HUB_OFFLINE": "1",
-    }
-    llm = ScriptedLLM().start()
-    llm.texts["int4"] = ANSWERS[0]
-    llm.variants["bf16"] = ANSWERS
-    worker = start_worker(settings, stack.redis_url)
-    try:
-        yield settings, worker, env, llm
-    finally:
-        worker.stop()
-        llm.stop()
-        client = redis.Redis.from_url(stack.redis_url)
-        keys = list(client.scan_iter(match=f"{prefix}*", count=1000))
-        if keys:
-            client.delete(*keys)
-        client.close()
+    with isolated_world(stack, tmp_path, POLICY) as (settings, env):
+        llm = ScriptedLLM().start()
+        llm.texts["int4"] = ANSWERS[0]
+        llm.variants["bf16"] = ANSWERS
+        worker = start_worker(settings, stack.redis_url)
+        try:
+            yield settings, worker, env, llm
+        finally:
+            worker.stop()
+            llm.stop()
 
 
 @pytest.fixture
-def verdict_api(world: Any, tmp_path: Path) -> Iterator[str]:
+def verdict_base(world: Any, tmp_path: Path) -> Iterator[str]:
     """``quantdrift verdict-api``, the process Argo Rollouts and Flagger ask."""
-    _, _, env, _ = world
-    token = tmp_path / "token"
-    token.write_text(TOKEN + "\n")
-    port = free_port()
-    log = tmp_path / "verdict-api.log"
-    proc = subprocess.Popen(
-        [
-            *(sys.executable, "-m", "quantdrift", "verdict-api", "--port", str(port)),
-            *("--token-file", str(token), "--log-level", "warning"),
-        ],
-        stdout=log.open("ab"),
-        stderr=subprocess.STDOUT,
-        env=env,
-        cwd=tmp_path,
-    )
-    base = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 60
-    while True:
-        assert proc.poll() is None, log.read_text()
-        try:
-            if httpx.get(base + "/healthz", timeout=1).status_code == 200:
-                break
-        except httpx.TransportError:
-            pass
-        assert time.monotonic() < deadline, log.read_text()
-        time.sleep(0.1)
-    yield base
-    stop_popen(proc, timeout=10)
+    with verdict_api(world[2], tmp_path, TOKEN) as base:
+        yield base
 
 
 def ask(base: str, show: bool = True) -> dict[str, Any]:
@@ -265,12 +143,14 @@ async def alerts_on(settings: Settings) -> list[dict[str, Any]]:
 
 
 def test_a_route_armed_from_its_own_pairs_catches_a_broken_candidate(
-    world: Any, verdict_api: str, tmp_path: Path
+    world: Any, verdict_base: str, tmp_path: Path
 ) -> None:
+    verdict_api = verdict_base
     settings, worker, env, llm = world
     t0 = time.monotonic()
     config = example_config(
         llm,
+        SALT,
         noise_sample_rate=0.0,
         noise_fill={"max_rate": 1.0, "floor_pairs": FLOOR, "refresh_s": 0.5},
     )

@@ -11,7 +11,10 @@ configured the LiteLLM way (``litellm_settings: callbacks:``). Checked:
 2. ``quantdrift route rollback`` makes the proxy serve the reference within the
    switch budget (1 s from the command's issue to the first answer from the
    reference), and ``route restore`` brings the candidate back;
-3. a mirror that never arrives is counted and said.
+3. a mirror that never arrives is counted and said;
+4. a slice-scoped rollback (a route whose policy scopes rollbacks to the slice, its
+   candidate stuttering on Chinese only): the worker rolls back ``language=zh`` alone,
+   and the proxy sends Chinese calls to the reference and English ones to the candidate.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import httpx
 import openai
@@ -35,6 +39,7 @@ import yaml
 
 from quantdrift.config import Settings
 from quantdrift.demo.workers import settings_env
+from quantdrift.detectors.script import language_of
 from quantdrift.schemas import PairEvent
 from quantdrift.schemas.keys import command_key
 from quantdrift.schemas.signing import unverified_command
@@ -50,6 +55,8 @@ ROOT = Path(__file__).resolve().parents[2]
 LITELLM = ROOT / ".venv-litellm" / "bin" / "litellm"
 ROUTE = "cs-agent/int4"
 LOST = "lost-mirror/int4"
+SLICED = "zh-agent/int4"  # its policy scopes rollbacks to the failing slice
+ZH_STUTTER = "首都首都首都首都首都首都是巴黎，法国的首都位于塞纳河畔，是一座历史悠久的美丽城市。"
 SWITCH_BUDGET_S = 1.0
 KEYS = {"ops": "litellm-test-signing-key-at-least-32-bytes"}
 
@@ -113,6 +120,8 @@ def proxy(
                     # Its mirror names a group that does not exist: it never arrives.
                     deployment("lost", "int4", silent_model="no-such-group"),
                     deployment("lost-bf16", "bf16"),
+                    deployment("zh-agent", "int4", silent_model="zh-agent-bf16"),
+                    deployment("zh-agent-bf16", "bf16"),
                 ],
                 "litellm_settings": {"callbacks": "quantdrift.integrations.litellm.guard"},
             }
@@ -131,6 +140,7 @@ def proxy(
                         "reference_precision": "bf16",
                     },
                     LOST: {"candidate": "lost", "reference": "lost-bf16"},
+                    SLICED: {"candidate": "zh-agent", "reference": "zh-agent-bf16"},
                 },
             }
         )
@@ -274,3 +284,48 @@ async def test_a_mirror_that_never_arrives_is_counted(proxy: Proxy) -> None:
         assert time.monotonic() < deadline, proxy.log.read_text()[-3000:]
         await asyncio.sleep(0.2)
     assert "(1 missing so far)" in proxy.log.read_text()
+
+
+async def test_a_slice_scoped_rollback_moves_only_that_slices_calls(
+    proxy: Proxy, upstream: ScriptedLLM, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def chinese(body: dict[str, Any]) -> bool:
+        return language_of(str(body["messages"][-1]["content"])) == "zh"
+
+    upstream.answer["int4"] = lambda body: ZH_STUTTER if chinese(body) else None
+    policy = tmp_path / "policy.yaml"
+    scoped = {"rollback_scope": "slice", "slice_dimensions": ["language"], "min_pairs": 5,
+              "slice_min_pairs": 5, "cooldown_s": 600}  # fmt: skip
+    policy.write_text(yaml.safe_dump({"routes": {SLICED: scoped}}))
+    monkeypatch.setenv("QUANTDRIFT_EMBEDDING__TIER", "static")
+    # The breaker signs with the key the proxy's guard knows (as the console does).
+    monkeypatch.setenv("QUANTDRIFT_SIGNING__KEYS", proxy.env["QUANTDRIFT_SIGNING__KEYS"])
+    monkeypatch.setenv("QUANTDRIFT_SIGNING__ACTIVE_KEY_ID", "ops")
+    worker = start_worker(proxy.settings.model_copy(update={"policy_file": policy}))
+    client = proxy.client()
+    r = redis.Redis.from_url(proxy.settings.redis.url or "")
+    try:
+        n = mirrored = 0
+        while True:  # three English calls to one Chinese, until the slice rolls back
+            for i in range(4):
+                n += 1
+                text = f"法国的首都是哪里？({n})" if i == 3 else f"What is the capital? ({n})"
+                mirrored += served_by(ask(client, "zh-agent", text)) == "int4"  # and mirrored
+            state = await until_seen(proxy.settings, SLICED, mirrored, worker, timeout=60)
+            if state.held:
+                break
+            assert n < 200, "no slice rollback after 50 stuttered Chinese answers"
+        assert list(state.held) == ["language=zh"] and state.state == "closed", state
+        command = unverified_command(r.get(command_key(proxy.settings.redis.key_prefix, SLICED)))  # type: ignore[arg-type]
+        assert command.slice is not None and command.slice.key == "language=zh"
+        deadline = time.monotonic() + 10
+        while served_by(ask(client, "zh-agent", "法国的首都是哪里？")) != "bf16":
+            assert time.monotonic() < deadline, "the proxy never sent Chinese to the reference"
+        latency = time.time() - command.issued_at
+        replies = [ask(client, "zh-agent", t) for t in ("巴黎在哪里？", "Where is Paris?") * 2]
+        assert [served_by(x) for x in replies] == ["bf16", "int4"] * 2
+    finally:
+        r.close()
+        worker.stop()
+        upstream.answer.pop("int4", None)
+    print(f"\nLiteLLM slice rollback: issued -> Chinese on bf16 within {latency * 1000:.0f} ms")

@@ -5,6 +5,8 @@ answers every chat completion with a fixed text (settable per tag while running)
 with each of a tag's ``variants`` in turn (a sampled model: two runs differ), as
 JSON or as a server-sent-event stream, with usage, an id and, when asked, logprobs,
 after a tag's ``delays`` (seconds; an upstream that takes time, or a stalled one).
+A tag's ``answer`` (a function of the request body) overrides both when it returns a
+text: a model that breaks on some prompts only (a drift confined to one language).
 It records every call, so a test can wait on what reached which model.
 """
 
@@ -15,7 +17,7 @@ import json
 import threading
 import time
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import uvicorn
@@ -32,6 +34,7 @@ class ScriptedLLM:
         self.texts: dict[str, str] = {}
         self.variants: dict[str, list[str]] = {}
         self.delays: dict[str, float] = {}
+        self.answer: dict[str, Callable[[dict[str, Any]], str | None]] = {}
         self.calls: list[tuple[str, dict[str, Any]]] = []
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
@@ -44,7 +47,10 @@ class ScriptedLLM:
             if self.delays.get(tag):
                 await asyncio.sleep(self.delays[tag])
             turns = self.variants.get(tag)
-            if turns:
+            chosen = self.answer[tag](body) if tag in self.answer else None
+            if chosen is not None:
+                text = chosen
+            elif turns:
                 text = turns[len(self.calls_to(tag)) % len(turns)]
             else:
                 text = self.texts.get(tag, DEFAULT_TEXT)

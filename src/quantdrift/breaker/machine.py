@@ -10,12 +10,20 @@ scores only through :func:`quantdrift.breaker.step.fold_many`, which ticks first
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
-from quantdrift.breaker import rules
+from quantdrift.breaker import rules, slice_scope
 from quantdrift.breaker.policy import RoutePolicy
 from quantdrift.breaker.rules import RuleStates, similarity_of
-from quantdrift.breaker.state import BreakerState, RouteState, Transition, WorstPair
+from quantdrift.breaker.state import (
+    BreakerState,
+    Decision,
+    RouteState,
+    Transition,
+    WorstPair,
+    next_epoch,
+    target_hint,
+)
 from quantdrift.detectors.noise_floor import NoiseFloor, NoiseFloorState, metric_values
 from quantdrift.schemas.command import Target
 from quantdrift.schemas.score import ScoreEvent
@@ -32,34 +40,8 @@ __all__ = [
 ]
 
 
-@dataclass(frozen=True, slots=True)
-class Decision:
-    state: RouteState
-    transition: Transition | None = None
-
-
 def initial_state(policy: RoutePolicy) -> RouteState:
     return RouteState(target="candidate", cooldown_s=policy.cooldown_s)
-
-
-def next_epoch(last: int, now: float) -> int:
-    """A hybrid logical clock: one more than the last epoch, and never below ``now`` in ms.
-
-    Gateways apply only commands newer than the last they applied. A counter kept in
-    Redis restarts at 1 when Redis loses the route's state, and every gateway would
-    then refuse the next rollback as stale; the wall clock in milliseconds keeps the
-    epoch growing across that loss (as long as workers' clocks agree to within the
-    time between two transitions of a route).
-
-    >>> next_epoch(0, 1.5), next_epoch(1500, 1.5), next_epoch(7, 0.0)
-    (1500, 1501, 8)
-    """
-    return max(last + 1, int(now * 1000))
-
-
-def target_hint(policy: RoutePolicy, target: str) -> str | None:
-    """The concrete precision the policy names for a role, if it names one."""
-    return policy.reference_precision if target == "reference" else policy.candidate_precision
 
 
 def judge(
@@ -86,7 +68,21 @@ def judge(
         return Decision(state.evolve(last_decision="ignored"))
     if state.state == "half_open":
         return _probe(policy, state, pair)
+    held = slice_scope.holding(state, score.tags)
+    if held is not None:
+        # A slice rolled back on its own: its pairs are its breaker's, not the route's.
+        return _widened(policy, state, slice_scope.judge_held(policy, state, held, pair))
     return _closed(policy, state, pair, noise_floor, now)
+
+
+def _widened(
+    policy: RoutePolicy, state: RouteState, step: Decision | slice_scope.Widen
+) -> Decision:
+    """A slice's decision, or the route's trip when the slice's rollback widens."""
+    if isinstance(step, Decision):
+        return step
+    numbers = {**step.evidence, "widened": True}
+    return _trip(policy, state, step.rule, step.reason, numbers, state.updated_at)
 
 
 def _closed(
@@ -103,6 +99,9 @@ def _closed(
     if pair.floor is not None:
         effects = noise_floor.effect_sizes(pair.floor, metric_values(score.metrics))
     numbers = {**fired.evidence, "decisive_pair_id": score.pair_id, "effect_sizes": effects}
+    where = slice_scope.scoped_slice(policy, fired)
+    if where is not None:
+        return _widened(policy, state, slice_scope.trip(policy, state, where, fired, numbers, now))
     return _trip(policy, state, fired.rule, fired.reason, numbers, now)
 
 
@@ -186,7 +185,10 @@ def _probe(policy: RoutePolicy, state: RouteState, pair: rules.Pair) -> Decision
 
 
 def tick(policy: RoutePolicy, state: RouteState, now: float) -> Decision:
-    """Time passing: an open route whose cool-down is over goes half-open."""
+    """Time passing: an open route whose cool-down is over goes half-open; on a closed
+    route, a held slice's (``slice_scope.tick``)."""
+    if not state.locked and state.state == "closed" and state.held:
+        return slice_scope.tick(policy, state, now) or Decision(state)
     if state.locked or state.state != "open" or state.opened_at is None:
         return Decision(state)
     if now - state.opened_at < state.cooldown_s:
@@ -263,8 +265,9 @@ def manual(
 
 
 def _reset_counters(state: RouteState) -> RouteState:
-    """A transition restarts every rule's evidence and the worst pairs."""
-    return state.evolve(rules=RuleStates(), worst=())
+    """A route's transition restarts every rule's evidence and the worst pairs, and ends
+    every slice's own rollback: the whole route now goes one way."""
+    return state.evolve(rules=RuleStates(), worst=(), held={})
 
 
 def _worst(worst: tuple[WorstPair, ...], pair: rules.Pair, keep: int) -> tuple[WorstPair, ...]:

@@ -20,9 +20,10 @@ from dataclasses import dataclass
 import orjson
 
 from quantdrift.breaker.candidate import CandidateChange
+from quantdrift.breaker.slice_scope import holds
 from quantdrift.breaker.state import RouteState, Transition
 from quantdrift.schemas.alert import AlertEvent, Severity
-from quantdrift.schemas.command import RouteCommand
+from quantdrift.schemas.command import RouteCommand, SliceHold, SliceSelector
 from quantdrift.schemas.signing import CommandSigner
 
 _SEVERITY: dict[tuple[str, str], Severity] = {
@@ -80,6 +81,9 @@ def build_outbox(
     source: str = "breaker",
 ) -> Outbox:
     percent = transition.evidence.get("percent") if transition.action == "canary" else None
+    selector = None
+    if transition.slice is not None:
+        selector = SliceSelector(dimension=transition.slice[0], value=transition.slice[1])
     command = RouteCommand(
         command_id=f"{route}#{state.epoch}",
         route=route,
@@ -94,6 +98,8 @@ def build_outbox(
         issued_at=now,
         source="manual" if source == "manual" else "breaker",
         locked=state.locked,
+        slice=selector,
+        slices=tuple(SliceHold.model_validate(h) for h in holds(state)),
     )
     severity = _SEVERITY.get((transition.from_state, transition.to_state), "P2")
     if transition.rule == "manual":
@@ -104,8 +110,10 @@ def build_outbox(
         route=route,
         kind=f"breaker.{transition.to_state}",
         summary=(
-            f"{route}: {transition.from_state} -> {transition.to_state} "
-            f"({transition.action} to the {transition.target}): {transition.reason}"
+            f"{route}{'' if selector is None else f' [slice {selector.key}]'}: "
+            f"{transition.from_state} -> {transition.to_state} "
+            f"({transition.action} to the {transition.target}"
+            f"{'' if selector is None else f' for {selector.key} only'}): {transition.reason}"
         ),
         evidence={**transition.evidence, "rule": transition.rule, "epoch": state.epoch},
         ts=now,

@@ -113,6 +113,21 @@ class RoutePolicy(BaseModel):
     # Below this many pairs a slice is "insufficient data": its test runs (evidence is
     # kept) but cannot roll back, and it never reads as a pass.
     slice_min_pairs: int = Field(default=20, ge=1)
+    # What a slice's alarm rolls back (breaker/slice_scope.py): the whole route (the default),
+    # or only the failing slice: its requests go to the reference, the rest of the route
+    # stays on the candidate, and the slice half-opens and restores on its own. Pooled
+    # "other" slices have no selector a gateway can match and always widen to the route.
+    rollback_scope: Literal["route", "slice"] = "route"
+    # A slice-scoped rollback widens to the whole route when the slice trips this many
+    # times (its first trip and each failed half-open probe) ...
+    widen_after_trips: int = Field(default=2, ge=1)
+    # ... or when this many slices would be rolled back at once.
+    widen_after_slices: int = Field(default=2, ge=1)
+    # ... or when a failing candidate pair of a rolled-back slice is built this long after
+    # its trip: no longer one in flight (a gateway bounds a shadow pair by its
+    # timeouts.shadow_total_s, 30 s by default) but a gateway that still serves the slice
+    # from the candidate (one that cannot map the slice refuses the command).
+    slice_stray_grace_s: float = Field(default=60.0, gt=0)
     # Tolerances δ: how much worse than the reference a route owner accepts.
     # Paired task outcomes (JSON kept, loop-free, finished): failure-rate difference.
     tolerance_outcomes: float = Field(default=0.05, ge=0, lt=1)

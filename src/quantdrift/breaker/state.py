@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Literal
 
+from quantdrift.breaker.policy import RoutePolicy
 from quantdrift.breaker.rules import RuleStates
 
 BreakerState = Literal["closed", "open", "half_open"]
@@ -52,12 +53,42 @@ class ReadinessState:
         )
 
 
+SliceBreakerState = Literal["open", "half_open"]
+
+
+@dataclass(frozen=True, slots=True)
+class HeldSlice:
+    """One slice held apart from its route by a slice-scoped rollback
+    (``breaker/slice_scope.py``): ``open`` (its requests served by the reference) or
+    ``half_open`` (the reference serves, the candidate runs in shadow for it). A slice
+    that restores leaves ``RouteState.held``; one that keeps failing (``trips``) widens
+    to the route. ``passes`` counts its half-open probe's passing pairs."""
+
+    dimension: str
+    value: str
+    state: SliceBreakerState = "open"
+    opened_at: float = 0.0
+    cooldown_s: float = 0.0
+    trips: int = 1
+    passes: int = 0
+
+    @property
+    def key(self) -> str:
+        return f"{self.dimension}={self.value}"
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> HeldSlice:
+        known = {f for f in cls.__dataclass_fields__}
+        return cls(**{k: v for k, v in data.items() if k in known})
+
+
 @dataclass(frozen=True, slots=True)
 class RouteState:
     """Everything the judge needs between two scores of a route: the breaker's
     lifecycle, a few readouts, the rules' evidence (``rules``, one state per rule:
     :mod:`quantdrift.breaker.rules`) and what the pairs showed about which rules can
-    fire (``readiness``).
+    fire (``readiness``), and the slices held apart by a slice-scoped rollback
+    (``held``, by ``dimension=value``; only while the route itself is closed).
 
     ``epoch`` is bumped by every transition (``machine.next_epoch``) and fences
     commands at the gateway; ``target`` is a role, ``candidate`` or ``reference``;
@@ -80,6 +111,7 @@ class RouteState:
     updated_at: float = 0.0
     rules: RuleStates = field(default_factory=RuleStates)
     readiness: ReadinessState = field(default_factory=ReadinessState)
+    held: dict[str, HeldSlice] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -99,6 +131,7 @@ class RouteState:
         data["readiness"] = ReadinessState.from_json(
             readiness if isinstance(readiness, dict) else None
         )
+        data["held"] = {str(k): HeldSlice.from_json(v) for k, v in (data.get("held") or {}).items()}
         data["worst"] = tuple(
             WorstPair(w["pair_id"], w["similarity"], tuple(w["reasons"]))
             for w in data.get("worst", ())
@@ -126,3 +159,33 @@ class Transition:
     evidence: dict[str, Any] = field(default_factory=dict)
     # The concrete precision the policy names for the target role, if any.
     target_precision: str | None = None
+    # A slice-scoped transition's slice (dimension, value); None moves the whole route.
+    slice: tuple[str, str] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    """What folding one score (or a tick, or an operator's command) did to a route."""
+
+    state: RouteState
+    transition: Transition | None = None
+
+
+def next_epoch(last: int, now: float) -> int:
+    """A hybrid logical clock: one more than the last epoch, and never below ``now`` in ms.
+
+    Gateways apply only commands newer than the last they applied. A counter kept in
+    Redis restarts at 1 when Redis loses the route's state, and every gateway would
+    then refuse the next rollback as stale; the wall clock in milliseconds keeps the
+    epoch growing across that loss (as long as workers' clocks agree to within the
+    time between two transitions of a route).
+
+    >>> next_epoch(0, 1.5), next_epoch(1500, 1.5), next_epoch(7, 0.0)
+    (1500, 1501, 8)
+    """
+    return max(last + 1, int(now * 1000))
+
+
+def target_hint(policy: RoutePolicy, target: str) -> str | None:
+    """The concrete precision the policy names for a role, if it names one."""
+    return policy.reference_precision if target == "reference" else policy.candidate_precision

@@ -97,7 +97,11 @@ def slice_lines(slices: list[dict[str, Any]]) -> list[str]:
     width = max((len(r["slice"]) for r in slices), default=0)
     lines = []
     for r in slices:
-        if r["status"] == "insufficient_data":
+        if r["status"] == "rolled_back":
+            status = f"ROLLED BACK alone: its users on the reference (trips {r['trips']})"
+        elif r["status"] == "half_open":
+            status = "half-open alone: the reference serves it, the candidate in shadow"
+        elif r["status"] == "insufficient_data":
             status = f"insufficient data: {r['pairs']} of {r['min_pairs']} pairs"
         else:
             status = f"testing: {r['pairs']} pairs"

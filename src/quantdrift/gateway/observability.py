@@ -42,11 +42,24 @@ def health(gateway: Gateway, private: bool = True) -> dict[str, Any]:
         cap_of=gateway.preflight.cap,
     )
     for route, rc in cfg.routes.items():
+        directive = gateway.directive(route)
         d = route_decision(cfg, route, "cost_optimized", incoming)
         routes[route] = {
             "serving": d.serve,
             "mode": d.mode,
             "epoch": gateway.controller.epoch(route) if gateway.controller else 0,
+            # Slices held apart by a slice-scoped rollback: where their requests go.
+            "slices": {
+                f"{h.dimension}={h.value}": {
+                    "serving": (
+                        sd := route_decision(
+                            cfg, route, "cost_optimized", incoming, {h.dimension: h.value}
+                        )
+                    ).serve,
+                    "mode": sd.mode,
+                }
+                for h in (directive.slices if directive else ())
+            },
         }
         # Shadowing's own calls, apart from what users were served (shadow_spend.py).
         routes[route]["shadow_spend"] = gateway.shadow.spend.view(route)

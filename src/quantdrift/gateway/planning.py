@@ -235,9 +235,14 @@ def checked_fields(
 
 
 def route_decision(
-    config: GatewayConfig, route: str, preference: str, incoming: Incoming
+    config: GatewayConfig,
+    route: str,
+    preference: str,
+    incoming: Incoming,
+    tags: Mapping[str, str] | None = None,
 ) -> Decision:
-    """Where the request goes: the route's candidate and reference, its directive, its cap."""
+    """Where the request goes: the route's candidate and reference, its directive, its cap,
+    and the slice its ``tags`` put it in."""
     rc = config.routes[route]
     return decide(
         order=config.order,
@@ -247,6 +252,7 @@ def route_decision(
         directive=incoming.directive_of(route),
         request_id=incoming.request_id,
         candidate_cap=incoming.cap_of(route),
+        tags=tags,
     )
 
 
@@ -316,7 +322,14 @@ def plan_request(
     ):
         return Refusal(400, "top_logprobs must be an integer in 0..20", "top_logprobs")
     upstream = upstream_body(body, {*EXTENSION_FIELDS, *unknown})
-    decision = route_decision(cfg, route, preference, incoming)
+    spec = json_spec(body)
+    task = declared_task(headers, body)
+    tags = request_tags(
+        body,
+        expects_json=spec is not None,
+        task=None if task is None else incoming.admit_task(task),
+    )
+    decision = route_decision(cfg, route, preference, incoming, tags)
     shadow = decision.pair_candidate is not None and sampled(
         request_id, cfg.shadow_rate(route), sample_salt
     )
@@ -328,13 +341,6 @@ def plan_request(
     if user_logprobs or shadow or noise or cfg.logprobs_on_user_calls:
         upstream["logprobs"] = True
         upstream["top_logprobs"] = max(user_top, cfg.top_logprobs)
-    spec = json_spec(body)
-    task = declared_task(headers, body)
-    tags = request_tags(
-        body,
-        expects_json=spec is not None,
-        task=None if task is None else incoming.admit_task(task),
-    )
     return Plan(
         request_id=request_id,
         client_request_id=headers.get(CLIENT_ID_HEADER),

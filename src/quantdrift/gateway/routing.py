@@ -14,7 +14,12 @@ Rules, first match wins:
    candidate runs in shadow. Roles swap: the *shadow* call is the candidate.
 4. Canary with percent p > 0: a deterministic p % of requests (by request id)
    get the candidate, the rest the reference; the other side is the shadow.
-5. Otherwise (no command, or a command whose target is not the reference):
+5. The request's slice is held apart (a slice-scoped rollback: the directive's
+   ``slices``, matched on the request's tags): rolled back, the reference serves it
+   and the candidate does not run (mode ``slice_rolled_back``); half-open, the
+   reference serves it and the candidate runs in shadow (``slice_half_open``). The
+   rest of the route goes on by rules 4 and 6.
+6. Otherwise (no command, or a command whose target is not the reference):
    users get the target (the route's candidate by default); the reference is the
    shadow side.
 
@@ -31,8 +36,8 @@ an upstream failure, moves to the next one.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Literal
 
 from quantdrift.gateway.sampling import sampled
@@ -40,10 +45,30 @@ from quantdrift.gateway.sampling import sampled
 Preference = Literal["cost_optimized", "high_precision"]
 PREFERENCES: tuple[str, ...] = ("cost_optimized", "high_precision")
 Mode = Literal[
-    "normal", "high_precision", "rolled_back", "half_open", "canary", "awaiting_preflight"
+    "normal",
+    "high_precision",
+    "rolled_back",
+    "half_open",
+    "canary",
+    "awaiting_preflight",
+    "slice_rolled_back",
+    "slice_half_open",
 ]
 
 CANARY_SALT = "canary:"
+
+
+@dataclass(frozen=True, slots=True)
+class SliceDirective:
+    """One slice of a route held apart from it: requests whose tag ``dimension`` is
+    ``value`` go by ``action`` (``rollback`` to the reference, or ``canary`` at 0 %:
+    half-open) to ``target_precision``."""
+
+    dimension: str
+    value: str
+    action: str
+    target_precision: str
+    percent: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,6 +94,14 @@ class RouteDirective:
     action: str | None = None
     target_precision: str | None = None
     percent: float | None = None
+    slices: tuple[SliceDirective, ...] = field(default=())
+
+    def slice_of(self, tags: Mapping[str, str]) -> SliceDirective | None:
+        """The held slice a request with ``tags`` belongs to (the first)."""
+        for held in self.slices:
+            if tags.get(held.dimension) == held.value:
+                return held
+        return None
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,8 +148,10 @@ def decide(
     directive: RouteDirective | None,
     request_id: str,
     candidate_cap: float | None = None,
+    tags: Mapping[str, str] | None = None,
 ) -> Decision:
-    """The routing decision for one request (pure; see the module docstring).
+    """The routing decision for one request (pure; see the module docstring); ``tags``
+    are the request's slice tags (``slices.request_tags``).
 
     >>> d = decide(order=["int4", "int8", "bf16"], candidate="int4", reference="bf16",
     ...            preference="cost_optimized", directive=None, request_id="r1")
@@ -127,6 +162,9 @@ def decide(
     target = state.target_precision
     rolled_back = target == reference and state.action in ("rollback", "restore")
     half_open = state.action == "canary" and not state.percent
+    held = state.slice_of(tags or {})
+    slice_back = held is not None and held.action in ("rollback", "restore")
+    slice_back = slice_back and held is not None and held.target_precision == reference
 
     def plan(serve: str, mode: Mode, shadow: bool = True) -> Decision:
         # The pair's candidate is what runs quantized: the serving precision, or the
@@ -141,11 +179,15 @@ def decide(
         )
 
     if preference == "high_precision":
-        return plan(reference, "high_precision", shadow=not rolled_back)
+        return plan(reference, "high_precision", shadow=not (rolled_back or slice_back))
     if rolled_back:
         return plan(reference, "rolled_back", shadow=False)
     if half_open:
         return plan(reference, "half_open")
+    if slice_back:
+        return plan(reference, "slice_rolled_back", shadow=False)
+    if held is not None and held.action == "canary" and not held.percent:
+        return plan(reference, "slice_half_open")
     if state.action == "canary":
         percent = float(state.percent or 0.0)
         if candidate_cap is not None:

@@ -30,7 +30,7 @@ from quantdrift.gateway.gateway_config import GatewayConfig
 from quantdrift.gateway.observability import live_metrics
 from quantdrift.gateway.overload import LoopLag
 from quantdrift.gateway.publisher import DegradationPublisher, ShadowPublisher
-from quantdrift.gateway.routing import RouteDirective
+from quantdrift.gateway.routing import RouteDirective, SliceDirective
 from quantdrift.gateway.shadow import ShadowRunner
 from quantdrift.gateway.slices import TaskVocabulary
 from quantdrift.gateway.telemetry import Telemetry
@@ -216,4 +216,8 @@ class Gateway:
         applied = self.controller.state(route)
         if applied is None:
             return None
-        return RouteDirective(applied.action, applied.target_precision, applied.percent)
+        slices = tuple(
+            SliceDirective(h.dimension, h.value, h.action, h.target_precision, h.percent)
+            for h in applied.slices
+        )
+        return RouteDirective(applied.action, applied.target_precision, applied.percent, slices)

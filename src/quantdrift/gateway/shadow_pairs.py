@@ -54,7 +54,8 @@ def candidate_suspended(
         directive_of=directive_of,
         cap_of=cap_of,
     )
-    return route_decision(config, plan.route, plan.preference, incoming).pair_candidate is None
+    decision = route_decision(config, plan.route, plan.preference, incoming, plan.tags)
+    return decision.pair_candidate is None
 
 
 def side_of(config: GatewayConfig, route: str, precision: str) -> str:

@@ -41,6 +41,9 @@ from quantdrift.detectors.script import estimate_tokens, language_of, length_buc
 from quantdrift.schemas.pair import decoding_of
 
 LANGUAGE, LENGTH, OUTPUT, DECODING, TASK = "language", "length", "output", "decoding", "task"
+# Every tag this gateway computes for a request: the dimensions a slice-scoped rollback
+# may name and still be mapped here (``control/fence.py``).
+DIMENSIONS = (LANGUAGE, LENGTH, OUTPUT, DECODING, TASK)
 TASK_HEADER = "x-quantdrift-task"
 TASK_METADATA = "task"
 OTHER = "other"

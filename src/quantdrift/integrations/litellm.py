@@ -25,10 +25,11 @@ What it does:
   ``metadata.task``, bounded by the config's ``tasks`` allow-list or its first
   ``max_tasks`` values: the pair's ``task`` tag), and, while the route's latest
   signed RouteCommand puts users on the reference, rewrites ``model`` to the
-  reference group. Commands are followed by the gateway's own
-  :class:`RouteController` (control topic, with the route's Redis key as backstop;
-  same signature, epoch and freshness gate), started in the background on the
-  first call.
+  reference group; a call of a slice held apart by a slice-scoped rollback goes to
+  the reference too, the rest stays on the candidate (``litellm_routing.py``).
+  Commands are followed by the gateway's own :class:`RouteController` (control
+  topic, with the route's Redis key as backstop; same signature, epoch and freshness
+  gate), started in the background on the first call.
 * **success logger** (``async_log_success_event``): hands each logged call to
   :class:`PairJoiner`, which pairs the user's call with its mirror by that join
   id and yields a PairEvent (salted prompt hash unless the route sets
@@ -68,7 +69,14 @@ from litellm.integrations.custom_logger import CustomLogger
 
 from quantdrift.config import Settings
 from quantdrift.errors import ConfigError
-from quantdrift.gateway.slices import MAX_TASKS, OTHER, TaskVocabulary, declared_task, task_value
+from quantdrift.gateway.slices import (
+    DIMENSIONS,
+    MAX_TASKS,
+    OTHER,
+    TaskVocabulary,
+    declared_task,
+    task_value,
+)
 from quantdrift.integrations.litellm_pairs import (
     REQUEST_FIELDS,
     PairJoiner,
@@ -76,6 +84,7 @@ from quantdrift.integrations.litellm_pairs import (
     Side,
     output_of,
 )
+from quantdrift.integrations.litellm_routing import call_tags, serves_reference
 
 log = logging.getLogger("quantdrift.litellm")
 
@@ -182,6 +191,7 @@ class QuantdriftGuard(CustomLogger):  # type: ignore[misc]
             verifier_from_settings(s.signing.keys, s.signing.max_command_age_s),
             key_prefix=s.redis.key_prefix,
             routes=[r.route for r in self._config.routes],
+            slice_dimensions=DIMENSIONS,
         )
 
     async def _start(self) -> None:
@@ -215,15 +225,11 @@ class QuantdriftGuard(CustomLogger):  # type: ignore[misc]
     def stats(self) -> Any:
         return self._joiner.stats if self._joiner is not None else None
 
-    def serves_reference(self, route: str) -> bool:
-        """Whether the route's latest applied command keeps users off the candidate."""
+    def serves_reference(self, route: str, tags: Mapping[str, str] | None = None) -> bool:
+        """Whether the route's latest applied command keeps this call (with its slice
+        ``tags``) off the candidate."""
         applied = self._controller.state(route) if self._controller is not None else None
-        if applied is None:
-            return False
-        command = applied.command
-        if command.action == "canary" and command.percent:
-            return random.random() * 100 >= command.percent
-        return not command.users_on_candidate
+        return serves_reference(applied, tags or {}, random.random())
 
     # -- LiteLLM hooks ------------------------------------------------------------------
     async def async_pre_call_hook(
@@ -238,8 +244,8 @@ class QuantdriftGuard(CustomLogger):  # type: ignore[misc]
             metadata[JOIN_KEY] = f"litellm-{uuid.uuid4().hex}"
             task = declared_task(_headers(data), data)
             if task is not None and self._tasks is not None:
-                metadata[TASK_KEY] = self._tasks.admit(task)
-            if self.serves_reference(route.route):
+                task = metadata[TASK_KEY] = self._tasks.admit(task)
+            if self.serves_reference(route.route, call_tags(data, task)):
                 data["model"] = route.reference_group
                 metadata[EXPECT_KEY] = False
             else:

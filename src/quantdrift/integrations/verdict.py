@@ -15,7 +15,18 @@ can fire, none fired
 open (tripped or manual rollback)           fail            Failed
 half_open (candidate on probation)          fail            Failed
 locked by an operator (either side)         fail            Failed
+closed, a slice rolled back alone (or       fail            Failed
+half-open) by a slice-scoped rollback
 ==========================================  ==============  ==========================
+
+**Slices.** ``slices`` has one verdict per slice the route has seen
+(``breaker/slice_scope.report``): ``fail`` for a slice held apart (rolled back or
+half-open: its users are on the reference), ``inconclusive`` for a slice below its
+minimum pairs (*insufficient data*, never a pass), else the route's own verdict. The
+route's verdict takes its worst slice's ``fail``: a candidate that one language had to
+be taken from is not promoted. A slice with insufficient data is inconclusive on its
+own row but does not hold the route's verdict back: a rare value (a few pairs of
+Korean) would otherwise pause every rollout for good.
 
 *Armed* is the decision core's readiness (``breaker/readiness.py``), read from the
 route's state and floors: a route whose divergence tests abstain for want of a
@@ -51,6 +62,7 @@ from typing import Any, Literal
 
 from quantdrift.breaker.policy import RoutePolicy
 from quantdrift.breaker.readiness import Readiness, readiness
+from quantdrift.breaker.slice_scope import report as slice_report
 from quantdrift.breaker.state import RouteState
 from quantdrift.detectors.noise_floor import NoiseFloorState
 from quantdrift.schemas.command import RouteCommand
@@ -80,6 +92,7 @@ class RouteVerdict:
     worst_pairs: list[dict[str, Any]] = field(default_factory=list)
     # The route's certificate as checked now (``integrations/certified.py``), if given.
     certificate: dict[str, Any] | None = None
+    slices: list[dict[str, Any]] = field(default_factory=list)
 
     @property
     def armed(self) -> bool:
@@ -109,6 +122,7 @@ class RouteVerdict:
             "worst_pairs": self.worst_pairs,
             "worst_pairs_url": worst_pairs_url,
             **({"certificate": self.certificate} if self.certificate is not None else {}),
+            "slices": self.slices,
         }
 
 
@@ -183,6 +197,17 @@ def route_verdict(
         verdict, reason = "inconclusive", ready.summary()
     else:
         verdict, reason = "pass", f"closed and {ready.summary()}; no rule fired"
+    # Every slice not held apart reads as the route would without the held ones.
+    slices = [
+        {**row, "verdict": _slice_verdict(row, verdict)} for row in slice_report(policy, state)
+    ]
+    if state.held and not state.locked and state.state == "closed":
+        verdict = "fail"
+        reason = "; ".join(
+            f"slice {k} {'rolled back' if h.state == 'open' else 'half-open'}: its users are "
+            "on the reference, the rest of the route on the candidate"
+            for k, h in sorted(state.held.items())
+        )
     return RouteVerdict(
         route=route,
         verdict=verdict,
@@ -197,7 +222,26 @@ def route_verdict(
         readiness=ready,
         last_transition=last_transition(command),
         worst_pairs=worst_pairs(state, command),
+        slices=slices,
     )
+
+
+def _slice_verdict(row: Mapping[str, Any], route: Verdict) -> Verdict:
+    """One slice's verdict: held apart is a fail, insufficient data inconclusive, and
+    otherwise the route's (a slice cannot pass a route that does not).
+
+    >>> _slice_verdict({"status": "rolled_back"}, "fail")
+    'fail'
+    >>> _slice_verdict({"status": "insufficient_data"}, "pass")
+    'inconclusive'
+    >>> _slice_verdict({"status": "testing"}, "fail")
+    'fail'
+    """
+    if row["status"] in ("rolled_back", "half_open"):
+        return "fail"
+    if row["status"] == "insufficient_data" and route == "pass":
+        return "inconclusive"
+    return route
 
 
 @dataclass(frozen=True, slots=True)

@@ -203,27 +203,32 @@ class CommandVerifier:
 
     def check(self, command: RouteCommand, last_epoch: int, now: float) -> None:
         """Raise StaleCommand unless ``command`` may apply after ``last_epoch`` at ``now``."""
+        found = self.staleness(command, last_epoch, now)
+        if found is not None:
+            self.refuse(*found, StaleCommand)
+
+    def staleness(
+        self, command: RouteCommand, last_epoch: int, now: float
+    ) -> tuple[str, str] | None:
+        """Why ``command`` may not apply after ``last_epoch`` at ``now`` (a refusal reason
+        and a message), or None. Pure: :meth:`check` counts and raises, a gateway's fence
+        (``gateway/control/fence.py``) returns it as a refusal."""
         if command.epoch <= last_epoch:
-            self.refuse(
-                "stale_epoch",
+            return "stale_epoch", (
                 f"command {command.command_id}: epoch {command.epoch} "
-                f"is not newer than {last_epoch}",
-                StaleCommand,
+                f"is not newer than {last_epoch}"
             )
         if command.issued_at > now + self.max_skew_s:
-            self.refuse(
-                "future_issued_at",
+            return "future_issued_at", (
                 f"command {command.command_id}: issued {command.issued_at - now:.0f} s "
-                "in the future",
-                StaleCommand,
+                "in the future"
             )
         if command.issued_at < now - self.max_age_s and command.users_on_candidate:
-            self.refuse(
-                "stale_issued_at",
+            return "stale_issued_at", (
                 f"command {command.command_id}: issued {now - command.issued_at:.0f} s ago "
-                f"(window {self.max_age_s:g} s) and would put users on the candidate",
-                StaleCommand,
+                f"(window {self.max_age_s:g} s) and would put users on the candidate"
             )
+        return None
 
     def refuse(self, reason: str, message: str, kind: type[Exception] = SignatureError) -> NoReturn:
         self.refused[reason] = self.refused.get(reason, 0) + 1

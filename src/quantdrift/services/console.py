@@ -25,7 +25,7 @@ from quantdrift.breaker.outbox import OutboxItem
 from quantdrift.breaker.policy import load_policy
 from quantdrift.breaker.readiness import readiness, rule_names
 from quantdrift.breaker.relay import OutboxRelay
-from quantdrift.breaker.rules.slices import report as slice_report
+from quantdrift.breaker.slice_scope import report as slice_report
 from quantdrift.breaker.state import RouteState
 from quantdrift.breaker.store import RedisBreakerStore
 from quantdrift.config import Settings, configured_redis_url
@@ -72,9 +72,10 @@ async def route_status(settings: Settings, route: str | None = None) -> list[dic
     core's readiness (``breaker/readiness.py``): closed, and every test the route's policy
     relies on can fire; ``readiness`` says ``armed``, ``warming`` or ``partly armed``,
     ``missing`` names what a relied-on test lacks, ``rules`` has each test's readiness,
-    ``slices`` each slice the route has seen (``breaker/rules/slices.report``: its pairs,
-    ``testing`` or ``insufficient_data``), and ``reason`` is in the words the verdict API
-    gives rollout controllers.
+    ``slices`` each slice the route has seen (``breaker/slice_scope.report``: its pairs,
+    ``testing`` or ``insufficient_data``, or ``rolled_back`` / ``half_open`` when a
+    slice-scoped rollback holds it apart, and its own ``breaker``), and ``reason`` is in
+    the words the verdict API gives rollout controllers.
     """
     policies = load_policy(settings.policy_file)
     async with open_store(settings) as store:
@@ -107,7 +108,7 @@ async def route_status(settings: Settings, route: str | None = None) -> list[dic
                     "readiness": ready["readiness"],
                     "missing": ready["missing"],
                     "rules": ready["rules"],
-                    "slices": slice_report(policy, state.rules.slices),
+                    "slices": slice_report(policy, state),
                     "reason": verdict.reason,
                 }
             )

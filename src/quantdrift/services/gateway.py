@@ -23,6 +23,7 @@ from quantdrift.gateway.follower import NginxFollower, reload_argv
 from quantdrift.gateway.gateway_config import GatewayConfig, load_config, parse_config
 from quantdrift.gateway.publisher import DegradationPublisher, ShadowPublisher
 from quantdrift.gateway.service import Gateway
+from quantdrift.gateway.slices import DIMENSIONS
 from quantdrift.schemas.signing import verifier_from_settings
 from quantdrift.schemas.signoff import trusted
 
@@ -67,9 +68,15 @@ def build_gateway(
     )
 
 
-def build_controller(config: GatewayConfig, settings: Settings) -> RouteController:
+def build_controller(
+    config: GatewayConfig, settings: Settings, *, slices: bool = True
+) -> RouteController:
     """The RouteController of a config's routes: the gateway's, the collector's and the
-    nginx follower's, so all three verify commands alike (signature, epoch, freshness)."""
+    nginx follower's, so all three verify commands alike (signature, epoch, freshness).
+
+    ``slices``: whether this process holds a slice apart per request (the gateway and
+    the collector tag every request); a follower that splits a route by weight cannot,
+    and refuses (and counts) every slice-scoped command."""
     return RouteController(
         settings.kafka,
         configured_redis_url(settings),
@@ -81,6 +88,7 @@ def build_controller(config: GatewayConfig, settings: Settings) -> RouteControll
         key_prefix=settings.redis.key_prefix,
         routes=config.routes,
         resolve=resolver_for(config),
+        slice_dimensions=DIMENSIONS if slices else (),
     )
 
 
@@ -98,7 +106,7 @@ async def follow_nginx(
     config = load_config(config_path)
     follower = NginxFollower(
         config,
-        build_controller(config, settings),
+        build_controller(config, settings, slices=False),
         upstream_file,
         reload_argv(reload_cmd),
         names=names,

@@ -112,6 +112,11 @@ def route_view(route: str, state: RouteState, ready: Readiness | None = None) ->
         "readiness": readiness.get("readiness", "unknown"),
         "missing": readiness.get("missing", []),
         "rules": readiness.get("rules", []),
+        # Slices a slice-scoped rollback holds apart: their users are on the reference.
+        "held_slices": [
+            {"slice": key, "breaker": h.state, "trips": h.trips, "cooldown_s": h.cooldown_s}
+            for key, h in sorted(state.held.items())
+        ],
     }
 
 
@@ -363,7 +368,10 @@ async function refresh() {
       '" data-pairs="' + x.pairs_seen + '" data-epoch="' + x.epoch +
       '" data-armed="' + x.armed + '">' +
       "<td>" + esc(x.route) + "</td>" +
-      '<td class="' + x.state + '">' + x.state + (x.locked ? " (locked)" : "") + "</td>" +
+      '<td class="' + x.state + '">' + x.state + (x.locked ? " (locked)" : "") +
+      x.held_slices.map(h => ' <span class="' + h.breaker + '" data-slice="' + esc(h.slice) +
+        '">' + esc(h.slice) + " " + (h.breaker === "open" ? "rolled back" : "half-open") +
+        "</span>").join("") + "</td>" +
       "<td>" + esc(x.target) + "</td><td>" + x.epoch + "</td><td>" + x.pairs_seen +
       '</td><td class="armed" title="' + esc(x.missing.join(" | ")) + '">' +
       esc(x.armed ? "armed" : x.readiness) +

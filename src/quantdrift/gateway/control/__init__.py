@@ -1,7 +1,8 @@
 """The gateway's control side: what decides where a route's users go, apart from serving them.
 
 * ``controller.py``: ``RouteController`` follows signed RouteCommands (control
-  topic, Redis key as backstop) and keeps one ``AppliedCommand`` per route.
+  topic, Redis key as backstop: ``followers.py``), gates each through the pure
+  ``fence.py`` and keeps one ``AppliedCommand`` per route, slices held apart included.
 * ``targets.py``: a command's target role mapped onto this gateway's pools.
 * ``preflight_gate.py``: a route's candidate capped until its preflight report verifies.
 

@@ -1,0 +1,175 @@
+"""What the end-to-end tests through a real gateway share: the example config on
+scripted upstreams, ``quantdrift gateway`` / ``verdict-api`` children, the CLI as a user
+runs it, and an isolated worker's settings and environment on the embedded stack.
+
+Everything is started the way an operator starts it (``python -m quantdrift ...``), so
+what a test sees is what the CLI builds.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+import redis
+import yaml
+
+from quantdrift.config import Settings
+from quantdrift.demo.workers import settings_env
+from quantdrift.stack import EmbeddedStack, free_port
+from quantdrift.stack.ports import stop_popen
+from support.guard import isolated_settings, make_topics
+from support.scripted_llm import ScriptedLLM
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def example_config(llm: ScriptedLLM, salt: str, **changes: Any) -> dict[str, Any]:
+    """``examples/gateway.yaml`` with the scripted upstreams in its pools, every request
+    shadowed, and ``changes`` on top."""
+    config = yaml.safe_load((ROOT / "examples" / "gateway.yaml").read_text())
+    config["precisions"] = {"int4": [f"{llm.url}/int4"], "bf16": [f"{llm.url}/bf16"]}
+    config["precision_models"] = {"int4": "m-int4", "bf16": "m-bf16"}
+    # The scripted servers' logprobs are constants, so they would make an entropy floor
+    # that never varies: declare the pools without logprobs (the route then has no
+    # entropy test to rely on, and route status says why).
+    for pool in config["pools"].values():
+        pool["logprobs"] = False
+    config["shadow_sample_rate"] = 1.0
+    config["sample_salt"] = salt
+    return {**config, **changes}
+
+
+@dataclass
+class Gateway:
+    proc: subprocess.Popen[bytes]
+    url: str
+    log: Path
+
+    def stop(self) -> None:
+        stop_popen(self.proc, timeout=15)
+
+    def health(self) -> dict[str, Any]:
+        body: dict[str, Any] = httpx.get(self.url + "/health", timeout=5).json()
+        return body
+
+
+def start_gateway(config: dict[str, Any], env: dict[str, str], workdir: Path, name: str) -> Gateway:
+    """``quantdrift gateway --config`` on a free port, once it knows every route's command."""
+    path = workdir / f"{name}.yaml"
+    path.write_text(yaml.safe_dump(config, sort_keys=False))
+    port = free_port()
+    log = workdir / f"{name}.log"
+    proc = subprocess.Popen(
+        [
+            *(sys.executable, "-m", "quantdrift", "gateway", "--config", str(path)),
+            *("--port", str(port), "--log-level", "info"),
+        ],
+        stdout=log.open("ab"),
+        stderr=subprocess.STDOUT,
+        env=env,
+        cwd=workdir,
+    )
+    gw = Gateway(proc, f"http://127.0.0.1:{port}", log)
+    deadline = time.monotonic() + 60
+    while True:
+        assert proc.poll() is None, log.read_text()
+        try:
+            health = httpx.get(gw.url + "/health", timeout=1)
+            if health.status_code == 200 and health.json()["control_known"]:
+                return gw
+        except httpx.HTTPError:
+            pass
+        assert time.monotonic() < deadline, "gateway not up:\n" + log.read_text()[-3000:]
+        time.sleep(0.1)
+
+
+def cli(env: dict[str, str], workdir: Path, *argv: str) -> str:
+    """``quantdrift ...`` as a user runs it; its stdout, printed here too."""
+    proc = subprocess.run(
+        [sys.executable, "-m", "quantdrift", *argv],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=workdir,
+        timeout=60,
+    )
+    assert proc.returncode == 0, proc.stderr
+    print(f"\n$ quantdrift {' '.join(argv)}\n{proc.stdout}", end="")
+    return proc.stdout
+
+
+@contextmanager
+def verdict_api(env: dict[str, str], workdir: Path, token: str) -> Iterator[str]:
+    """``quantdrift verdict-api``, the process Argo Rollouts and Flagger ask: its base URL."""
+    path = workdir / "token"
+    path.write_text(token + "\n")
+    port = free_port()
+    log = workdir / "verdict-api.log"
+    proc = subprocess.Popen(
+        [
+            *(sys.executable, "-m", "quantdrift", "verdict-api", "--port", str(port)),
+            *("--token-file", str(path), "--log-level", "warning"),
+        ],
+        stdout=log.open("ab"),
+        stderr=subprocess.STDOUT,
+        env=env,
+        cwd=workdir,
+    )
+    base = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            assert proc.poll() is None, log.read_text()
+            try:
+                if httpx.get(base + "/healthz", timeout=1).status_code == 200:
+                    break
+            except httpx.TransportError:
+                pass
+            assert time.monotonic() < deadline, log.read_text()
+            time.sleep(0.1)
+        yield base
+    finally:
+        stop_popen(proc, timeout=10)
+
+
+@contextmanager
+def isolated_world(
+    stack: EmbeddedStack, workdir: Path, policy: dict[str, Any]
+) -> Iterator[tuple[Settings, dict[str, str]]]:
+    """Settings under a fresh Redis prefix with ``policy`` as the policy file and the
+    static scorer tier (no transformer model, and pairs still carry a cosine), the
+    topics made, and the environment a child process reads them from; the prefix's keys
+    are removed afterwards."""
+    prefix = f"qdtest:{uuid.uuid4().hex}:"
+    path = workdir / "policy.yaml"
+    path.write_text(yaml.safe_dump(policy))
+    settings = isolated_settings(stack, prefix)
+    embedding = settings.embedding.model_copy(update={"tier": "static"})
+    settings = settings.model_copy(update={"policy_file": path, "embedding": embedding})
+    asyncio.run(make_topics(settings))
+    env = {
+        **os.environ,
+        **settings_env(settings, stack.redis_url),
+        "OMP_NUM_THREADS": "1",
+        "TOKENIZERS_PARALLELISM": "false",
+        "HF_HUB_OFFLINE": "1",
+    }
+    try:
+        yield settings, env
+    finally:
+        client = redis.Redis.from_url(stack.redis_url)
+        keys = list(client.scan_iter(match=f"{prefix}*", count=1000))
+        if keys:
+            client.delete(*keys)
+        client.close()
