@@ -124,8 +124,8 @@ def align_ids(
     prompt the reference was given as token ids (so no decoded text is compared).
 
     >>> entries = [None, {"7": {"logprob": -0.5}}, {"2": {"logprob": -0.1}}]
-    >>> align_ids([7, 2], 1, entries)
-    Scored(logprobs=[-0.5, -0.1])
+    >>> align_ids([7, 2], 1, entries).logprobs
+    [-0.5, -0.1]
     >>> align_ids([7, 3], 1, entries).reason
     'token_mismatch'
     """
@@ -176,7 +176,13 @@ async def score_vllm_ids(
         return Failed(FAILED, "unreadable reply")
     if not isinstance(entries, list):
         return Failed(UNSUPPORTED, "no prompt_logprobs in the reply")
-    return align_ids(list(answer_ids), len(prompt_ids), entries)
+    found = align_ids(list(answer_ids), len(prompt_ids), entries)
+    # The forced pass read the prompt and the answer: that is its spend.
+    return (
+        Scored(found.logprobs, len(prompt_ids) + len(answer_ids))
+        if isinstance(found, Scored)
+        else found
+    )
 
 
 def vllm_request(
