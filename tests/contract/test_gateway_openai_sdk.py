@@ -18,7 +18,7 @@ from typing import Any
 import httpx
 import pytest
 
-from quantdrift.gateway.service import Gateway
+from quantdrift.gateway.http.service import Gateway
 from quantdrift.stack import free_port
 from support.gateway_upstream import (
     GOOD,

@@ -15,9 +15,9 @@ from typing import Any
 import pytest
 
 from quantdrift.config import KafkaSettings
-from quantdrift.gateway.collector import create_collector_app
-from quantdrift.gateway.publisher import ShadowPublisher
-from quantdrift.gateway.service import Gateway
+from quantdrift.gateway.foreign.collector import create_collector_app
+from quantdrift.gateway.http.service import Gateway
+from quantdrift.gateway.shadow.publisher import ShadowPublisher
 from quantdrift.schemas import PairEvent
 from quantdrift.stack import EmbeddedStack
 from support.gateway_upstream import (

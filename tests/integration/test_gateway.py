@@ -21,8 +21,8 @@ from quantdrift.breaker.store import RedisBreakerStore
 from quantdrift.config import KafkaSettings, TopicNames
 from quantdrift.gateway.control.controller import RouteController
 from quantdrift.gateway.control.targets import resolver_for
-from quantdrift.gateway.publisher import DegradationPublisher, ShadowPublisher
-from quantdrift.gateway.service import Gateway
+from quantdrift.gateway.http.service import Gateway
+from quantdrift.gateway.shadow.publisher import DegradationPublisher, ShadowPublisher
 from quantdrift.schemas import (
     CommandSigner,
     CommandVerifier,
@@ -314,7 +314,7 @@ async def test_shadow_pairs_reach_the_pairs_topic(scripted: Scripted, stack: Emb
     assert pair.reference_logprobs_on_candidate == [-0.25] * 8  # /v1/score on the reference
     assert pair.request.prompt == "user: shadow me"  # the route opted in to clear prompts
     assert pairs[f"{second}:shadow"].request.temperature == 0.0
-    # Slice tags, computed once when the gateway planned each request (gateway/slices.py).
+    # Slice tags, computed once when the gateway planned each request (gateway/chain/slices.py).
     assert pair.tags == {
         "language": "latin", "length": "short", "output": "text", "decoding": "sampled"
     }  # fmt: skip
@@ -573,7 +573,7 @@ async def test_a_reference_that_cannot_teacher_force_is_reported_once_and_counte
         pools={"bf16": {"teacher_forcing": "vllm"}},
     )
     gw = Gateway(config, publisher=publisher)
-    with caplog.at_level("INFO", logger="quantdrift.gateway.shadow"):
+    with caplog.at_level("INFO", logger="quantdrift.gateway.shadow.runner"):
         async with serving(gw) as client:
             deadline = time.monotonic() + 10
             while "bf16" not in gw.shadow.tf_ready:

@@ -28,7 +28,7 @@ import pytest
 import yaml
 
 from quantdrift.config import Settings
-from quantdrift.gateway.observability import health
+from quantdrift.gateway.http.observability import health
 from quantdrift.services.gateway import build_gateway
 from quantdrift.stack import free_port
 from support.gateway_upstream import ROUTE, Scripted, serving

@@ -42,10 +42,10 @@ from quantdrift.breaker.policy import RoutePolicy
 from quantdrift.breaker.store import RedisBreakerStore
 from quantdrift.config import KafkaSettings, TopicNames
 from quantdrift.demo import synthetic
-from quantdrift.gateway.app import create_app
 from quantdrift.gateway.gateway_config import parse_config
-from quantdrift.gateway.publisher import ShadowPublisher
-from quantdrift.gateway.service import Gateway
+from quantdrift.gateway.http.app import create_app
+from quantdrift.gateway.http.service import Gateway
+from quantdrift.gateway.shadow.publisher import ShadowPublisher
 from quantdrift.integrations import otel
 from quantdrift.schemas import Metrics, PairEvent, ScoreEvent
 from quantdrift.stack import EmbeddedStack, free_port

@@ -23,10 +23,10 @@ import uvicorn
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, StreamingResponse
 
-from quantdrift.gateway.app import create_app
 from quantdrift.gateway.gateway_config import GatewayConfig, parse_config
-from quantdrift.gateway.publisher import ShadowPublisher
-from quantdrift.gateway.service import Gateway
+from quantdrift.gateway.http.app import create_app
+from quantdrift.gateway.http.service import Gateway
+from quantdrift.gateway.shadow.publisher import ShadowPublisher
 from quantdrift.stack import free_port
 from support.kafka import consume_n
 

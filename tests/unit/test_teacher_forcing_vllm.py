@@ -11,7 +11,13 @@ import torch
 
 from quantdrift.errors import ConfigError
 from quantdrift.gateway.gateway_config import parse_config
-from quantdrift.gateway.teacher_forcing import MISMATCH, Failed, Scored, align, vllm_request
+from quantdrift.gateway.upstream.teacher_forcing import (
+    MISMATCH,
+    Failed,
+    Scored,
+    align,
+    vllm_request,
+)
 from quantdrift.lab.export import dequantize_gptq, gptq_linear, rtn_symmetric
 
 
@@ -84,8 +90,8 @@ def test_gptq_packing_round_trips_the_symmetric_rtn_grid() -> None:
 async def test_an_engine_change_under_a_pool_is_counted_and_logged(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    from quantdrift.gateway.shadow import ShadowRunner
-    from quantdrift.gateway.upstreams import Upstreams
+    from quantdrift.gateway.shadow.runner import ShadowRunner
+    from quantdrift.gateway.upstream.pools import Upstreams
     from quantdrift.schemas.pair import EngineInfo
 
     config = parse_config(
@@ -100,7 +106,7 @@ async def test_an_engine_change_under_a_pool_is_counted_and_logged(
     runner._identified("int4", old)
     runner._identified("int4", old)
     assert runner.engine_changes == {}
-    with caplog.at_level("WARNING", logger="quantdrift.gateway.shadow"):
+    with caplog.at_level("WARNING", logger="quantdrift.gateway.shadow.runner"):
         runner._identified("int4", old.model_copy(update={"version": "0.33.0"}))
     assert runner.engine_changes == {"int4": 1}
     assert "0.33.0" in caplog.text and "0.32.0" in caplog.text

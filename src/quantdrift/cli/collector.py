@@ -24,6 +24,6 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from quantdrift.gateway.collector import create_collector_app
+    from quantdrift.gateway.foreign.collector import create_collector_app
 
     return serve(args, create_collector_app, collector=True)

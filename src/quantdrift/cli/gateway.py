@@ -27,6 +27,6 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from quantdrift.gateway.app import create_app
+    from quantdrift.gateway.http.app import create_app
 
     return serve(args, create_app)

@@ -42,7 +42,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from quantdrift.config_env import first_problem, read_yaml_mapping
 from quantdrift.errors import ConfigError
-from quantdrift.gateway.degeneration import DegenerationConfig
+from quantdrift.gateway.guards.degeneration import DegenerationConfig
 
 _ROUTE = re.compile(r"^[A-Za-z0-9._:/@-]+$")
 

@@ -46,14 +46,14 @@ import aiohttp
 import orjson
 
 from quantdrift.errors import GatewayError, GatewayOverloaded, UpstreamError, UpstreamTimeout
-from quantdrift.gateway import teacher_forcing as tf
-from quantdrift.gateway.capacity import OutlierDetector
-from quantdrift.gateway.engines import identify
 from quantdrift.gateway.gateway_config import GatewayConfig, PoolConfig, TimeoutConfig
-from quantdrift.gateway.http_client import JSON_HEADERS, PoolBusy, PoolClient
+from quantdrift.gateway.guards.capacity import OutlierDetector
+from quantdrift.gateway.guards.overload import LoopLag
 from quantdrift.gateway.openai_wire import Completion, as_chunk
-from quantdrift.gateway.overload import LoopLag
-from quantdrift.gateway.teacher_forcing import Failed, Outcome
+from quantdrift.gateway.upstream import teacher_forcing as tf
+from quantdrift.gateway.upstream.client import JSON_HEADERS, PoolBusy, PoolClient
+from quantdrift.gateway.upstream.engines import identify
+from quantdrift.gateway.upstream.teacher_forcing import Failed, Outcome
 from quantdrift.schemas.pair import EngineInfo
 
 _RETRY_STATUS = frozenset({502, 503, 504})

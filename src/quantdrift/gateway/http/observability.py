@@ -16,15 +16,15 @@ import time
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
-from quantdrift.gateway.attempts import Trace
+from quantdrift.gateway.chain.attempts import Trace
+from quantdrift.gateway.chain.planning import Plan
+from quantdrift.gateway.chain.routing import decide
 from quantdrift.gateway.openai_wire import Completion
-from quantdrift.gateway.planning import Plan
-from quantdrift.gateway.routing import decide
 from quantdrift.gateway.telemetry import Telemetry, counter, gauge
 from quantdrift.integrations import otel
 
 if TYPE_CHECKING:  # the Gateway registers live_metrics: a runtime import would be a cycle
-    from quantdrift.gateway.service import Gateway
+    from quantdrift.gateway.http.service import Gateway
 
 
 def health(gateway: Gateway, private: bool = True) -> dict[str, Any]:

@@ -45,13 +45,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from quantdrift.errors import GatewayOverloaded, UpstreamError
+from quantdrift.gateway.chain.planning import JsonSpec, Plan
+from quantdrift.gateway.chain.routing import RouteDirective, decide
 from quantdrift.gateway.gateway_config import GatewayConfig
 from quantdrift.gateway.openai_wire import Accumulator, Completion
-from quantdrift.gateway.planning import JsonSpec, Plan
-from quantdrift.gateway.routing import RouteDirective, decide
-from quantdrift.gateway.teacher_forcing import UNSUPPORTED, Scored
 from quantdrift.gateway.telemetry import counter, gauge
-from quantdrift.gateway.upstreams import UpstreamClientError, Upstreams, error_reason
+from quantdrift.gateway.upstream.pools import UpstreamClientError, Upstreams, error_reason
+from quantdrift.gateway.upstream.teacher_forcing import UNSUPPORTED, Scored
 from quantdrift.schemas.pair import EngineInfo, ModelOutput, PairEvent, RequestInfo, pair_id_for
 from quantdrift.schemas.privacy import prompt_hash
 from quantdrift.supervision import Supervisor, cancelled

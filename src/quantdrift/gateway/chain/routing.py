@@ -35,7 +35,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-from quantdrift.gateway.sampling import sampled
+from quantdrift.gateway.chain.sampling import sampled
 
 Preference = Literal["cost_optimized", "high_precision"]
 PREFERENCES: tuple[str, ...] = ("cost_optimized", "high_precision")

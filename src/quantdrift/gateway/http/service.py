@@ -19,22 +19,22 @@ import secrets
 import time
 from collections.abc import Mapping
 
-from quantdrift.gateway.attempts import Degradations
-from quantdrift.gateway.auth import Authenticator
-from quantdrift.gateway.capacity import RetryBudget
+from quantdrift.gateway.chain.attempts import Degradations
+from quantdrift.gateway.chain.executor import FallbackExecutor
+from quantdrift.gateway.chain.routing import RouteDirective
+from quantdrift.gateway.chain.slices import TaskVocabulary
 from quantdrift.gateway.control.controller import RouteController
 from quantdrift.gateway.control.floors import FloorWatch
 from quantdrift.gateway.control.preflight_gate import PreflightGate
-from quantdrift.gateway.executor import FallbackExecutor
 from quantdrift.gateway.gateway_config import GatewayConfig
-from quantdrift.gateway.observability import live_metrics
-from quantdrift.gateway.overload import LoopLag
-from quantdrift.gateway.publisher import DegradationPublisher, ShadowPublisher
-from quantdrift.gateway.routing import RouteDirective
-from quantdrift.gateway.shadow import ShadowRunner
-from quantdrift.gateway.slices import TaskVocabulary
+from quantdrift.gateway.guards.auth import Authenticator
+from quantdrift.gateway.guards.capacity import RetryBudget
+from quantdrift.gateway.guards.overload import LoopLag
+from quantdrift.gateway.http.observability import live_metrics
+from quantdrift.gateway.shadow.publisher import DegradationPublisher, ShadowPublisher
+from quantdrift.gateway.shadow.runner import ShadowRunner
 from quantdrift.gateway.telemetry import Telemetry
-from quantdrift.gateway.upstreams import Upstreams
+from quantdrift.gateway.upstream.pools import Upstreams
 from quantdrift.schemas.privacy import salt_problem
 from quantdrift.supervision import Supervisor, cancelled
 
