@@ -35,6 +35,7 @@ from quantdrift.gateway.shadow.publisher import DegradationPublisher, ShadowPubl
 from quantdrift.gateway.shadow.runner import ShadowRunner
 from quantdrift.gateway.telemetry import Telemetry
 from quantdrift.gateway.upstream.pools import Upstreams
+from quantdrift.gateway.upstream.transport import Transport
 from quantdrift.schemas.privacy import salt_problem
 from quantdrift.supervision import Supervisor, cancelled
 
@@ -65,13 +66,16 @@ class Gateway:
         preflight_keys: Mapping[str, bytes] | None = None,
         floors: FloorWatch | None = None,
         mirrored_share: float = 1.0,
+        transport: Transport | None = None,
     ) -> None:
         self.config = config
         self.floors = floors
         self.publisher = publisher
         self.degradations = degradations
         self.controller = controller
-        self.upstreams = upstreams or Upstreams(config)
+        # ``transport``: the model servers' (both sides) when not the network's, e.g. an
+        # in-memory upstream (``upstream/transport.py``).
+        self.upstreams = upstreams or Upstreams(config, transport=transport)
         self.auth = Authenticator(config.auth)
         self.metrics = Telemetry()
         # The gateway's own overload: sheds new requests, and keeps a timeout its own lag
@@ -101,7 +105,7 @@ class Gateway:
         )
         self.shadow = ShadowRunner(
             config,
-            shadow_upstreams or Upstreams(config, shadow=True),
+            shadow_upstreams or Upstreams(config, shadow=True, transport=transport),
             publisher.offer if publisher is not None else None,
             self.directive,
             prompt_salt=prompt_salt,
