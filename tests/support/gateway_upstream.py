@@ -42,6 +42,7 @@ from support.kafka import consume_n
 
 ROUTE = "chat/int4"
 KEY = b"gateway-test-key-of-at-least-32-bytes"
+EVIL = "a" * 40 + "!"  # ^(a+)+$ on this backtracks ~2^40 steps in Python's re
 
 # -- the scripted upstream ---------------------------------------------------------------
 
@@ -99,6 +100,8 @@ def _pieces(mode: str, tag: str, body: dict[str, Any]) -> list[tuple[str, bool]]
         text = '{"answer":' + " " * 100 + '"ok"}'
     elif mode == "dup":
         text = '{"answer": 1, "answer": 2}'
+    elif mode == "evil":  # asked for JSON: a value that ^(a+)+$ backtracks on for hours
+        text = json.dumps({"a": EVIL}) if body.get("response_format") else f"hi from {tag}"
     elif _wants_json(body):
         text = '```json\n{"answer": "ok", "precision": "' + tag + '"}\n```'
     else:
@@ -166,6 +169,8 @@ class Scripted:
                 return JSONResponse({"error": {"message": message}}, status_code=400)
             if mode == "nolp" and "logprobs" in body:  # a server that refuses logprobs
                 return JSONResponse({"error": {"message": "no logprobs here"}}, status_code=400)
+            if mode == "never":  # a server that takes the request and never answers
+                await asyncio.sleep(600)
             if mode == "slow":
                 await asyncio.sleep(3.0)
             pieces = _pieces(mode, tag, body)
