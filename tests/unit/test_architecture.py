@@ -314,8 +314,9 @@ def _local_import_blocks(path: Path) -> Iterator[ast.stmt]:
 
 def test_function_local_imports_say_why() -> None:
     """A function-local import hides an arrow; one stays only to defer a heavy or optional
-    dependency, with a one-line reason above it. The command modules are exempt: every
-    command defers its imports so that ``quantdrift --help`` stays fast (cli/__init__)."""
+    dependency, with a one-line reason above it. The command modules are exempt: the
+    registry imports only the chosen command's module, and inside it a command defers
+    what is heavy so that ``quantdrift COMMAND --help`` stays fast (cli/__init__)."""
     bad = []
     for path in sorted(ROOT.rglob("*.py")):
         if path.parent.name == "cli":

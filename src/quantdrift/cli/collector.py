@@ -16,9 +16,7 @@ from quantdrift.cli.serving import add_server_args, serve
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser(
-        "collector", help="take mirrored requests (nginx, Envoy, Gateway API) and publish pairs"
-    )
+    p = sub.add_parser("collector")
     add_server_args(p, 8090)
     p.set_defaults(func=run, service=True)
 
