@@ -23,11 +23,27 @@ Examples
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Iterator, Mapping
+from contextlib import contextmanager
 
 import httpx
 
 from quantdrift.gateway.upstream.transport import ConnectError, ConnectTimeout, TransportError
+
+
+@contextmanager
+def httpx_failures() -> Iterator[None]:
+    """httpx's failures in the seam's words."""
+    try:
+        yield
+    except httpx.ConnectTimeout as exc:
+        raise ConnectTimeout(type(exc).__name__, str(exc)) from exc
+    except httpx.ConnectError as exc:
+        raise ConnectError(type(exc).__name__, str(exc)) from exc
+    except httpx.TimeoutException as exc:
+        raise TimeoutError(str(exc)) from exc
+    except httpx.TransportError as exc:
+        raise TransportError(type(exc).__name__, str(exc)) from exc
 
 
 class HttpxTransport:
@@ -38,16 +54,8 @@ class HttpxTransport:
         self, method: str, url: str, *, content: bytes | None = None, headers: Mapping[str, str]
     ) -> HttpxResponse:
         request = httpx.Request(method, url, content=content, headers=dict(headers))
-        try:
+        with httpx_failures():
             return HttpxResponse(await self.transport.handle_async_request(request))
-        except httpx.ConnectTimeout as exc:
-            raise ConnectTimeout(type(exc).__name__, str(exc)) from exc
-        except httpx.ConnectError as exc:
-            raise ConnectError(type(exc).__name__, str(exc)) from exc
-        except httpx.TimeoutException as exc:
-            raise TimeoutError(str(exc)) from exc
-        except httpx.TransportError as exc:
-            raise TransportError(type(exc).__name__, str(exc)) from exc
 
     async def aclose(self) -> None:
         await self.transport.aclose()
@@ -71,13 +79,9 @@ class HttpxResponse:
         return b"".join([raw async for raw in self.chunks()])
 
     async def chunks(self) -> AsyncIterator[bytes]:
-        try:
+        with httpx_failures():
             async for raw in self._response.aiter_bytes():
                 yield raw
-        except httpx.TimeoutException as exc:
-            raise TimeoutError(str(exc)) from exc
-        except httpx.TransportError as exc:
-            raise TransportError(type(exc).__name__, str(exc)) from exc
 
     async def aclose(self) -> None:
         await self._response.aclose()

@@ -17,7 +17,8 @@ A transport says how a call failed in the seam's words, whatever its library:
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from typing import Protocol
 
 import aiohttp
@@ -67,6 +68,21 @@ class Transport(Protocol):
     async def aclose(self) -> None: ...
 
 
+@contextmanager
+def aiohttp_failures() -> Iterator[None]:
+    """aiohttp's failures in the seam's words (its read timeouts are TimeoutErrors)."""
+    try:
+        yield
+    except aiohttp.ConnectionTimeoutError as exc:
+        raise ConnectTimeout(type(exc).__name__, str(exc)) from exc
+    except aiohttp.ClientConnectorError as exc:
+        raise ConnectError(type(exc).__name__, str(exc)) from exc
+    except TimeoutError:
+        raise
+    except aiohttp.ClientError as exc:
+        raise TransportError(type(exc).__name__, str(exc)) from exc
+
+
 class AiohttpTransport:
     """The network: one aiohttp session (made on first use, inside the running loop).
 
@@ -102,16 +118,8 @@ class AiohttpTransport:
     async def request(
         self, method: str, url: str, *, content: bytes | None = None, headers: Mapping[str, str]
     ) -> AiohttpResponse:
-        try:
+        with aiohttp_failures():
             response = await self.session.request(method, url, data=content, headers=headers)
-        except aiohttp.ConnectionTimeoutError as exc:
-            raise ConnectTimeout(type(exc).__name__, str(exc)) from exc
-        except aiohttp.ClientConnectorError as exc:
-            raise ConnectError(type(exc).__name__, str(exc)) from exc
-        except TimeoutError:
-            raise  # sock_read before the headers (aiohttp's is a TimeoutError too)
-        except aiohttp.ClientError as exc:
-            raise TransportError(type(exc).__name__, str(exc)) from exc
         return AiohttpResponse(response)
 
     async def aclose(self) -> None:
@@ -135,21 +143,13 @@ class AiohttpResponse:
         return self._response.headers
 
     async def read(self) -> bytes:
-        try:
+        with aiohttp_failures():
             return await self._response.read()
-        except TimeoutError:
-            raise
-        except aiohttp.ClientError as exc:
-            raise TransportError(type(exc).__name__, str(exc)) from exc
 
     async def chunks(self) -> AsyncIterator[bytes]:
-        try:
+        with aiohttp_failures():
             async for raw in self._response.content.iter_any():
                 yield raw
-        except TimeoutError:
-            raise
-        except aiohttp.ClientError as exc:
-            raise TransportError(type(exc).__name__, str(exc)) from exc
 
     async def aclose(self) -> None:
         self._response.release()
