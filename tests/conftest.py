@@ -1,6 +1,6 @@
 """Test tiers, marked by folder here and nowhere else.
 
-``make test-fast`` runs ``-m "(unit or pure) and not slow"``: the unit folder (which
+``make test-fast`` runs ``-m "(unit or pure) and not slow and not long"``: the unit folder (which
 also holds every module's doctests) and the contract checks that need no server.
 ``make test`` runs every tier. A contract test that needs a real server (Redis) is
 marked ``integration`` as well, so the fast tier leaves it out: the breaker-store
