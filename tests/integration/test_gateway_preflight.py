@@ -16,8 +16,6 @@ import asyncio
 import hashlib
 import json
 import os
-import subprocess
-import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -32,21 +30,11 @@ from quantdrift.gateway.http.observability import health
 from quantdrift.services.gateway import build_gateway
 from quantdrift.stack import free_port
 from support.gateway_upstream import ROUTE, Scripted, serving
+from support.preflight import cli
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
 
 KEYS = {"ops": "ops-approval-key-for-tests-32-bytes+", "ml": "ml-approval-key-for-tests-32-bytes+"}
-
-
-def cli(*args: str, env: dict[str, str], cwd: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "quantdrift", *args],
-        env=env,
-        cwd=cwd,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
 
 
 ADMIN = "preflight-admin-token"

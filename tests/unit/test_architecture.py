@@ -10,6 +10,7 @@ from __future__ import annotations
 import ast
 from collections.abc import Iterator
 from dataclasses import dataclass
+from functools import cache
 from pathlib import Path
 
 import pytest
@@ -128,8 +129,9 @@ def arrows(path: Path) -> Iterator[Arrow]:
                 yield Arrow(source, target, node.lineno, id(node) not in top)
 
 
-def all_arrows() -> list[Arrow]:
-    return [a for path in sorted(ROOT.rglob("*.py")) for a in arrows(path)]
+@cache  # one walk of the source tree serves every test here
+def all_arrows() -> tuple[Arrow, ...]:
+    return tuple(a for path in sorted(ROOT.rglob("*.py")) for a in arrows(path))
 
 
 def package_of(module: str) -> str:
