@@ -112,7 +112,7 @@ test: $(STAMP_DEV) $(STAMP_VLLM) browser promtool netrig nginx $(STAMP_LITELLM) 
 
 # Tiers are marked by folder in tests/conftest.py.
 test-fast: $(STAMP_DEV)  ## unit and pure contract tests plus every module's doctests (< 1 min)
-	$(BIN)/pytest -q -p no:cacheprovider -n $(FAST_WORKERS) -m "(unit or pure) and not slow" \
+	$(BIN)/pytest -q -p no:cacheprovider -n $(FAST_WORKERS) -m "(unit or pure) and not slow and not long" \
 	  tests/unit tests/contract $(PYTEST_ARGS)
 
 lint: $(STAMP_DEV)  ## ruff and format check

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import importlib
+import json
 import os
 import platform
 import random
@@ -258,6 +259,18 @@ def write_section(path: Path, section: str, marker: str) -> None:
     else:
         text = text.rstrip("\n") + "\n\n" + section
     path.write_text(text)
+
+
+def finish(result: dict, text: str, write: Path | None, section: str, as_json: bool) -> int:
+    """A bench's end: its table on stdout, the same table as its section of ``write``'s
+    file, and with ``as_json`` one JSON object as the last line."""
+    print(text)
+    if write:
+        write_section(write, text, section)
+        print(f"wrote {write}")
+    if as_json:
+        print(json.dumps(result))
+    return 0
 
 
 def native_bf16() -> str:

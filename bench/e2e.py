@@ -41,7 +41,7 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from common import long_pairs, tree_cpu_seconds, write_section
+from common import finish, long_pairs, tree_cpu_seconds
 
 from quantdrift.breaker.state import RouteState
 from quantdrift.config import (
@@ -602,13 +602,7 @@ def main(argv: list[str] | None = None) -> int:
                     help="the worker's embedding.dtype (MiniLM's arithmetic)")  # fmt: skip
     args = ap.parse_args(argv)
     result = asyncio.run(run(args))
-    print(markdown(result))
-    if args.write:
-        write_section(args.write, markdown(result), SECTION)
-        print(f"wrote {args.write}")
-    if args.json:
-        print(json.dumps(result))
-    return 0
+    return finish(result, markdown(result), args.write, SECTION, args.json)
 
 
 if __name__ == "__main__":

@@ -27,7 +27,7 @@ from pathlib import Path
 
 from common import write_section
 
-from quantdrift.gateway.json_guard import guard_for
+from quantdrift.gateway.guards.json_guard import guard_for
 from quantdrift.schemas import ModelOutput, PairEvent
 from quantdrift.services.pairs import read_pairs
 
@@ -117,9 +117,9 @@ def live(max_tokens: int, prompts_per_task: int) -> dict[str, object]:
     import uvicorn
 
     from quantdrift.data.prompts import PROMPTS
-    from quantdrift.gateway.app import create_app
     from quantdrift.gateway.gateway_config import parse_config
-    from quantdrift.gateway.service import Gateway
+    from quantdrift.gateway.http.app import create_app
+    from quantdrift.gateway.http.service import Gateway
     from quantdrift.stack import free_port
     from quantdrift.stack.ports import stop_popen
 

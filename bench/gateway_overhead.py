@@ -34,7 +34,7 @@ from gateway_serving import dead_broker_publisher, quiet_logs, serving
 from scripted_upstream import upstream
 
 from quantdrift.gateway.gateway_config import parse_config
-from quantdrift.gateway.service import Gateway
+from quantdrift.gateway.http.service import Gateway
 from quantdrift.stack import free_port
 
 SECTION = "## Gateway overhead and time to first token"

@@ -12,9 +12,9 @@ from contextlib import asynccontextmanager
 import uvicorn
 
 from quantdrift.config import KafkaSettings
-from quantdrift.gateway.app import create_app
-from quantdrift.gateway.publisher import ShadowPublisher
-from quantdrift.gateway.service import Gateway
+from quantdrift.gateway.http.app import create_app
+from quantdrift.gateway.http.service import Gateway
+from quantdrift.gateway.shadow.publisher import ShadowPublisher
 from quantdrift.stack import free_port
 
 

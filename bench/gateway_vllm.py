@@ -47,10 +47,10 @@ import httpx
 from common import write_section
 from gateway_serving import dead_broker_publisher, quiet_logs, serving
 
-from quantdrift.gateway import teacher_forcing
 from quantdrift.gateway.gateway_config import parse_config
-from quantdrift.gateway.http_client import PoolClient
-from quantdrift.gateway.service import Gateway
+from quantdrift.gateway.http.service import Gateway
+from quantdrift.gateway.upstream import teacher_forcing
+from quantdrift.gateway.upstream.client import PoolClient
 from quantdrift.lab.vllm_process import start_engine, wait_ready
 from quantdrift.lab.vllm_server import int4_candidate
 from quantdrift.stack import free_port

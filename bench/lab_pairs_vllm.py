@@ -50,9 +50,9 @@ from gateway_serving import quiet_logs, serving
 from quantdrift.config import KafkaSettings
 from quantdrift.data.prompts import PROMPTS, Prompt
 from quantdrift.gateway.gateway_config import parse_config
-from quantdrift.gateway.publisher import PairItem, ShadowPublisher
-from quantdrift.gateway.service import Gateway
-from quantdrift.gateway.shadow_pairs import prompt_text
+from quantdrift.gateway.http.service import Gateway
+from quantdrift.gateway.shadow.pairs import prompt_text
+from quantdrift.gateway.shadow.publisher import PairItem, ShadowPublisher
 from quantdrift.lab.generate import TEMPERATURE, TOP_P, prompt_seed
 from quantdrift.lab.variants import GPTQ_VARIANTS, VARIANTS
 from quantdrift.lab.vllm_process import EngineProcess, start_engine, wait_ready

@@ -25,7 +25,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import collections
-import json
 import re
 import shutil
 import subprocess
@@ -37,7 +36,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from common import long_pairs, native_bf16, write_section
+from common import finish, long_pairs, native_bf16
 from e2e import relabel, warm_loop
 
 SECTION = "## Worker profile (py-spy)"
@@ -261,12 +260,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--stacks", type=Path, default=None, help="keep the collapsed stacks here")
     args = ap.parse_args(argv)
     result = asyncio.run(run(args))
-    print(markdown(result))
-    if args.write:
-        write_section(args.write, markdown(result), SECTION)
-    if args.json:
-        print(json.dumps(result))
-    return 0
+    return finish(result, markdown(result), args.write, SECTION, args.json)
 
 
 if __name__ == "__main__":

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import sys
 import time
 from pathlib import Path
@@ -23,7 +22,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from common import long_pairs, write_section
+from common import finish, long_pairs
 from e2e import Loop, bench_settings, relabel
 
 from quantdrift.demo.workers import WorkerProcess
@@ -131,12 +130,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--write", type=Path, default=None)
     args = ap.parse_args(argv)
     result = asyncio.run(run(args))
-    print(markdown(result))
-    if args.write:
-        write_section(args.write, markdown(result), SECTION)
-    if args.json:
-        print(json.dumps(result))
-    return 0
+    return finish(result, markdown(result), args.write, SECTION, args.json)
 
 
 if __name__ == "__main__":

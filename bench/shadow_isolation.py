@@ -33,7 +33,7 @@ from gateway_overhead import upstream
 from gateway_serving import dead_broker_publisher, serving
 
 from quantdrift.gateway.gateway_config import parse_config
-from quantdrift.gateway.service import Gateway
+from quantdrift.gateway.http.service import Gateway
 from quantdrift.stack import free_port
 
 SECTION = "## Shadowing under load: users' latency, shadow on against off"

@@ -47,7 +47,7 @@ from aiokafka.admin import AIOKafkaAdminClient
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from common import long_pairs, write_section
+from common import finish, long_pairs
 from e2e import (
     RAMP_RATES,
     SCORE_P99_TARGET_MS,
@@ -438,13 +438,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--write", type=Path, default=None, help="write/update a section in this file")
     args = ap.parse_args(argv)
     result = asyncio.run(run(args))
-    print(markdown(result))
-    if args.write:
-        write_section(args.write, markdown(result), SECTION)
-        print(f"wrote {args.write}")
-    if args.json:
-        print(json.dumps(result))
-    return 0
+    return finish(result, markdown(result), args.write, SECTION, args.json)
 
 
 if __name__ == "__main__":

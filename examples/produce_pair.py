@@ -10,7 +10,7 @@ import time
 import uuid
 
 from quantdrift.cli.common import load_settings, with_stack
-from quantdrift.gateway.publisher import ShadowPublisher
+from quantdrift.gateway.shadow.publisher import ShadowPublisher
 from quantdrift.schemas import ModelOutput, PairEvent, RequestInfo
 
 

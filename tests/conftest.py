@@ -1,10 +1,10 @@
 """Test tiers, marked by folder here and nowhere else.
 
-``make test-fast`` runs ``-m "(unit or pure) and not slow"``: the unit folder (which
+``make test-fast`` runs ``-m "(unit or pure) and not slow and not long"``: the unit folder (which
 also holds every module's doctests) and the contract checks that need no server.
-``make test`` runs every tier. A contract test that needs a real server (Redis, a
-gateway process) is marked ``integration`` as well, so the fast tier leaves it out:
-the files are listed below, and the breaker-store contract is split per store.
+``make test`` runs every tier. A contract test that needs a real server (Redis) is
+marked ``integration`` as well, so the fast tier leaves it out: the breaker-store
+contract is split per store.
 
 What the tests share (the stack, a Redis store, worker processes, the scripted
 upstreams, ``ask``) is the ``support`` package beside this file, registered here as
@@ -29,16 +29,13 @@ FOLDER_MARKERS = {
     "vllm": "vllm",
 }
 
-# Contract files that start a real server for every test (a gateway process, an
-# upstream). The breaker-store contract runs each check on memory and on Redis:
-# only its Redis half is a server test (see ``_needs_server``).
-CONTRACT_SERVER_FILES = {"test_gateway_openai_sdk.py"}
+# The breaker-store contract runs each check on memory and on Redis: only its Redis
+# half is a server test (see ``_needs_server``). The gateway's OpenAI SDK contract runs
+# the gateway in this process over the in-memory scripted upstream: no server.
 CONTRACT_SERVER_PARAMS = {"test_breaker_store.py": "redis"}
 
 
 def _needs_server(item: pytest.Item, path: Path) -> bool:
-    if path.name in CONTRACT_SERVER_FILES:
-        return True
     param = CONTRACT_SERVER_PARAMS.get(path.name)
     callspec = getattr(item, "callspec", None)
     return param is not None and callspec is not None and param in callspec.params.values()

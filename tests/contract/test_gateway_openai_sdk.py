@@ -1,8 +1,9 @@
 """The gateway as the official ``openai`` SDK meets it: models, usage, ``n``, tool calls,
 refusals, ``top_logprobs``, JSON mode, errors, precision preference, auth.
 
-The gateway runs on uvicorn in front of the scripted upstream of
-``support.gateway_upstream`` (a behaviour per URL path); every call here
+The gateway runs in this process in front of the scripted upstream of
+``support.gateway_upstream`` (a behaviour per URL path, in memory): no server, since
+what is tested is what the SDK reads, not the socket; every call here
 goes through ``openai.AsyncOpenAI``, streaming and not, so a field the SDK cannot
 parse fails the test the way it would fail a user.
 """
@@ -18,15 +19,15 @@ from typing import Any
 import httpx
 import pytest
 
-from quantdrift.gateway.service import Gateway
+from quantdrift.gateway.http.service import Gateway
 from quantdrift.stack import free_port
 from support.gateway_upstream import (
     GOOD,
     ROOMY,
     ROUTE,
     Scripted,
+    in_process,
     make_config,
-    serving,
 )
 
 openai = pytest.importorskip("openai")
@@ -76,16 +77,24 @@ class FakePublisher:
         return True
 
 
+def gateway_for(up: Scripted, modes: dict[str, Any], **extra: Any) -> Gateway:
+    """A gateway over the in-memory scripted upstream (``config_for``'s config)."""
+    return Gateway(config_for(up, modes, **extra), transport=up.transport)
+
+
 def sdk_client(http: httpx.AsyncClient, key: str) -> Any:
-    """An AsyncOpenAI client against a served gateway (no SDK retries: one call, one request)."""
+    """An AsyncOpenAI client over ``http`` (the gateway in this process; no SDK retries:
+    one call, one request)."""
     base = str(http.base_url).rstrip("/")
-    return openai.AsyncOpenAI(base_url=f"{base}/v1", api_key=key, max_retries=0, timeout=20)
+    return openai.AsyncOpenAI(
+        base_url=f"{base}/v1", api_key=key, max_retries=0, timeout=20, http_client=http
+    )
 
 
 @asynccontextmanager
 async def sdk(gateway: Gateway, key: str = "unused") -> AsyncIterator[Any]:
     """Serve ``gateway`` (once: its lifespan closes its pools) and yield one SDK client."""
-    async with serving(gateway) as http:
+    async with in_process(gateway) as http:
         client = sdk_client(http, key)
         try:
             yield client
@@ -111,8 +120,8 @@ async def collect(stream: Any) -> tuple[dict[int, str], list[Any]]:
 # -- the API ------------------------------------------------------------------------------
 
 
-async def test_models_list_and_retrieve(scripted: Scripted) -> None:
-    async with sdk(Gateway(config_for(scripted, GOOD))) as client:
+async def test_models_list_and_retrieve(scripted_memory: Scripted) -> None:
+    async with sdk(gateway_for(scripted_memory, GOOD)) as client:
         models = await client.models.list()
         assert [m.id for m in models.data] == [ROUTE]
         assert (await client.models.retrieve(ROUTE)).owned_by == "quantdrift"
@@ -120,8 +129,8 @@ async def test_models_list_and_retrieve(scripted: Scripted) -> None:
             await client.models.retrieve("no/such")
 
 
-async def test_usage_without_and_with_streaming(scripted: Scripted) -> None:
-    async with sdk(Gateway(config_for(scripted, GOOD))) as client:
+async def test_usage_without_and_with_streaming(scripted_memory: Scripted) -> None:
+    async with sdk(gateway_for(scripted_memory, GOOD)) as client:
         reply = await client.chat.completions.create(model=ROUTE, messages=user())
         assert reply.choices[0].message.content == "Hello from int4, the answer is forty two."
         assert reply.usage is not None and reply.usage.prompt_tokens == 7
@@ -142,8 +151,8 @@ async def test_usage_without_and_with_streaming(scripted: Scripted) -> None:
 
 
 @pytest.mark.parametrize("stream", [False, True], ids=["plain", "stream"])
-async def test_n_choices_are_kept_by_index(scripted: Scripted, stream: bool) -> None:
-    async with sdk(Gateway(config_for(scripted, GOOD))) as client:
+async def test_n_choices_are_kept_by_index(scripted_memory: Scripted, stream: bool) -> None:
+    async with sdk(gateway_for(scripted_memory, GOOD)) as client:
         if stream:
             texts, _ = await collect(
                 await client.chat.completions.create(model=ROUTE, messages=user(), n=2, stream=True)
@@ -156,8 +165,8 @@ async def test_n_choices_are_kept_by_index(scripted: Scripted, stream: bool) -> 
         assert texts[1] == "[1] Hello from int4, the answer is forty two."
 
 
-async def test_n_choices_of_a_json_answer(scripted: Scripted) -> None:
-    async with sdk(Gateway(config_for(scripted, GOOD))) as client:
+async def test_n_choices_of_a_json_answer(scripted_memory: Scripted) -> None:
+    async with sdk(gateway_for(scripted_memory, GOOD)) as client:
         reply = await client.chat.completions.create(
             model=ROUTE, messages=user("json"), n=2, response_format={"type": "json_object"}
         )
@@ -168,15 +177,15 @@ async def test_n_choices_of_a_json_answer(scripted: Scripted) -> None:
         }
 
 
-async def test_tool_call_deltas_and_refusal(scripted: Scripted) -> None:
-    config = config_for(scripted, {**GOOD, "int4": "tools", "bf16": "refusal"})
+async def test_tool_call_deltas_and_refusal(scripted_memory: Scripted) -> None:
+    config = config_for(scripted_memory, {**GOOD, "int4": "tools", "bf16": "refusal"})
     tools = [
         {
             "type": "function",
             "function": {"name": "lookup", "parameters": {"type": "object", "properties": {}}},
         }
     ]
-    async with sdk(Gateway(config)) as client:
+    async with sdk(Gateway(config, transport=scripted_memory.transport)) as client:
         reply = await client.chat.completions.create(model=ROUTE, messages=user(), tools=tools)
         call = reply.choices[0].message.tool_calls[0]
         assert (call.id, call.function.name) == ("call_1", "lookup")
@@ -198,8 +207,8 @@ async def test_tool_call_deltas_and_refusal(scripted: Scripted) -> None:
 
 
 @pytest.mark.parametrize("stream", [False, True], ids=["plain", "stream"])
-async def test_top_logprobs_as_asked(scripted: Scripted, stream: bool) -> None:
-    async with sdk(Gateway(config_for(scripted, GOOD))) as client:
+async def test_top_logprobs_as_asked(scripted_memory: Scripted, stream: bool) -> None:
+    async with sdk(gateway_for(scripted_memory, GOOD)) as client:
         kw: dict[str, Any] = {"model": ROUTE, "messages": user(), "stream": stream}
         if stream:
             _, chunks = await collect(
@@ -218,8 +227,13 @@ async def test_top_logprobs_as_asked(scripted: Scripted, stream: bool) -> None:
 
 
 @pytest.mark.parametrize("stream", [False, True], ids=["plain", "stream"])
-async def test_json_mode_falls_back_silently(scripted: Scripted, stream: bool) -> None:
-    async with sdk(Gateway(config_for(scripted, {**GOOD, "int4": "badjson"}))) as client:
+async def test_json_mode_falls_back_silently(scripted_memory: Scripted, stream: bool) -> None:
+    async with sdk(
+        Gateway(
+            config_for(scripted_memory, {**GOOD, "int4": "badjson"}),
+            transport=scripted_memory.transport,
+        )
+    ) as client:
         raw = await client.chat.completions.with_raw_response.create(
             model=ROUTE,
             messages=user("json please"),
@@ -236,9 +250,11 @@ async def test_json_mode_falls_back_silently(scripted: Scripted, stream: bool) -
 
 
 async def test_a_json_answer_cut_by_max_tokens_is_reported_not_retried(
-    scripted: Scripted,
+    scripted_memory: Scripted,
 ) -> None:
-    gw = Gateway(config_for(scripted, {**GOOD, "int4": "length"}))
+    gw = Gateway(
+        config_for(scripted_memory, {**GOOD, "int4": "length"}), transport=scripted_memory.transport
+    )
     async with sdk(gw) as client:
         raw = await client.chat.completions.with_raw_response.create(
             model=ROUTE,
@@ -258,8 +274,13 @@ async def test_a_json_answer_cut_by_max_tokens_is_reported_not_retried(
 # -- errors -----------------------------------------------------------------------------
 
 
-async def test_errors_have_openai_shape_and_no_internal_hosts(scripted: Scripted) -> None:
-    async with sdk(Gateway(config_for(scripted, {**GOOD, "int4": "e400url"}))) as client:
+async def test_errors_have_openai_shape_and_no_internal_hosts(scripted_memory: Scripted) -> None:
+    async with sdk(
+        Gateway(
+            config_for(scripted_memory, {**GOOD, "int4": "e400url"}),
+            transport=scripted_memory.transport,
+        )
+    ) as client:
         with pytest.raises(openai.BadRequestError) as bad:
             await client.chat.completions.create(model=ROUTE, messages=user())
         message = bad.value.body["message"]
@@ -279,7 +300,12 @@ async def test_errors_have_openai_shape_and_no_internal_hosts(scripted: Scripted
         assert unknown.value.code == "unknown_parameter" and unknown.value.param == "frobnicate"
 
     dead = f"http://127.0.0.1:{free_port()}"
-    async with sdk(Gateway(config_for(scripted, dict.fromkeys(GOOD, dead)))) as client:
+    async with sdk(
+        Gateway(
+            config_for(scripted_memory, dict.fromkeys(GOOD, dead)),
+            transport=scripted_memory.transport,
+        )
+    ) as client:
         for stream in (False, True):
             with pytest.raises(openai.InternalServerError) as failed:
                 await client.chat.completions.create(model=ROUTE, messages=user(), stream=stream)
@@ -288,14 +314,14 @@ async def test_errors_have_openai_shape_and_no_internal_hosts(scripted: Scripted
             assert "127.0.0.1" not in json.dumps(failed.value.body)
 
 
-async def test_allowlisted_extra_fields_pass(scripted: Scripted) -> None:
-    config = config_for(scripted, GOOD, extra_body_fields=["top_k"])
-    async with sdk(Gateway(config)) as client:
+async def test_allowlisted_extra_fields_pass(scripted_memory: Scripted) -> None:
+    config = config_for(scripted_memory, GOOD, extra_body_fields=["top_k"])
+    async with sdk(Gateway(config, transport=scripted_memory.transport)) as client:
         marker = "allow-top-k"
         await client.chat.completions.create(
             model=ROUTE, messages=user(marker), extra_body={"top_k": 5}
         )
-        sent = [b for b in scripted.calls_to("int4") if marker in json.dumps(b)]
+        sent = [b for b in scripted_memory.calls_to("int4") if marker in json.dumps(b)]
         assert sent and sent[0]["top_k"] == 5
 
 
@@ -317,9 +343,9 @@ def auth_config(scripted: Scripted, **extra: Any) -> Any:
     )
 
 
-async def test_auth_refusals_are_401_and_403(scripted: Scripted) -> None:
-    gw = Gateway(auth_config(scripted))
-    async with serving(gw) as http:
+async def test_auth_refusals_are_401_and_403(scripted_memory: Scripted) -> None:
+    gw = Gateway(auth_config(scripted_memory), transport=scripted_memory.transport)
+    async with in_process(gw) as http:
         nobody, team, ops = (sdk_client(http, k) for k in ("sk-wrong", TEAM_KEY, OPS_KEY))
         with pytest.raises(openai.AuthenticationError) as no:
             await nobody.chat.completions.create(model=ROUTE, messages=user())
@@ -349,12 +375,12 @@ async def test_auth_refusals_are_401_and_403(scripted: Scripted) -> None:
             await c.close()
 
 
-async def test_a_key_sees_and_uses_only_its_routes(scripted: Scripted) -> None:
-    data = auth_config(scripted).model_dump()
+async def test_a_key_sees_and_uses_only_its_routes(scripted_memory: Scripted) -> None:
+    data = auth_config(scripted_memory).model_dump()
     data["routes"][OTHER_ROUTE] = dict(data["routes"][ROUTE])
     from quantdrift.gateway.gateway_config import parse_config
 
-    gw = Gateway(parse_config(data))
+    gw = Gateway(parse_config(data), transport=scripted_memory.transport)
     async with sdk(gw, TEAM_KEY) as team:
         assert [m.id for m in (await team.models.list()).data] == [ROUTE]
         with pytest.raises(openai.PermissionDeniedError) as denied:
@@ -366,16 +392,16 @@ async def test_a_key_sees_and_uses_only_its_routes(scripted: Scripted) -> None:
 
 
 async def test_a_pool_without_logprobs_serves_and_shadows_text_only(
-    scripted: Scripted,
+    scripted_memory: Scripted,
 ) -> None:
     publisher = FakePublisher()
     config = config_for(
-        scripted,
+        scripted_memory,
         {**GOOD, "bf16": "nolp"},
         pools={"bf16": {"logprobs": False}},
         shadow_sample_rate=1.0,
     )
-    gw = Gateway(config, publisher=publisher)  # type: ignore[arg-type]
+    gw = Gateway(config, publisher=publisher, transport=scripted_memory.transport)  # type: ignore[arg-type]
     async with sdk(gw) as client:
         hp = await client.chat.completions.create(
             model=ROUTE,
@@ -395,12 +421,18 @@ async def test_a_pool_without_logprobs_serves_and_shadows_text_only(
     )
     assert pair.reference.text.startswith("Hello from bf16")
     assert pair.reference.top_logprobs is None and pair.candidate.top_logprobs
-    assert not [b for b in scripted.calls_to("bf16") if "logprobs" in b and "nolp" in json.dumps(b)]
+    assert not [
+        b for b in scripted_memory.calls_to("bf16") if "logprobs" in b and "nolp" in json.dumps(b)
+    ]
 
 
-async def test_the_caller_cannot_steer_sampling(scripted: Scripted) -> None:
+async def test_the_caller_cannot_steer_sampling(scripted_memory: Scripted) -> None:
     publisher = FakePublisher()
-    gw = Gateway(config_for(scripted, GOOD, shadow_sample_rate=0.5), publisher=publisher)  # type: ignore[arg-type]
+    gw = Gateway(
+        config_for(scripted_memory, GOOD, shadow_sample_rate=0.5),
+        publisher=publisher,
+        transport=scripted_memory.transport,
+    )  # type: ignore[arg-type]
     async with sdk(gw) as client:
         ids = set()
         for _ in range(40):
@@ -416,12 +448,12 @@ async def test_the_caller_cannot_steer_sampling(scripted: Scripted) -> None:
 
 
 async def test_prompts_leave_as_a_salted_hash_unless_the_route_opts_in(
-    scripted: Scripted,
+    scripted_memory: Scripted,
 ) -> None:
     hashed, clear = FakePublisher(), FakePublisher()
     for publisher, opt_in in ((hashed, False), (clear, True)):
-        config = config_for(scripted, GOOD, shadow_sample_rate=1.0, clear_prompts=opt_in)
-        gw = Gateway(config, publisher=publisher)  # type: ignore[arg-type]
+        config = config_for(scripted_memory, GOOD, shadow_sample_rate=1.0, clear_prompts=opt_in)
+        gw = Gateway(config, publisher=publisher, transport=scripted_memory.transport)  # type: ignore[arg-type]
         async with sdk(gw) as client:
             for _ in range(2):
                 await client.chat.completions.create(model=ROUTE, messages=user("same"))
@@ -439,8 +471,8 @@ async def test_prompts_leave_as_a_salted_hash_unless_the_route_opts_in(
     assert len(secret) == 1 and secret[0].request.prompt is None  # private wins over opt-in
 
 
-async def test_a_buffered_json_stream_keeps_choices_and_usage(scripted: Scripted) -> None:
-    async with sdk(Gateway(config_for(scripted, GOOD))) as client:
+async def test_a_buffered_json_stream_keeps_choices_and_usage(scripted_memory: Scripted) -> None:
+    async with sdk(gateway_for(scripted_memory, GOOD)) as client:
         stream = await client.chat.completions.create(
             model=ROUTE,
             messages=user("json"),
@@ -455,8 +487,13 @@ async def test_a_buffered_json_stream_keeps_choices_and_usage(scripted: Scripted
     assert chunks[-1].choices == [] and chunks[-1].usage.prompt_tokens == 7
 
 
-async def test_text_completions_with_fallback_and_usage(scripted: Scripted) -> None:
-    async with sdk(Gateway(config_for(scripted, {**GOOD, "int4": "e500"}))) as client:
+async def test_text_completions_with_fallback_and_usage(scripted_memory: Scripted) -> None:
+    async with sdk(
+        Gateway(
+            config_for(scripted_memory, {**GOOD, "int4": "e500"}),
+            transport=scripted_memory.transport,
+        )
+    ) as client:
         raw = await client.completions.with_raw_response.create(
             model=ROUTE, prompt="Say hi", max_tokens=5
         )

@@ -16,7 +16,7 @@ from types import SimpleNamespace
 import pytest
 
 from quantdrift.demo import synthetic
-from quantdrift.gateway.publisher import ShadowPublisher
+from quantdrift.gateway.shadow.publisher import ShadowPublisher
 from quantdrift.stack import TansuBroker, free_port
 from support.faults import (
     isolated_settings,

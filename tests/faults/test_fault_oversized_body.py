@@ -5,7 +5,7 @@ client still sending when the answer goes out used to see a connection reset
 instead of the 413 when the gateway closed the socket (``urllib`` says
 ``Connection: close``), and the openai SDK, which retries connection errors,
 uploads the body again each time. The gateway now lingers as nginx does
-(``gateway/lingering.py``): it shuts its write side after the answer and
+(``gateway/http/lingering.py``): it shuts its write side after the answer and
 discards what still arrives, so the client reads the 413 and then sees the end.
 
 Against the CLI's gateway with ``examples/gateway.yaml`` as it ships
@@ -36,7 +36,7 @@ import orjson
 import psutil
 import pytest
 
-from quantdrift.gateway.lingering import IDLE_S
+from quantdrift.gateway.http.lingering import IDLE_S
 from quantdrift.stack import EmbeddedStack
 from support.gateway_process import EXAMPLE_CONFIG, GatewayProcess
 

@@ -19,7 +19,7 @@ import redis.asyncio as aioredis
 from quantdrift.demo import synthetic
 from quantdrift.errors import SchemaError
 from quantdrift.gateway.control.controller import RouteController, command_key
-from quantdrift.gateway.publisher import ShadowPublisher
+from quantdrift.gateway.shadow.publisher import ShadowPublisher
 from quantdrift.schemas import CommandSigner, DeadLetter, PairEvent, RouteCommand
 from quantdrift.schemas.pair import RequestInfo
 from quantdrift.schemas.signing import signer_from_settings, verifier_from_settings

@@ -1,6 +1,7 @@
-"""The collector in process, against the scripted upstreams and the real broker: a mirrored
-request becomes the pair the gateway would have published, and nothing behind the collector
-(a slow reference, a full queue) slows its 202. The same collector behind a real nginx is
+"""The collector in process, against the scripted upstream and the real broker: a mirrored
+request becomes the pair the gateway would have published (in memory: the gateway's own
+logic), and nothing behind the collector (a slow reference, a full queue) slows its 202
+(on the wire: a latency). The same collector behind a real nginx is
 ``test_nginx.py``."""
 
 from __future__ import annotations
@@ -16,9 +17,9 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from quantdrift.config import KafkaSettings
-from quantdrift.gateway.collector import create_collector_app
-from quantdrift.gateway.publisher import ShadowPublisher
-from quantdrift.gateway.service import Gateway
+from quantdrift.gateway.foreign.collector import create_collector_app
+from quantdrift.gateway.http.service import Gateway
+from quantdrift.gateway.shadow.publisher import ShadowPublisher
 from quantdrift.schemas import PairEvent
 from quantdrift.stack import EmbeddedStack
 from support.gateway_upstream import (
@@ -27,6 +28,7 @@ from support.gateway_upstream import (
     ROUTE,
     Scripted,
     chat_body,
+    in_process,
     make_config,
     serving,
     shadow_pairs,
@@ -47,12 +49,12 @@ def comparable(pair: PairEvent) -> dict[str, Any]:
 
 
 async def test_a_mirrored_request_becomes_the_pair_the_gateway_publishes(
-    scripted: Scripted,
+    scripted_memory: Scripted,
     stack: EmbeddedStack,
 ) -> None:
     kafka = KafkaSettings(bootstrap_servers=stack.bootstrap)
     config = make_config(
-        scripted,
+        scripted_memory,
         GOOD,
         shadow_sample_rate=1.0,
         teacher_forced=True,
@@ -67,18 +69,20 @@ async def test_a_mirrored_request_becomes_the_pair_the_gateway_publishes(
     # The gateway serves the request and mirrors it itself ...
     gw_topic = unique_topic("pairs")
     gw_pub = ShadowPublisher(kafka, 1.0, topic=gw_topic)
-    gw = Gateway(config, publisher=gw_pub)
-    async with serving(gw) as client:
+    gw = Gateway(config, publisher=gw_pub, transport=scripted_memory.transport)
+    async with in_process(gw) as client:
         assert (await client.post("/v1/chat/completions", json=body)).status_code == 200
         [gw_record] = await shadow_pairs(gw, gw_pub, stack.bootstrap, gw_topic, 1)
-    candidate_calls = len([b for b in scripted.calls_to("int4") if marker in json.dumps(b)])
+    candidate_calls = len([b for b in scripted_memory.calls_to("int4") if marker in json.dumps(b)])
     assert candidate_calls == 1  # the user's call: the pair reuses its answer
 
     # ... and the collector, given the same request as a mirror, asks both sides itself.
     topic = unique_topic("pairs")
     publisher = ShadowPublisher(kafka, 1.0, topic=topic)
-    collector = Gateway(config, publisher=publisher, mirrored_share=SHARE)
-    async with serving(collector, create_collector_app) as client:
+    collector = Gateway(
+        config, publisher=publisher, mirrored_share=SHARE, transport=scripted_memory.transport
+    )
+    async with in_process(collector, create_collector_app) as client:
         resp = await client.post("/v1/chat/completions", json=body)
         assert resp.status_code == 202, resp.text
         assert resp.json()["outcome"] == "accepted" and resp.json()["route"] == ROUTE
@@ -98,7 +102,7 @@ async def test_a_mirrored_request_becomes_the_pair_the_gateway_publishes(
     assert mirrored.sample_rate == pytest.approx(SHARE)  # its share of the route's traffic
     hidden = pairs[f"{private.json()['id']}:shadow"]
     assert hidden.request.prompt is None and hidden.request.prompt_hash
-    calls = [b for b in scripted.calls_to("int4") if marker in json.dumps(b)]
+    calls = [b for b in scripted_memory.calls_to("int4") if marker in json.dumps(b)]
     assert len(calls) == candidate_calls + 2  # the collector called the candidate itself
     assert f'collector_requests_total{{outcome="accepted",route="{ROUTE}"}} 2.0' in metrics
     # A collector serves no one, so both sides' calls are shadow spend, apart by side.

@@ -34,6 +34,20 @@ def resolve(command: RouteCommand) -> str:
     return POOLS[command.target]
 
 
+def controller(
+    stack: EmbeddedStack, prefix: str, topic: str, verifier: CommandVerifier
+) -> RouteController:
+    """The controller under test on the session's broker and Redis, under ``prefix``."""
+    return RouteController(
+        KafkaSettings(bootstrap_servers=stack.bootstrap),
+        stack.redis_url,
+        verifier,
+        key_prefix=prefix,
+        control_topic=topic,
+        resolve=resolve,
+    )
+
+
 def unsigned(route: str, epoch: int, action: str = "rollback", **extra: object) -> RouteCommand:
     target = "candidate" if action == "restore" else "reference"
     fields: dict[str, object] = {
@@ -96,14 +110,7 @@ async def started(ctl: RouteController, kafka: bool = True) -> RouteController:
 async def test_applies_a_signed_command_and_calls_back(
     stack: EmbeddedStack, control_topic: str, redis_prefix: str
 ) -> None:
-    ctl = RouteController(
-        KafkaSettings(bootstrap_servers=stack.bootstrap),
-        stack.redis_url,
-        CommandVerifier({"k1": KEY}),
-        key_prefix=redis_prefix,
-        control_topic=control_topic,
-        resolve=resolve,
-    )
+    ctl = controller(stack, redis_prefix, control_topic, CommandVerifier({"k1": KEY}))
     seen: list[tuple[str, int]] = []
     sync_seen: list[str] = []
 
@@ -144,14 +151,7 @@ async def test_ignores_forged_replayed_and_stale_commands(
     stack: EmbeddedStack, control_topic: str, redis_prefix: str
 ) -> None:
     verifier = CommandVerifier({"k1": KEY})
-    ctl = RouteController(
-        KafkaSettings(bootstrap_servers=stack.bootstrap),
-        stack.redis_url,
-        verifier,
-        key_prefix=redis_prefix,
-        control_topic=control_topic,
-        resolve=resolve,
-    )
+    ctl = controller(stack, redis_prefix, control_topic, verifier)
     changes: list[int] = []
     ctl.on_change(lambda route, cmd: changes.append(cmd.epoch))
     await started(ctl)
@@ -260,14 +260,7 @@ async def test_start_reads_the_route_keys_before_returning(
     )
     await redis_client.set(command_key(redis_prefix, route), history[-1])
     verifier = CommandVerifier({"k1": KEY})
-    ctl = RouteController(
-        KafkaSettings(bootstrap_servers=stack.bootstrap),
-        stack.redis_url,
-        verifier,
-        key_prefix=redis_prefix,
-        control_topic=control_topic,
-        resolve=resolve,
-    )
+    ctl = controller(stack, redis_prefix, control_topic, verifier)
     changes: list[tuple[int, str]] = []
     ctl.on_change(lambda r, c: changes.append((c.epoch, ctl.state(r).source)))  # type: ignore[union-attr]
     await started(ctl, kafka=False)

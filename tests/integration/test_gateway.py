@@ -1,4 +1,5 @@
-"""The gateway against scripted upstreams (one small uvicorn server, a behaviour per path),
+"""The gateway against a scripted upstream (a behaviour per path; in memory for the gateway's
+own logic, a uvicorn server for the wire),
 the real embedded broker and Redis: every fallback path, shadow and noise pairs, commands.
 """
 
@@ -21,8 +22,8 @@ from quantdrift.breaker.store import RedisBreakerStore
 from quantdrift.config import KafkaSettings, TopicNames
 from quantdrift.gateway.control.controller import RouteController
 from quantdrift.gateway.control.targets import resolver_for
-from quantdrift.gateway.publisher import DegradationPublisher, ShadowPublisher
-from quantdrift.gateway.service import Gateway
+from quantdrift.gateway.http.service import Gateway
+from quantdrift.gateway.shadow.publisher import DegradationPublisher, ShadowPublisher
 from quantdrift.schemas import (
     CommandSigner,
     CommandVerifier,
@@ -39,6 +40,7 @@ from support.gateway_upstream import (
     Scripted,
     chat_body,
     content,
+    in_process,
     make_config,
     serving,
     shadow_pairs,
@@ -51,9 +53,9 @@ pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
 # -- serving and falling back ------------------------------------------------------------
 
 
-async def test_serves_the_candidate_streaming_and_not(scripted: Scripted) -> None:
-    gw = Gateway(make_config(scripted, GOOD))
-    async with serving(gw) as client:
+async def test_serves_the_candidate_streaming_and_not(scripted_memory: Scripted) -> None:
+    gw = Gateway(make_config(scripted_memory, GOOD), transport=scripted_memory.transport)
+    async with in_process(gw) as client:
         resp = await client.post("/v1/chat/completions", json=chat_body())
         assert resp.status_code == 200, resp.text
         assert resp.headers["x-quantdrift-precision"] == "int4"
@@ -72,9 +74,9 @@ async def test_serves_the_candidate_streaming_and_not(scripted: Scripted) -> Non
 
 
 @pytest.mark.parametrize("how", ["header", "body"])
-async def test_high_precision_preference_goes_to_the_reference(scripted: Scripted, how: str):
-    gw = Gateway(make_config(scripted, GOOD))
-    async with serving(gw) as client:
+async def test_high_precision_preference_goes_to_the_reference(scripted_memory: Scripted, how: str):
+    gw = Gateway(make_config(scripted_memory, GOOD), transport=scripted_memory.transport)
+    async with in_process(gw) as client:
         if how == "header":
             kw: dict[str, Any] = {"headers": {"X-Precision-Preference": "high_precision"}}
             body = chat_body()
@@ -121,11 +123,14 @@ async def test_upstream_failures_fall_back_to_the_next_precision(
         assert took < 2.5  # read timeout 0.5 s, not the upstream's 3 s sleep
 
 
-async def test_retries_connect_errors_and_503_across_a_pool(scripted: Scripted) -> None:
+async def test_retries_connect_errors_and_503_across_a_pool(scripted_memory: Scripted) -> None:
     dead = f"http://127.0.0.1:{free_port()}"
-    pools = {**GOOD, "int4": [dead, scripted.base("e503", "int4"), scripted.base("good", "int4")]}
-    gw = Gateway(make_config(scripted, pools))
-    async with serving(gw) as client:
+    pools = {
+        **GOOD,
+        "int4": [dead, scripted_memory.base("e503", "int4"), scripted_memory.base("good", "int4")],
+    }
+    gw = Gateway(make_config(scripted_memory, pools), transport=scripted_memory.transport)
+    async with in_process(gw) as client:
         for _ in range(3):  # every rotation of the pool lands on the good URL
             resp = await client.post("/v1/chat/completions", json=chat_body())
             assert resp.headers["x-quantdrift-precision"] == "int4"
@@ -150,13 +155,15 @@ async def test_every_upstream_failing_is_an_openai_error(
         assert sresp.status_code == status
 
 
-async def test_client_errors_pass_through(scripted: Scripted) -> None:
-    gw = Gateway(make_config(scripted, {**GOOD, "int4": "e400"}))
-    async with serving(gw) as client:
+async def test_client_errors_pass_through(scripted_memory: Scripted) -> None:
+    gw = Gateway(
+        make_config(scripted_memory, {**GOOD, "int4": "e400"}), transport=scripted_memory.transport
+    )
+    async with in_process(gw) as client:
         marker = f"client-error-{uuid.uuid4().hex[:6]}"
         resp = await client.post("/v1/chat/completions", json=chat_body(marker))
         assert resp.status_code == 400 and resp.json()["error"]["message"] == "bad"
-        assert not [b for b in scripted.calls_to("int8") if marker in json.dumps(b)]
+        assert not [b for b in scripted_memory.calls_to("int8") if marker in json.dumps(b)]
         assert gw.metrics.value("quantdrift_gateway_fallbacks_total") == 0
 
 
@@ -175,11 +182,13 @@ JSON_CASES = {
 @pytest.mark.parametrize("stream", [False, True], ids=["plain", "stream"])
 @pytest.mark.parametrize("mode", list(JSON_CASES))
 async def test_json_guard_cuts_and_retries_silently(
-    scripted: Scripted, mode: str, stream: bool
+    scripted_memory: Scripted, mode: str, stream: bool
 ) -> None:
-    gw = Gateway(make_config(scripted, {**GOOD, "int4": mode}))
+    gw = Gateway(
+        make_config(scripted_memory, {**GOOD, "int4": mode}), transport=scripted_memory.transport
+    )
     body = chat_body("reply in json", expected_keys=["answer"])
-    async with serving(gw) as client:
+    async with in_process(gw) as client:
         if stream:
             resp, text, finishes, events = await stream_text(client, body)
             assert finishes == ["stop"] and len(events) == 3  # role, the answer, finish
@@ -195,13 +204,14 @@ async def test_json_guard_cuts_and_retries_silently(
 
 
 async def test_json_schema_required_keys_and_degradation_event(
-    scripted: Scripted, stack: EmbeddedStack
+    scripted_memory: Scripted, stack: EmbeddedStack
 ) -> None:
     topic = unique_topic("degradations")
     kafka = KafkaSettings(bootstrap_servers=stack.bootstrap)
     gw = Gateway(
-        make_config(scripted, {"int4": "missing", "int8": "missing", "bf16": "good"}),
+        make_config(scripted_memory, {"int4": "missing", "int8": "missing", "bf16": "good"}),
         degradations=DegradationPublisher(kafka, topic=topic),
+        transport=scripted_memory.transport,
     )
     schema = {
         "type": "object",
@@ -212,7 +222,7 @@ async def test_json_schema_required_keys_and_degradation_event(
         "hi",
         response_format={"type": "json_schema", "json_schema": {"name": "a", "schema": schema}},
     )
-    async with serving(gw) as client:
+    async with in_process(gw) as client:
         resp = await client.post(
             "/v1/chat/completions", json=body, headers={"X-Request-Id": "json-req-1"}
         )
@@ -234,10 +244,12 @@ async def test_json_schema_required_keys_and_degradation_event(
 @pytest.mark.parametrize("stream", [False, True], ids=["plain", "stream"])
 @pytest.mark.parametrize(("mode", "reason"), [("loop", "loop"), ("collapse", "entropy_collapse")])
 async def test_degeneration_guard_falls_back(
-    scripted: Scripted, mode: str, reason: str, stream: bool
+    scripted_memory: Scripted, mode: str, reason: str, stream: bool
 ) -> None:
-    gw = Gateway(make_config(scripted, {**GOOD, "int4": mode}))
-    async with serving(gw) as client:
+    gw = Gateway(
+        make_config(scripted_memory, {**GOOD, "int4": mode}), transport=scripted_memory.transport
+    )
+    async with in_process(gw) as client:
         if stream:
             resp, text, *_ = await stream_text(client, chat_body())
         else:
@@ -248,9 +260,12 @@ async def test_degeneration_guard_falls_back(
         assert resp.headers["x-quantdrift-fallbacks"] == f"int4:{reason}"
 
 
-async def test_a_loop_after_the_holdback_is_stopped_and_recorded(scripted: Scripted) -> None:
-    gw = Gateway(make_config(scripted, {**GOOD, "int4": "lateloop"}, stream_holdback_tokens=4))
-    async with serving(gw) as client:
+async def test_a_loop_after_the_holdback_is_stopped_and_recorded(scripted_memory: Scripted) -> None:
+    gw = Gateway(
+        make_config(scripted_memory, {**GOOD, "int4": "lateloop"}, stream_holdback_tokens=4),
+        transport=scripted_memory.transport,
+    )
+    async with in_process(gw) as client:
         resp, text, finishes, _ = await stream_text(client, chat_body())
         assert resp.headers["x-quantdrift-precision"] == "int4"
         assert text.startswith("w0 w1 w2 w3 ") and finishes == ["length"]
@@ -258,10 +273,13 @@ async def test_a_loop_after_the_holdback_is_stopped_and_recorded(scripted: Scrip
         assert gw.metrics.value("quantdrift_gateway_stream_cuts_total", reason="loop") == 1
 
 
-async def test_the_last_precision_is_served_as_it_is(scripted: Scripted) -> None:
-    gw = Gateway(make_config(scripted, {**GOOD, "bf16": "badjson"}))
+async def test_the_last_precision_is_served_as_it_is(scripted_memory: Scripted) -> None:
+    gw = Gateway(
+        make_config(scripted_memory, {**GOOD, "bf16": "badjson"}),
+        transport=scripted_memory.transport,
+    )
     body = chat_body("json please", precision_preference="high_precision", expected_keys=["a"])
-    async with serving(gw) as client:
+    async with in_process(gw) as client:
         resp = await client.post("/v1/chat/completions", json=body)
         assert resp.status_code == 200 and content(resp).startswith('{"answer": "ok",,')
         assert resp.headers["x-quantdrift-fallbacks"] == "bf16:json_invalid_char:served"
@@ -270,13 +288,13 @@ async def test_the_last_precision_is_served_as_it_is(scripted: Scripted) -> None
 # -- shadow, noise and Kafka -------------------------------------------------------------
 
 
-async def test_shadow_pairs_reach_the_pairs_topic(scripted: Scripted, stack: EmbeddedStack):
+async def test_shadow_pairs_reach_the_pairs_topic(scripted_memory: Scripted, stack: EmbeddedStack):
     topic = unique_topic("pairs")
     kafka = KafkaSettings(bootstrap_servers=stack.bootstrap)
     publisher = ShadowPublisher(kafka, 1.0, topic=topic)
     gw = Gateway(
         make_config(
-            scripted,
+            scripted_memory,
             GOOD,
             shadow_sample_rate=1.0,
             teacher_forced=True,
@@ -284,8 +302,9 @@ async def test_shadow_pairs_reach_the_pairs_topic(scripted: Scripted, stack: Emb
             timeouts=ROOMY,
         ),
         publisher=publisher,
+        transport=scripted_memory.transport,
     )
-    async with serving(gw) as client:
+    async with in_process(gw) as client:
         resp = await client.post(
             "/v1/chat/completions",
             json=chat_body("shadow me"),
@@ -314,7 +333,7 @@ async def test_shadow_pairs_reach_the_pairs_topic(scripted: Scripted, stack: Emb
     assert pair.reference_logprobs_on_candidate == [-0.25] * 8  # /v1/score on the reference
     assert pair.request.prompt == "user: shadow me"  # the route opted in to clear prompts
     assert pairs[f"{second}:shadow"].request.temperature == 0.0
-    # Slice tags, computed once when the gateway planned each request (gateway/slices.py).
+    # Slice tags, computed once when the gateway planned each request (gateway/chain/slices.py).
     assert pair.tags == {
         "language": "latin", "length": "short", "output": "text", "decoding": "sampled"
     }  # fmt: skip
@@ -322,40 +341,46 @@ async def test_shadow_pairs_reach_the_pairs_topic(scripted: Scripted, stack: Emb
         "language": "zh", "length": "short", "output": "text", "decoding": "greedy",
         "task": "billing",
     }  # fmt: skip
-    ref_calls = [b for b in scripted.calls_to("bf16") if "shadow me" in json.dumps(b)]
+    ref_calls = [b for b in scripted_memory.calls_to("bf16") if "shadow me" in json.dumps(b)]
     assert all(b["logprobs"] is True and b["top_logprobs"] == 5 for b in ref_calls)
 
 
-async def test_noise_pairs_run_the_reference_twice(scripted: Scripted, stack: EmbeddedStack):
+async def test_noise_pairs_run_the_reference_twice(scripted_memory: Scripted, stack: EmbeddedStack):
     topic = unique_topic("pairs")
     publisher = ShadowPublisher(KafkaSettings(bootstrap_servers=stack.bootstrap), 1.0, topic=topic)
     gw = Gateway(
-        make_config(scripted, GOOD, noise_sample_rate=1.0, timeouts=ROOMY), publisher=publisher
+        make_config(scripted_memory, GOOD, noise_sample_rate=1.0, timeouts=ROOMY),
+        publisher=publisher,
+        transport=scripted_memory.transport,
     )
     marker = f"noise-{uuid.uuid4().hex[:6]}"
-    async with serving(gw) as client:
+    async with in_process(gw) as client:
         resp = await client.post("/v1/chat/completions", json=chat_body(marker, temperature=0))
         assert resp.headers["x-quantdrift-precision"] == "int4"
         records = await shadow_pairs(gw, publisher, stack.bootstrap, topic, 1)
     pair = PairEvent.parse(records[0].value)
     assert pair.kind == "noise"
     assert pair.candidate.precision == pair.reference.precision == "bf16"
-    temps = [b.get("temperature") for b in scripted.calls_to("bf16") if marker in json.dumps(b)]
+    temps = [
+        b.get("temperature") for b in scripted_memory.calls_to("bf16") if marker in json.dumps(b)
+    ]
     # Both reference calls keep the request's decoding: a greedy request's noise pair is
     # greedy-vs-greedy and labelled greedy, never a sampled run in the greedy floor.
     assert temps == [0, 0]
     assert pair.request.temperature == 0 and pair.request.decoding == "greedy"
 
 
-async def test_a_dead_broker_never_fails_or_delays_users(scripted: Scripted) -> None:
+async def test_a_dead_broker_never_fails_or_delays_users(scripted_memory: Scripted) -> None:
     dead = KafkaSettings(bootstrap_servers=f"127.0.0.1:{free_port()}", request_timeout_ms=500)
     publisher = ShadowPublisher(dead, 1.0, queue_size=2, topic="qdtest.dead.pairs")
     degradations = DegradationPublisher(dead, topic="qdtest.dead.degradations", queue_size=2)
     config = make_config(
-        scripted, {**GOOD, "int4": "badjson"}, shadow_sample_rate=1.0, noise_sample_rate=1.0
+        scripted_memory, {**GOOD, "int4": "badjson"}, shadow_sample_rate=1.0, noise_sample_rate=1.0
     )
-    gw = Gateway(config, publisher=publisher, degradations=degradations)
-    async with serving(gw) as client:
+    gw = Gateway(
+        config, publisher=publisher, degradations=degradations, transport=scripted_memory.transport
+    )
+    async with in_process(gw) as client:
         latencies = []
         for i in range(12):
             body = chat_body(
@@ -408,7 +433,7 @@ class Console:
 
 
 async def test_a_signed_rollback_moves_new_requests_within_a_second(
-    scripted: Scripted, stack: EmbeddedStack, redis_prefix: str
+    scripted_memory: Scripted, stack: EmbeddedStack, redis_prefix: str
 ) -> None:
     control = unique_topic("control")
     pairs_topic = unique_topic("pairs")
@@ -416,7 +441,7 @@ async def test_a_signed_rollback_moves_new_requests_within_a_second(
     kafka = KafkaSettings(
         bootstrap_servers=stack.bootstrap, topics=TopicNames(control=control, pairs=pairs_topic)
     )
-    config = make_config(scripted, GOOD, shadow_sample_rate=1.0)
+    config = make_config(scripted_memory, GOOD, shadow_sample_rate=1.0)
     controller = RouteController(
         kafka,
         stack.redis_url,
@@ -426,7 +451,9 @@ async def test_a_signed_rollback_moves_new_requests_within_a_second(
         resolve=resolver_for(config),
     )
     publisher = ShadowPublisher(kafka, 1.0)
-    gw = Gateway(config, controller=controller, publisher=publisher)
+    gw = Gateway(
+        config, controller=controller, publisher=publisher, transport=scripted_memory.transport
+    )
     console = Console(stack, redis_prefix, control, CommandSigner("k1", KEY))
 
     async def serving_precision(client: httpx.AsyncClient) -> str:
@@ -434,7 +461,7 @@ async def test_a_signed_rollback_moves_new_requests_within_a_second(
         assert resp.status_code == 200, resp.text
         return resp.headers["x-quantdrift-precision"]
 
-    async with serving(gw) as client:
+    async with in_process(gw) as client:
         assert await controller.wait_kafka_ready(15)
         assert await serving_precision(client) == "int4"
 
@@ -519,22 +546,27 @@ async def test_one_deadline_for_the_whole_chain(scripted: Scripted) -> None:
     assert took < 1.5  # three attempts of 0.4 s each would be 1.2 s plus the stalls
 
 
-async def test_the_retry_budget_stops_a_cascade(scripted: Scripted) -> None:
+async def test_the_retry_budget_stops_a_cascade(scripted_memory: Scripted) -> None:
     budget = {"ratio": 0.0, "min_per_window": 2, "window_s": 60}
-    gw = Gateway(make_config(scripted, {**GOOD, "int4": "e500"}, retry_budget=budget))
-    async with serving(gw) as client:
+    gw = Gateway(
+        make_config(scripted_memory, {**GOOD, "int4": "e500"}, retry_budget=budget),
+        transport=scripted_memory.transport,
+    )
+    async with in_process(gw) as client:
         codes = [(await client.post("/v1/chat/completions", json=chat_body())).status_code
                  for _ in range(4)]  # fmt: skip
     assert codes == [200, 200, 502, 502]
     assert gw.metrics.value("quantdrift_gateway_fallbacks_refused_total", reason="budget") == 2
 
 
-async def test_a_failing_server_is_ejected_from_its_pool(scripted: Scripted) -> None:
+async def test_a_failing_server_is_ejected_from_its_pool(scripted_memory: Scripted) -> None:
     dead = f"http://127.0.0.1:{free_port()}"
-    pools = {**GOOD, "int4": [dead, scripted.base("good", "int4")]}
+    pools = {**GOOD, "int4": [dead, scripted_memory.base("good", "int4")]}
     outlier = {"consecutive_failures": 1, "base_ejection_s": 60, "max_ejection_s": 60}
-    gw = Gateway(make_config(scripted, pools, outlier=outlier))
-    async with serving(gw) as client:
+    gw = Gateway(
+        make_config(scripted_memory, pools, outlier=outlier), transport=scripted_memory.transport
+    )
+    async with in_process(gw) as client:
         for _ in range(4):
             resp = await client.post("/v1/chat/completions", json=chat_body())
             assert resp.headers["x-quantdrift-precision"] == "int4"
@@ -543,11 +575,16 @@ async def test_a_failing_server_is_ejected_from_its_pool(scripted: Scripted) -> 
     assert 'quantdrift_gateway_upstream_ejections_total{precision="int4"} 1.0' in metrics
 
 
-async def test_with_the_budget_spent_a_guarded_answer_is_served_whole(scripted: Scripted) -> None:
+async def test_with_the_budget_spent_a_guarded_answer_is_served_whole(
+    scripted_memory: Scripted,
+) -> None:
     budget = {"ratio": 0.0, "min_per_window": 1, "window_s": 60}
-    gw = Gateway(make_config(scripted, {**GOOD, "int4": "badjson"}, retry_budget=budget))
+    gw = Gateway(
+        make_config(scripted_memory, {**GOOD, "int4": "badjson"}, retry_budget=budget),
+        transport=scripted_memory.transport,
+    )
     body = chat_body("json please", expected_keys=["answer"])
-    async with serving(gw) as client:
+    async with in_process(gw) as client:
         first = await client.post("/v1/chat/completions", json=body)
         second = await client.post("/v1/chat/completions", json=body)
     assert first.headers["x-quantdrift-precision"] == "int8"  # the one fallback in the budget
@@ -558,23 +595,23 @@ async def test_with_the_budget_spent_a_guarded_answer_is_served_whole(scripted: 
 
 
 async def test_a_reference_that_cannot_teacher_force_is_reported_once_and_counted(
-    scripted: Scripted, stack: EmbeddedStack, caplog: pytest.LogCaptureFixture
+    scripted_memory: Scripted, stack: EmbeddedStack, caplog: pytest.LogCaptureFixture
 ):
-    """The scripted reference has no ``/tokenize``: a pool declared ``teacher_forcing:
+    """The scripted_memory reference has no ``/tokenize``: a pool declared ``teacher_forcing:
     vllm`` on it is found unable at start (gauge 0, one log line), and its pairs go
     out without teacher-forced log-probs, each one counted."""
     topic = unique_topic("pairs")
     publisher = ShadowPublisher(KafkaSettings(bootstrap_servers=stack.bootstrap), 1.0, topic=topic)
     config = make_config(
-        scripted,
+        scripted_memory,
         GOOD,
         shadow_sample_rate=1.0,
         teacher_forced=True,
         pools={"bf16": {"teacher_forcing": "vllm"}},
     )
-    gw = Gateway(config, publisher=publisher)
-    with caplog.at_level("INFO", logger="quantdrift.gateway.shadow"):
-        async with serving(gw) as client:
+    gw = Gateway(config, publisher=publisher, transport=scripted_memory.transport)
+    with caplog.at_level("INFO", logger="quantdrift.gateway.shadow.runner"):
+        async with in_process(gw) as client:
             deadline = time.monotonic() + 10
             while "bf16" not in gw.shadow.probe.tf_ready:
                 assert time.monotonic() < deadline, "the startup probe never concluded"

@@ -1,8 +1,8 @@
 """Hostile input, failed dependencies and shutdown, against a real ``quantdrift gateway``.
 
 Each case runs against the CLI's gateway process (``python -m quantdrift gateway``)
-in front of a scripted upstream (one FastAPI app in a thread of this process,
-``/{tag}/v1/chat/completions``, recording every call), with the session's
+in front of the scripted upstream on the wire (``support.gateway_upstream``, a thread
+of this process, recording every call), with the session's
 embedded broker for pairs. The promise under test: every malformed request gets
 an OpenAI-shaped 4xx and no upstream call, nothing the caller typed reaches a
 response header, user-controlled work is bounded (body size, nesting, regexes),
@@ -18,10 +18,9 @@ import os
 import signal
 import subprocess
 import sys
-import threading
 import time
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -30,79 +29,28 @@ import httpx
 import orjson
 import psutil
 import pytest
-import uvicorn
 import yaml
-from fastapi import FastAPI, Request
-from fastapi.responses import StreamingResponse
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from quantdrift.schemas import CommandSigner, RouteCommand
 from quantdrift.stack import EmbeddedStack, create_topics, free_port
 from quantdrift.stack.ports import stop_popen
-from support.gateway_upstream import running
+from support.gateway_upstream import Scripted
 from support.kafka import consume_n, produce, unique_topic
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
 
 ROUTE = "chat/int4"
-EVIL = "a" * 40 + "!"  # ^(a+)+$ on this backtracks ~2^40 steps in Python's re
 SIGNING_KEY = "hostile-suite-signing-key-0123456789abcdef"
 LIMITS = {"max_body_bytes": 1 << 20, "max_messages": 64, "max_total_tokens": 4096}
 
 
 # -- the scripted upstream ---------------------------------------------------------------
-
-
-class Upstream:
-    """Answers every chat call with a short stream; JSON when JSON is asked for.
-
-    Tag ``hang`` never answers (a reference that hangs). Calls are recorded, so a
-    test can prove a refused request never reached a model.
-    """
-
-    def __init__(self) -> None:
-        self.calls: list[tuple[str, dict[str, Any]]] = []
-        self.port = free_port()
-        app = FastAPI()
-
-        @app.post("/{tag}/v1/chat/completions", response_model=None)
-        async def chat(tag: str, request: Request) -> Any:
-            body = await request.json()
-            self.calls.append((tag, body))
-            if tag == "hang":
-                await asyncio.sleep(600)
-            text = json.dumps({"a": EVIL}) if body.get("response_format") else f"hi from {tag}"
-            head = {"id": "up", "object": "chat.completion.chunk", "created": 1, "model": tag}
-
-            async def events() -> AsyncIterator[str]:
-                for i in range(0, len(text), 8):
-                    delta = {"content": text[i : i + 8]}
-                    choice = {"index": 0, "delta": delta, "finish_reason": None}
-                    yield "data: " + json.dumps(head | {"choices": [choice]}) + "\n\n"
-                done = {"index": 0, "delta": {}, "finish_reason": "stop"}
-                yield "data: " + json.dumps(head | {"choices": [done]}) + "\n\n"
-                yield "data: [DONE]\n\n"
-
-            return StreamingResponse(events(), media_type="text/event-stream")
-
-        self.server = uvicorn.Server(
-            uvicorn.Config(app, host="127.0.0.1", port=self.port, log_level="critical")
-        )
-        self.server.install_signal_handlers = lambda: None  # type: ignore[method-assign]
-        self.thread = threading.Thread(target=self.server.run, daemon=True)
-
-    def url(self, tag: str) -> str:
-        return f"http://127.0.0.1:{self.port}/{tag}"
-
-    def count(self) -> int:
-        return len(self.calls)
-
-
-@pytest.fixture(scope="module")
-def upstream() -> Iterator[Upstream]:
-    with running(Upstream()) as up:
-        yield up
+# ``support.gateway_upstream.Scripted`` on the wire (the gateway runs as a process): mode
+# ``evil`` answers plain text, or, asked for JSON, a value the ReDoS case's pattern
+# backtracks on; mode ``never`` is a reference that hangs. Calls are recorded, so a test
+# can prove a refused request never reached a model.
 
 
 # -- the gateway process ---------------------------------------------------------------------
@@ -142,9 +90,13 @@ class GatewayProcess:
         stop_popen(self.proc, timeout=15)
 
 
-def gateway_config(upstream: Upstream, reference: str = "bf16", **extra: Any) -> dict[str, Any]:
+def gateway_config(up: Scripted, reference: str = "bf16", **extra: Any) -> dict[str, Any]:
+    hangs = reference == "hang"
     return {
-        "precisions": {"int4": [upstream.url("int4")], "bf16": [upstream.url(reference)]},
+        "precisions": {
+            "int4": [up.base("evil", "int4")],
+            "bf16": [up.base("never" if hangs else "evil", reference)],
+        },
         "routes": {ROUTE: {"candidate": "int4", "reference": "bf16"}},
         "default_route": ROUTE,
         "shadow_sample_rate": 1.0,
@@ -188,7 +140,7 @@ def launch(
 
 @pytest.fixture(scope="module")
 def gateway(
-    upstream: Upstream, stack: EmbeddedStack, tmp_path_factory: pytest.TempPathFactory
+    scripted: Scripted, stack: EmbeddedStack, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[GatewayProcess]:
     """One gateway for the request cases: open (no keys), every request shadowed."""
     topic = unique_topic("hostile-pairs")
@@ -197,7 +149,7 @@ def gateway(
         "QUANTDRIFT_KAFKA__BOOTSTRAP_SERVERS": stack.bootstrap,
         "QUANTDRIFT_KAFKA__TOPICS__PAIRS": topic,
     }
-    gw = launch(tmp_path_factory.mktemp("hostile"), "gateway", gateway_config(upstream), env)
+    gw = launch(tmp_path_factory.mktemp("hostile"), "gateway", gateway_config(scripted), env)
     gw.pairs_topic = topic
     try:
         gw.wait_up()
@@ -253,9 +205,9 @@ MALFORMED = {
 
 @pytest.mark.parametrize("case", sorted(MALFORMED))
 def test_malformed_requests_get_a_400_and_no_upstream_call(
-    case: str, gateway: GatewayProcess, upstream: Upstream
+    case: str, gateway: GatewayProcess, scripted: Scripted
 ) -> None:
-    before = upstream.count()
+    before = len(scripted.calls)
     resp = httpx.post(
         f"{gateway.url}/v1/chat/completions",
         content=MALFORMED[case],
@@ -263,14 +215,14 @@ def test_malformed_requests_get_a_400_and_no_upstream_call(
         timeout=10,
     )
     assert_openai_error(resp, 400)
-    assert upstream.count() == before, f"{case}: an upstream was called"
+    assert len(scripted.calls) == before, f"{case}: an upstream was called"
 
 
 def test_a_body_past_the_limit_gets_413_unread_and_memory_stays_flat(
-    gateway: GatewayProcess, upstream: Upstream
+    gateway: GatewayProcess, scripted: Scripted
 ) -> None:
     """100 MB in (streamed, no Content-Length): 413 once 1 MiB is read; RSS grows < 32 MB."""
-    rss_before, before = gateway.rss_mb(), upstream.count()
+    rss_before, before = gateway.rss_mb(), len(scripted.calls)
     piece = b"x" * (1 << 20)
 
     def body() -> Iterator[bytes]:
@@ -287,7 +239,7 @@ def test_a_body_past_the_limit_gets_413_unread_and_memory_stays_flat(
     big = orjson.dumps(chat(messages=[{"role": "user", "content": "y" * (2 << 20)}]))
     resp = httpx.post(f"{gateway.url}/v1/chat/completions", content=big, timeout=30)
     assert resp.status_code == 413 and resp.json()["error"]["code"] == "request_too_large"
-    assert upstream.count() == before
+    assert len(scripted.calls) == before
     grown = gateway.rss_mb() - rss_before
     assert grown < 32, f"RSS grew {grown:.0f} MB on refused bodies"
 
@@ -438,20 +390,20 @@ def test_fuzzed_bodies_never_get_a_5xx(
 
 
 def test_sigterm_with_a_hanging_reference_logs_what_it_dropped(
-    upstream: Upstream, tmp_path: Path
+    scripted: Scripted, tmp_path: Path
 ) -> None:
     port_dead = free_port()  # no broker: pairs are not this test's seam
-    config = gateway_config(upstream, reference="hang", shadow_drain_s=1.0, shadow_concurrency=2)
+    config = gateway_config(scripted, reference="hang", shadow_drain_s=1.0, shadow_concurrency=2)
     env = {"QUANTDRIFT_KAFKA__BOOTSTRAP_SERVERS": f"127.0.0.1:{port_dead}"}
     gw = launch(tmp_path, "drain", config, env)
     try:
         gw.wait_up()
-        hung = sum(1 for tag, _ in upstream.calls if tag == "hang")
+        hung = len(scripted.calls_to("hang"))
         for i in range(5):
             r = httpx.post(f"{gw.url}/v1/chat/completions", json=chat(user=f"s{i}"), timeout=10)
             assert r.status_code == 200
         deadline = time.monotonic() + 10
-        while sum(1 for tag, _ in upstream.calls if tag == "hang") < hung + 2:
+        while len(scripted.calls_to("hang")) < hung + 2:
             assert time.monotonic() < deadline, "shadow jobs never reached the reference"
             time.sleep(0.05)
         t0 = time.monotonic()
@@ -466,10 +418,10 @@ def test_sigterm_with_a_hanging_reference_logs_what_it_dropped(
 
 
 def test_api_keys_without_an_admin_token_refuse_to_start(
-    upstream: Upstream, tmp_path: Path
+    scripted: Scripted, tmp_path: Path
 ) -> None:
     keys = [{"name": "team", "sha256": "0" * 64}]
-    gw = launch(tmp_path, "keys", gateway_config(upstream, auth={"keys": keys}), {})
+    gw = launch(tmp_path, "keys", gateway_config(scripted, auth={"keys": keys}), {})
     assert gw.proc.wait(timeout=60) != 0
     assert "admin_token_sha256" in gw.tail()
 
@@ -494,7 +446,7 @@ def locked_rollback(route: str) -> bytes:
 
 @pytest.mark.parametrize("broker", ["up", "down"])
 def test_restart_with_redis_down_and_a_locked_rollback_never_serves_the_candidate(
-    broker: str, upstream: Upstream, stack: EmbeddedStack, tmp_path: Path
+    broker: str, scripted: Scripted, stack: EmbeddedStack, tmp_path: Path
 ) -> None:
     """The console locked the route in rollback while this gateway was down; it starts with
     Redis unreachable. Broker up: the control topic's replay finds the lock. Broker down
@@ -511,10 +463,10 @@ def test_restart_with_redis_down_and_a_locked_rollback_never_serves_the_candidat
     if broker == "up":
         asyncio.run(create_topics(stack.bootstrap, [control], partitions=1))
         asyncio.run(produce(stack.bootstrap, control, [(ROUTE.encode(), locked_rollback(ROUTE))]))
-    gw = launch(tmp_path, f"restart-{broker}", gateway_config(upstream), env, control=True)
+    gw = launch(tmp_path, f"restart-{broker}", gateway_config(scripted), env, control=True)
     try:
         gw.wait_up()
-        before = sum(1 for tag, _ in upstream.calls if tag == "int4")
+        before = len(scripted.calls_to("int4"))
         served = set()
         for i in range(20):
             r = httpx.post(f"{gw.url}/v1/chat/completions", json=chat(user=f"r{i}"), timeout=10)
@@ -536,22 +488,22 @@ def test_restart_with_redis_down_and_a_locked_rollback_never_serves_the_candidat
         else:
             assert health["control_known"] is False
         shadows_idle(gw)
-        assert sum(1 for tag, _ in upstream.calls if tag == "int4") == before
+        assert len(scripted.calls_to("int4")) == before
     finally:
         gw.stop()
 
 
 def test_a_body_too_large_to_queue_is_served_but_not_mirrored(
-    gateway: GatewayProcess, upstream: Upstream
+    gateway: GatewayProcess, scripted: Scripted
 ) -> None:
     """Shadow jobs keep the request to re-ask the reference: past max_shadow_body_bytes
     (256 KiB by default) the user is served and the mirror is skipped, counted."""
     shadows_idle(gateway)  # earlier tests' shadow calls must not land in this window
-    before = sum(1 for tag, _ in upstream.calls if tag == "bf16")
+    before = len(scripted.calls_to("bf16"))
     big = chat(messages=[{"role": "user", "content": "z" * (300 << 10)}])
     resp = httpx.post(f"{gateway.url}/v1/chat/completions", json=big, timeout=10)
     assert resp.status_code == 200
     metrics = httpx.get(f"{gateway.url}/metrics", timeout=5).text
     assert 'shadow_dropped_total{reason="too_large",stage="queue"} 1.0' in metrics
     shadows_idle(gateway)
-    assert sum(1 for tag, _ in upstream.calls if tag == "bf16") == before
+    assert len(scripted.calls_to("bf16")) == before

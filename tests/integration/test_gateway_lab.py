@@ -16,8 +16,8 @@ import pytest
 
 from quantdrift.config import KafkaSettings
 from quantdrift.gateway.gateway_config import parse_config
-from quantdrift.gateway.publisher import ShadowPublisher
-from quantdrift.gateway.service import Gateway
+from quantdrift.gateway.http.service import Gateway
+from quantdrift.gateway.shadow.publisher import ShadowPublisher
 from quantdrift.schemas import PairEvent
 from quantdrift.stack import EmbeddedStack
 from quantdrift.stack.ports import stop_popen

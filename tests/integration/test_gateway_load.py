@@ -24,7 +24,7 @@ from typing import Any
 import httpx
 import pytest
 
-from quantdrift.gateway.service import Gateway
+from quantdrift.gateway.http.service import Gateway
 from support.gateway_upstream import (
     Scripted,
     chat_body,

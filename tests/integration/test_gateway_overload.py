@@ -24,8 +24,8 @@ import aiohttp
 import httpx
 import pytest
 
-from quantdrift.gateway.service import Gateway
-from quantdrift.gateway.upstreams import Upstreams
+from quantdrift.gateway.http.service import Gateway
+from quantdrift.gateway.upstream.pools import Upstreams
 from support.gateway_upstream import GOOD, Scripted, chat_body, make_config, serving
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]

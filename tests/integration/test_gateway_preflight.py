@@ -16,8 +16,6 @@ import asyncio
 import hashlib
 import json
 import os
-import subprocess
-import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -28,25 +26,15 @@ import pytest
 import yaml
 
 from quantdrift.config import Settings
-from quantdrift.gateway.observability import health
+from quantdrift.gateway.http.observability import health
 from quantdrift.services.gateway import build_gateway
 from quantdrift.stack import free_port
 from support.gateway_upstream import ROUTE, Scripted, serving
+from support.preflight import cli
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
 
 KEYS = {"ops": "ops-approval-key-for-tests-32-bytes+", "ml": "ml-approval-key-for-tests-32-bytes+"}
-
-
-def cli(*args: str, env: dict[str, str], cwd: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "quantdrift", *args],
-        env=env,
-        cwd=cwd,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
 
 
 ADMIN = "preflight-admin-token"
@@ -117,8 +105,11 @@ async def test_candidate_waits_for_a_verified_preflight(
     assert ran.returncode == 0, ran.stdout + ran.stderr
     assert json.loads(report.read_bytes())["verdict"] == "go"
 
-    def verified_by_cli() -> bool:
-        return cli("preflight", "verify", str(report), env=env, cwd=tmp_path).returncode == 0
+    # The CLI runs in a thread: a blocking subprocess call on the event loop the gateway
+    # serves from would stall it past its overload bound (the gateway then sheds, 503).
+    async def verified_by_cli() -> bool:
+        verify = ("preflight", "verify", str(report))
+        return (await asyncio.to_thread(cli, *verify, env=env, cwd=tmp_path)).returncode == 0
 
     gw = build_gateway(config, Settings(), control=False)
     async with serving(gw) as client:
@@ -146,10 +137,11 @@ async def test_candidate_waits_for_a_verified_preflight(
         assert g["verified"] is False and g["mode"] == "awaiting_preflight"
         assert any("0 distinct signers" in p for p in g["problems"])
         assert await served() == {"bf16"}
-        assert not verified_by_cli()
+        assert not await verified_by_cli()
 
         # One approval is not two.
-        signed = cli("preflight", "sign", str(report), "--by", "alice", env=env, cwd=tmp_path)
+        sign = ("preflight", "sign", str(report), "--by", "alice")
+        signed = await asyncio.to_thread(cli, *sign, env=env, cwd=tmp_path)
         assert signed.returncode == 0, signed.stderr
 
         async def alice_seen() -> bool:
@@ -158,11 +150,12 @@ async def test_candidate_waits_for_a_verified_preflight(
         await until(alice_seen, "the gate to read alice's approval")
         assert (await gate())["verified"] is False
         assert await served() == {"bf16"}
-        assert not verified_by_cli()
+        assert not await verified_by_cli()
 
         # The second, with another key of the ring: the candidate opens, no restart.
         ml = {**env, "QUANTDRIFT_SIGNING__ACTIVE_KEY_ID": "ml"}
-        signed = cli("preflight", "sign", str(report), "--by", "bob", env=ml, cwd=tmp_path)
+        sign = ("preflight", "sign", str(report), "--by", "bob")
+        signed = await asyncio.to_thread(cli, *sign, env=ml, cwd=tmp_path)
         assert signed.returncode == 0, signed.stderr
 
         async def is_open() -> bool:
@@ -171,7 +164,7 @@ async def test_candidate_waits_for_a_verified_preflight(
         await until(is_open, "the gate to open after the second approval")
         assert (await gate())["mode"] == "normal"
         assert await served() == {"int4"}
-        assert verified_by_cli()
+        assert await verified_by_cli()
         metrics = (await client.get("/metrics", headers=AS_ADMIN)).text
         assert f'quantdrift_gateway_preflight_verified{{route="{ROUTE}"}} 1.0' in metrics
         assert (await client.get("/health")).status_code == 401
@@ -200,7 +193,7 @@ async def test_candidate_waits_for_a_verified_preflight(
         await until(is_closed, "the gate to close on an edited report")
         assert any("signed another version" in p for p in (await gate())["problems"])
         assert await served() == {"bf16"}
-        assert not verified_by_cli()
+        assert not await verified_by_cli()
         await sdk.close()
 
 

@@ -24,7 +24,6 @@ from typing import Any
 
 import openai
 import pytest
-import uvicorn
 from opentelemetry.sdk._logs.export import InMemoryLogRecordExporter
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
@@ -32,14 +31,15 @@ from quantdrift.breaker.policy import RoutePolicy
 from quantdrift.breaker.store import RedisBreakerStore
 from quantdrift.config import KafkaSettings, TopicNames
 from quantdrift.demo import synthetic
-from quantdrift.gateway.app import create_app
 from quantdrift.gateway.gateway_config import parse_config
-from quantdrift.gateway.publisher import ShadowPublisher
-from quantdrift.gateway.service import Gateway
+from quantdrift.gateway.http.service import Gateway
+from quantdrift.gateway.shadow.publisher import ShadowPublisher
 from quantdrift.integrations import otel
 from quantdrift.schemas import Metrics, PairEvent, ScoreEvent
-from quantdrift.stack import EmbeddedStack, free_port
+from quantdrift.stack import EmbeddedStack
 from quantdrift.stack.broker import create_topics
+from support.gateway_upstream import in_memory as in_memory_upstream
+from support.gateway_upstream import in_process
 from support.guard import isolated_settings, make_topics, on_route, send_pairs, shadow_only
 from support.kafka import consume_n
 from support.otlp import Receiver
@@ -174,41 +174,32 @@ async def test_a_failing_exporter_never_reaches_the_caller(redis_store: RedisBre
     otel.judged(scores, results)  # logged, not raised
 
 
-async def test_gateway_span_joins_the_pair_on_the_broker(
-    stack: EmbeddedStack, scripted_llm: ScriptedLLM
-) -> None:
+async def test_gateway_span_joins_the_pair_on_the_broker(stack: EmbeddedStack) -> None:
+    """The span's attributes are the gateway's own logic: the scripted model and the
+    gateway both run in this process (no server), the pair goes to the real broker."""
     memory = in_memory()
+    llm = ScriptedLLM()
     topics = TopicNames(pairs=f"otel-{uuid.uuid4().hex[:8]}.pairs")
     kafka = KafkaSettings(bootstrap_servers=stack.bootstrap, partitions=1, topics=topics)
     await create_topics(stack.bootstrap, [topics.pairs])
     config = parse_config(
         {
-            "precisions": {tag: [f"{scripted_llm.url}/{tag}"] for tag in ("int4", "bf16")},
+            "precisions": {tag: [f"{llm.url}/{tag}"] for tag in ("int4", "bf16")},
             "routes": {ROUTE: {"candidate": "int4", "reference": "bf16"}},
             "shadow_sample_rate": 1.0,
         }
     )
-    gateway = Gateway(config, publisher=ShadowPublisher(kafka, 1.0))
-    port = free_port()
-    server = uvicorn.Server(
-        uvicorn.Config(create_app(gateway), host="127.0.0.1", port=port, log_level="critical")
-    )
-    server.install_signal_handlers = lambda: None  # type: ignore[method-assign]
-    task = asyncio.create_task(server.serve())
-    try:
-        async with asyncio.timeout(15):
-            while not server.started:
-                await asyncio.sleep(0.01)
-        client = openai.AsyncOpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="k")
+    upstream = in_memory_upstream({llm.url: llm.app})
+    gateway = Gateway(config, publisher=ShadowPublisher(kafka, 1.0), transport=upstream)
+    async with in_process(gateway) as http:
+        base = str(http.base_url).rstrip("/")
+        client = openai.AsyncOpenAI(base_url=f"{base}/v1", api_key="k", http_client=http)
         reply = await client.chat.completions.create(
             model=ROUTE,
             messages=[{"role": "user", "content": "What is the capital of France?"}],
             temperature=0,
         )
         pairs = await consume_n(stack.bootstrap, topics.pairs, 1, timeout=20)
-    finally:
-        server.should_exit = True
-        await asyncio.wait_for(task, 20)
     pair = PairEvent.parse(pairs[0].value)
     spans = memory.spans.get_finished_spans()
     assert len(spans) == 1, [s.name for s in spans]

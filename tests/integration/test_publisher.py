@@ -10,7 +10,7 @@ import orjson
 import pytest
 
 from quantdrift.config import KafkaSettings
-from quantdrift.gateway.publisher import ShadowPublisher
+from quantdrift.gateway.shadow.publisher import ShadowPublisher
 from quantdrift.schemas import ModelOutput, PairEvent, RequestInfo
 from quantdrift.schemas.privacy import prompt_hash
 from quantdrift.stack import EmbeddedStack, create_topics, free_port

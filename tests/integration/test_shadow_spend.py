@@ -15,8 +15,8 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from quantdrift.config import KafkaSettings
-from quantdrift.gateway.publisher import ShadowPublisher
-from quantdrift.gateway.service import Gateway
+from quantdrift.gateway.http.service import Gateway
+from quantdrift.gateway.shadow.publisher import ShadowPublisher
 from quantdrift.stack import EmbeddedStack
 from support.gateway_upstream import (
     GOOD,

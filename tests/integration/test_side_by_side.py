@@ -26,8 +26,8 @@ import yaml
 from quantdrift.config import KafkaSettings, Settings
 from quantdrift.demo.workers import settings_env
 from quantdrift.gateway.gateway_config import candidate_route, parse_config
-from quantdrift.gateway.publisher import ShadowPublisher
-from quantdrift.gateway.service import Gateway
+from quantdrift.gateway.http.service import Gateway
+from quantdrift.gateway.shadow.publisher import ShadowPublisher
 from quantdrift.schemas import PairEvent
 from quantdrift.stack import EmbeddedStack
 from support.gateway_upstream import ROOMY, ROUTE, Scripted, chat_body, make_config, serving

@@ -1,10 +1,19 @@
 """The gateway tests' scripted upstream and request helpers.
 
-One small uvicorn server in a thread, a behaviour per path (``{base}/{mode}/{tag}``:
-good answers, failures, slow or looping streams, broken JSON), every call recorded;
+One small app, a behaviour per path (``{base}/{mode}/{tag}``: good answers, failures,
+slow or looping streams, broken JSON), every call recorded. It runs two ways:
+
+* in memory (``scripted_memory``): under the pool client's transport seam
+  (``gateway/upstream/transport.py``), through httpx's own ``MockTransport`` and
+  ``ASGITransport``: for tests of the gateway's own logic (fallbacks, guards, pairs,
+  commands), with no server and no port; ``in_process`` serves the gateway's app the
+  same way;
+* on the wire (``scripted``, a uvicorn server in a thread): for tests about the wire
+  (read timeouts, stalls, disconnects, clients that leave).
+
 ``make_config`` builds a gateway config over it, ``serving`` runs a gateway app on a
-free port, ``chat_body`` / ``stream_text`` / ``content`` speak the wire. The
-``scripted`` fixture (one server per module) is registered by :mod:`support.plugin`.
+free port, ``chat_body`` / ``stream_text`` / ``content`` speak the wire. The fixtures
+(one upstream per module) are registered by :mod:`support.plugin`.
 """
 
 from __future__ import annotations
@@ -23,15 +32,17 @@ import uvicorn
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, StreamingResponse
 
-from quantdrift.gateway.app import create_app
 from quantdrift.gateway.gateway_config import GatewayConfig, parse_config
-from quantdrift.gateway.publisher import ShadowPublisher
-from quantdrift.gateway.service import Gateway
+from quantdrift.gateway.http.app import create_app
+from quantdrift.gateway.http.service import Gateway
+from quantdrift.gateway.shadow.publisher import ShadowPublisher
+from quantdrift.gateway.upstream.httpx_transport import HttpxTransport
 from quantdrift.stack import free_port
 from support.kafka import consume_n
 
 ROUTE = "chat/int4"
 KEY = b"gateway-test-key-of-at-least-32-bytes"
+EVIL = "a" * 40 + "!"  # ^(a+)+$ on this backtracks ~2^40 steps in Python's re
 
 # -- the scripted upstream ---------------------------------------------------------------
 
@@ -89,6 +100,8 @@ def _pieces(mode: str, tag: str, body: dict[str, Any]) -> list[tuple[str, bool]]
         text = '{"answer":' + " " * 100 + '"ok"}'
     elif mode == "dup":
         text = '{"answer": 1, "answer": 2}'
+    elif mode == "evil":  # asked for JSON: a value that ^(a+)+$ backtracks on for hours
+        text = json.dumps({"a": EVIL}) if body.get("response_format") else f"hi from {tag}"
     elif _wants_json(body):
         text = '```json\n{"answer": "ok", "precision": "' + tag + '"}\n```'
     else:
@@ -97,16 +110,21 @@ def _pieces(mode: str, tag: str, body: dict[str, Any]) -> list[tuple[str, bool]]
 
 
 class Scripted:
-    """One uvicorn server in a thread; base URL ``{url}/{mode}/{tag}`` picks a behaviour."""
+    """A scripted model server; base URL ``{url}/{mode}/{tag}`` picks a behaviour.
 
-    def __init__(self) -> None:
+    ``wire=True``: served by uvicorn in a thread (``running`` starts it), ``transport``
+    None (the gateway's own network transport). Otherwise in memory: ``transport`` is
+    the one a ``Gateway`` is given, and ``url`` names no socket.
+    """
+
+    def __init__(self, wire: bool = True) -> None:
         self.calls: list[tuple[str, str, dict[str, Any]]] = []
         # mode "gate": answers wait for this (set by default; a test clears it to hold them)
         self.gate = threading.Event()
         self.gate.set()
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        app = FastAPI()
+        self.port = free_port() if wire else 80
+        self.url = f"http://127.0.0.1:{self.port}" if wire else "http://scripted.upstream"
+        self.app = app = FastAPI()
 
         @app.post("/{mode}/{tag}/v1/score")
         async def score(mode: str, tag: str, request: Request) -> dict[str, Any]:
@@ -150,10 +168,12 @@ class Scripted:
             if mode == "e400":
                 return JSONResponse({"error": {"message": "bad", "type": "x"}}, status_code=400)
             if mode == "e400url":
-                message = f"model not found at {self.url}/v1 (host 127.0.0.1:{self.port})"
+                message = f"model not found at {self.url}/v1 (host {self.url.split('//')[1]})"
                 return JSONResponse({"error": {"message": message}}, status_code=400)
             if mode == "nolp" and "logprobs" in body:  # a server that refuses logprobs
                 return JSONResponse({"error": {"message": "no logprobs here"}}, status_code=400)
+            if mode == "never":  # a server that takes the request and never answers
+                await asyncio.sleep(600)
             if mode == "slow":
                 await asyncio.sleep(3.0)
             pieces = _pieces(mode, tag, body)
@@ -225,6 +245,7 @@ class Scripted:
 
             return StreamingResponse(events(), media_type="text/event-stream")
 
+        self.transport = None if wire else in_memory({self.url: app})
         self.server = uvicorn.Server(
             uvicorn.Config(app, host="127.0.0.1", port=self.port, log_level="critical")
         )
@@ -254,10 +275,31 @@ def running(up: Any) -> Iterator[Any]:
         up.thread.join(5)
 
 
+def in_memory(apps: dict[str, Any]) -> HttpxTransport:
+    """The pool client's transport over ASGI apps by origin (``http://host:port``), in
+    this process; any other origin is refused, as a closed port is (``ConnectError``)."""
+    served = {origin: httpx.ASGITransport(app) for origin, app in apps.items()}
+
+    async def handler(request: httpx.Request) -> httpx.Response:
+        app = served.get(f"{request.url.scheme}://{request.url.netloc.decode()}")
+        if app is None:
+            raise httpx.ConnectError("connection refused (no upstream there)", request=request)
+        return await app.handle_async_request(request)
+
+    return HttpxTransport(httpx.MockTransport(handler))
+
+
 @pytest.fixture(scope="module")
 def scripted() -> Iterator[Scripted]:
+    """The scripted upstream on the wire: for tests about the wire."""
     with running(Scripted()) as up:
         yield up
+
+
+@pytest.fixture(scope="module")
+def scripted_memory() -> Scripted:
+    """The scripted upstream in memory: give ``Gateway`` its ``transport``."""
+    return Scripted(wire=False)
 
 
 def make_config(
@@ -345,6 +387,22 @@ async def serving(
     finally:
         server.should_exit = True
         await asyncio.wait_for(task, 20)
+
+
+@asynccontextmanager
+async def in_process(
+    gateway: Gateway, create: Callable[[Gateway], FastAPI] = create_app
+) -> AsyncIterator[httpx.AsyncClient]:
+    """The gateway's app (or ``create``'s) in this process, its lifespan run around the
+    block: no port. ``ASGITransport`` hands over an answer once it is whole, so a test
+    of streaming's timing or of a client that leaves uses ``serving``."""
+    app = create(gateway)
+    async with app.router.lifespan_context(app):
+        transport = httpx.ASGITransport(app)
+        async with httpx.AsyncClient(
+            transport=transport, base_url="http://gateway.test", timeout=20
+        ) as client:
+            yield client
 
 
 def chat_body(text: str = "hi", **extra: Any) -> dict[str, Any]:

@@ -8,8 +8,8 @@
 * ``worker_process``: ``worker_process(settings)`` starts a ``quantdrift worker``
   (:func:`support.workers.start_worker`) and stops it when the test ends;
 * ``scripted_llm``: the scripted OpenAI-compatible upstream (:mod:`support.scripted_llm`);
-* ``scripted``: the gateway tests' upstream with a behaviour per path
-  (:mod:`support.gateway_upstream`), one per module;
+* ``scripted`` / ``scripted_memory``: the gateway tests' upstream with a behaviour per
+  path (:mod:`support.gateway_upstream`), on the wire or in memory, one per module;
 * ``receiver``: an OTLP/HTTP receiver (:mod:`support.otlp`) that decodes what a real
   process exports.
 """
@@ -29,7 +29,10 @@ from quantdrift.config import Settings
 from quantdrift.demo.workers import WorkerProcess
 from quantdrift.schemas import CommandSigner
 from quantdrift.stack import EmbeddedStack
-from support.gateway_upstream import scripted  # noqa: F401 - registered as a fixture here
+from support.gateway_upstream import (  # noqa: F401 - registered as fixtures here
+    scripted,
+    scripted_memory,
+)
 from support.kafka import consume_n
 from support.otlp import receiver  # noqa: F401 - registered as a fixture here
 from support.scripted_llm import ScriptedLLM

@@ -1,9 +1,10 @@
 """A scripted OpenAI-compatible upstream for the integration tests of other stacks' parts.
 
-One uvicorn server in a thread; ``{url}/{tag}/v1`` is a model named ``m-{tag}`` that
-answers every chat completion with a fixed text (settable per tag while running), or
-with each of a tag's ``variants`` in turn (a sampled model: two runs differ), as
-JSON or as a server-sent-event stream, with usage, an id and, when asked, logprobs,
+One uvicorn server in a thread (``start``), or its ``app`` under the gateway's transport
+seam in memory (``support.gateway_upstream.in_memory``). ``{url}/{tag}/v1`` is a model
+named ``m-{tag}`` that answers every chat completion with a fixed text (settable per
+tag while running), or with each of a tag's ``variants`` in turn (a sampled model: two
+runs differ), as JSON or as a server-sent-event stream, with usage, an id and, when asked, logprobs,
 after a tag's ``delays`` (seconds; an upstream that takes time, or a stalled one).
 A tag's ``answer`` (a function of the request body) overrides both when it returns a
 text: a model that breaks on some prompts only (a drift confined to one language).
@@ -38,7 +39,7 @@ class ScriptedLLM:
         self.calls: list[tuple[str, dict[str, Any]]] = []
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
-        app = FastAPI()
+        self.app = app = FastAPI()
 
         @app.post("/{tag}/v1/chat/completions", response_model=None)
         async def chat(tag: str, request: Request) -> Any:

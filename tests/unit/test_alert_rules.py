@@ -57,8 +57,8 @@ def gateway_metrics() -> set[str]:
     from quantdrift.config import KafkaSettings
     from quantdrift.gateway.control.controller import RouteController
     from quantdrift.gateway.gateway_config import GatewayConfig
-    from quantdrift.gateway.publisher import ShadowPublisher
-    from quantdrift.gateway.service import Gateway
+    from quantdrift.gateway.http.service import Gateway
+    from quantdrift.gateway.shadow.publisher import ShadowPublisher
     from quantdrift.schemas.signing import CommandVerifier
 
     config = GatewayConfig.model_validate(

@@ -10,6 +10,7 @@ from __future__ import annotations
 import ast
 from collections.abc import Iterator
 from dataclasses import dataclass
+from functools import cache
 from pathlib import Path
 
 import pytest
@@ -128,8 +129,9 @@ def arrows(path: Path) -> Iterator[Arrow]:
                 yield Arrow(source, target, node.lineno, id(node) not in top)
 
 
-def all_arrows() -> list[Arrow]:
-    return [a for path in sorted(ROOT.rglob("*.py")) for a in arrows(path)]
+@cache  # one walk of the source tree serves every test here
+def all_arrows() -> tuple[Arrow, ...]:
+    return tuple(a for path in sorted(ROOT.rglob("*.py")) for a in arrows(path))
 
 
 def package_of(module: str) -> str:
@@ -167,26 +169,69 @@ def test_no_arrow_the_table_forbids() -> None:
     assert not bad, "imports ARCHITECTURE.md's table forbids:\n" + "\n".join(sorted(set(bad)))
 
 
-def test_the_gateways_control_side_imports_nothing_of_serving() -> None:
-    """ARCHITECTURE: the gateway is serving apart from control. ``gateway.control`` (the
-    RouteController, target mapping, preflight gate) reads the gateway's config and
-    nothing else of the serving side; serving reads control, never the other way."""
-    bad = {
-        a.where
-        for a in all_arrows()
-        if a.source.startswith("quantdrift.gateway.control")
-        and a.target.startswith("quantdrift.gateway.")
-        and not a.target.startswith("quantdrift.gateway.control")
-        and a.target != "quantdrift.gateway.gateway_config"
-        and is_module(a.target)
-    }
-    found = {a.source for a in all_arrows() if a.source.startswith("quantdrift.gateway.control.")}
-    assert found >= {
-        "quantdrift.gateway.control.controller",
-        "quantdrift.gateway.control.targets",
-        "quantdrift.gateway.control.preflight_gate",
-    }
-    assert not bad, "\n".join(sorted(bad))
+# The gateway's rooms (docs/architecture.md, "The gateway's modules"): room -> the rooms
+# it may import. Arrows point downward; every room may read the package's shared leaves,
+# which import no room. ``quantdrift.gateway`` itself is the package's lazy face, above all.
+GATEWAY_LEAVES = {"gateway_config", "openai_wire", "telemetry"}
+ROOMS: dict[str, set[str]] = {
+    "foreign": {"http", "shadow", "chain", "upstream", "guards", "control"},
+    "http": {"shadow", "chain", "upstream", "guards", "control"},
+    "shadow": {"chain", "upstream", "guards"},
+    "chain": {"upstream", "guards"},
+    "upstream": {"guards"},
+    "guards": set(),
+    "control": set(),
+}
+
+
+def room_of(module: str) -> str | None:
+    """``quantdrift.gateway.chain.planning`` -> ``chain``; a shared leaf -> ``leaf``."""
+    parts = module.split(".")
+    if parts[:2] != ["quantdrift", "gateway"] or len(parts) < 3:
+        return None
+    return "leaf" if parts[2] in GATEWAY_LEAVES else parts[2]
+
+
+def test_every_gateway_module_sits_in_a_room() -> None:
+    gateway = ROOT / "gateway"
+    flat = {p.stem for p in gateway.glob("*.py")} - {"__init__"}
+    rooms = {p.name for p in gateway.iterdir() if (p / "__init__.py").exists()}
+    assert flat == GATEWAY_LEAVES, "a new gateway module belongs in a room"
+    assert rooms == set(ROOMS), "add the new room to ROOMS and to docs/architecture.md"
+    assert all(any((gateway / room).glob("[!_]*.py")) for room in ROOMS)
+
+
+def test_the_gateways_rooms_point_downward() -> None:
+    """Each room imports only the rooms below it (ROOMS) and the shared leaves; the leaves
+    import no room. Control (the RouteController, target mapping, preflight gate) thus
+    reads nothing of serving but the config, and serving reads control, never back."""
+    bad, seen = set(), set()
+    for a in all_arrows():
+        src, dst = room_of(a.source), room_of(a.target)
+        if src is None or dst is None or src == dst or dst == "leaf" or not is_module(a.target):
+            continue
+        seen.add((src, dst))
+        if dst not in ROOMS.get(src, set()):
+            bad.add(f"{a.where} ({src} -> {dst})")
+    assert not bad, "arrows between the gateway's rooms that ROOMS forbids:\n" + "\n".join(
+        sorted(bad)
+    )
+    # Guard the guard: the walk sees the arrows the rooms are known to have.
+    assert {("http", "chain"), ("chain", "upstream"), ("upstream", "guards")} <= seen
+
+
+def test_the_rooms_table_in_the_docs_is_this_one() -> None:
+    """docs/architecture.md's room table says what ROOMS says, arrow for arrow."""
+    text = (ROOT.parents[1] / "docs" / "architecture.md").read_text()
+    rows = {}
+    for line in text.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) == 3 and cells[0].startswith("`") and cells[0].endswith("/`"):
+            said = cells[2].removeprefix("every room below")
+            rows[cells[0].strip("`/")] = {w.strip() for w in said.split(",") if w.strip()}
+    rows = {room: (below - {"nothing"}) for room, below in rows.items()}
+    rows["foreign"] = rows["foreign"] or set(ROOMS) - {"foreign"}
+    assert rows == ROOMS
 
 
 def test_lab_only_code_stays_out_of_production_packages() -> None:
@@ -271,8 +316,9 @@ def _local_import_blocks(path: Path) -> Iterator[ast.stmt]:
 
 def test_function_local_imports_say_why() -> None:
     """A function-local import hides an arrow; one stays only to defer a heavy or optional
-    dependency, with a one-line reason above it. The command modules are exempt: every
-    command defers its imports so that ``quantdrift --help`` stays fast (cli/__init__)."""
+    dependency, with a one-line reason above it. The command modules are exempt: the
+    registry imports only the chosen command's module, and inside it a command defers
+    what is heavy so that ``quantdrift COMMAND --help`` stays fast (cli/__init__)."""
     bad = []
     for path in sorted(ROOT.rglob("*.py")):
         if path.parent.name == "cli":

@@ -155,6 +155,7 @@ def only(signal: str) -> RoutePolicy:
     )
 
 
+@pytest.mark.long
 @pytest.mark.parametrize(
     "signal, blessed, candidate, cal_miss, streams",
     [

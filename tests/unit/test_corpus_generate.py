@@ -15,6 +15,9 @@ import pytest
 from quantdrift.lab.corpus import build
 from quantdrift.lab.corpus.families import FAMILIES, length_bucket
 
+# The measure is SmolLM2's own tokenizer, loaded from the model's GGUF file.
+pytestmark = pytest.mark.slow
+
 N = 600
 
 

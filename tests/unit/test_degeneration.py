@@ -7,7 +7,7 @@ import math
 
 import pytest
 
-from quantdrift.gateway.degeneration import (
+from quantdrift.gateway.guards.degeneration import (
     ENTROPY_COLLAPSE,
     LOOP,
     DegenerationConfig,

@@ -166,6 +166,7 @@ def lab_argv(*extra: str) -> list[str]:
     ]  # fmt: skip
 
 
+@pytest.mark.long
 def test_eval_calibration_draws_on_the_lab_pairs(capsys) -> None:  # type: ignore[no-untyped-def]
     # One draw is today's eval, byte for byte.
     assert main(lab_argv("--no-progress")) == 0

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from quantdrift.errors import UpstreamError, UpstreamTimeout
-from quantdrift.gateway.attempts import (
+from quantdrift.gateway.chain.attempts import (
     ChainDeadline,
     Degradations,
     GuardTrip,
@@ -22,13 +22,13 @@ from quantdrift.gateway.attempts import (
     guarded,
     refusal,
 )
-from quantdrift.gateway.auth import OPEN
-from quantdrift.gateway.capacity import RetryBudget
-from quantdrift.gateway.completions import CompletionPlan, open_chain, plan_completion
+from quantdrift.gateway.chain.completions import CompletionPlan, open_chain, plan_completion
+from quantdrift.gateway.chain.planning import Incoming
 from quantdrift.gateway.gateway_config import parse_config
-from quantdrift.gateway.planning import Incoming
+from quantdrift.gateway.guards.auth import OPEN
+from quantdrift.gateway.guards.capacity import RetryBudget
 from quantdrift.gateway.telemetry import Telemetry
-from quantdrift.gateway.upstreams import UpstreamClientError
+from quantdrift.gateway.upstream.pools import UpstreamClientError
 from quantdrift.schemas.degradation import DegradationEvent
 
 CONFIG = parse_config(

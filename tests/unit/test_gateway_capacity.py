@@ -6,9 +6,9 @@ import hashlib
 
 import pytest
 
-from quantdrift.gateway.auth import OPEN, Authenticator
-from quantdrift.gateway.capacity import OutlierDetector, RetryBudget
 from quantdrift.gateway.gateway_config import ApiKey, AuthConfig
+from quantdrift.gateway.guards.auth import OPEN, Authenticator
+from quantdrift.gateway.guards.capacity import OutlierDetector, RetryBudget
 
 
 def test_budget_caps_fallbacks_at_a_share_of_requests() -> None:

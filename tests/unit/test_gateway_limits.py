@@ -7,9 +7,9 @@ import time
 import pytest
 
 from quantdrift.detectors.json_contract import check_json_contract
-from quantdrift.gateway.http_io import header_list
+from quantdrift.gateway.chain.planning import decoding_refusal
+from quantdrift.gateway.http.edge import header_list
 from quantdrift.gateway.openai_wire import Accumulator
-from quantdrift.gateway.planning import decoding_refusal
 from quantdrift.schemas.pair import RequestInfo
 
 
@@ -114,7 +114,7 @@ async def test_a_public_placeholder_salt_is_an_error_at_start(
     import logging
 
     from quantdrift.gateway.gateway_config import parse_config
-    from quantdrift.gateway.service import Gateway
+    from quantdrift.gateway.http.service import Gateway
 
     base = {
         "precisions": {"a": ["http://127.0.0.1:1"], "b": ["http://127.0.0.1:2"]},
@@ -128,7 +128,7 @@ async def test_a_public_placeholder_salt_is_an_error_at_start(
     ):
         caplog.clear()
         gw = Gateway(parse_config({**base, **salts}))
-        with caplog.at_level(logging.ERROR, "quantdrift.gateway.service"):
+        with caplog.at_level(logging.ERROR, "quantdrift.gateway.http.service"):
             await gw.start()
             await gw.stop(0.1)
         said = any("prompt salt" in r.getMessage() for r in caplog.records)

@@ -8,10 +8,10 @@ from typing import Any
 
 import pytest
 
-from quantdrift.gateway.auth import OPEN, Principal
+from quantdrift.gateway.chain.planning import Incoming, Plan, Refusal, plan_request
+from quantdrift.gateway.chain.routing import RouteDirective
 from quantdrift.gateway.gateway_config import parse_config
-from quantdrift.gateway.planning import Incoming, Plan, Refusal, plan_request
-from quantdrift.gateway.routing import RouteDirective
+from quantdrift.gateway.guards.auth import OPEN, Principal
 
 CONFIG = parse_config(
     {

@@ -4,14 +4,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from quantdrift.gateway.auth import OPEN
+from quantdrift.gateway.chain.planning import Incoming, Plan, plan_request
+from quantdrift.gateway.chain.routing import RouteDirective
 from quantdrift.gateway.gateway_config import parse_config
+from quantdrift.gateway.guards.auth import OPEN
 from quantdrift.gateway.openai_wire import Accumulator
-from quantdrift.gateway.planning import Incoming, Plan, plan_request
-from quantdrift.gateway.routing import RouteDirective
-from quantdrift.gateway.shadow import QUEUE_FULL, ShadowRunner
-from quantdrift.gateway.shadow_pairs import candidate_suspended
-from quantdrift.gateway.upstreams import Upstreams
+from quantdrift.gateway.shadow.pairs import candidate_suspended
+from quantdrift.gateway.shadow.runner import QUEUE_FULL, ShadowRunner
+from quantdrift.gateway.upstream.pools import Upstreams
 from quantdrift.schemas.privacy import prompt_hash
 
 CONFIG = parse_config(

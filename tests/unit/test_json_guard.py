@@ -9,7 +9,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from quantdrift.gateway.json_guard import JsonGuard, guard_for
+from quantdrift.gateway.guards.json_guard import JsonGuard, guard_for
 
 JSON_VALUES = st.recursive(
     st.none()

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from quantdrift.gateway.lingering import CloseUnread
+from quantdrift.gateway.http.lingering import CloseUnread
 
 LENGTH = [(b"content-length", b"10")]
 

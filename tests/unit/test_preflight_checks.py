@@ -185,6 +185,7 @@ def test_header_reader_matches_dtypes_without_loading(tmp_path: Path) -> None:
         weights.safetensors_header(bad)
 
 
+@pytest.mark.slow  # reads the lab model's embeddings from its GGUF file
 def test_lab_gguf_embeddings_8bit_blocks_4bit() -> None:
     pytest.importorskip("gguf")
     from quantdrift.lab.model import gguf_location

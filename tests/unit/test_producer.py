@@ -9,8 +9,8 @@ import pytest
 
 from quantdrift.config import KafkaSettings
 from quantdrift.errors import SchemaError
-from quantdrift.gateway.producer import BoundedProducer
-from quantdrift.gateway.publisher import (
+from quantdrift.gateway.shadow.producer import BoundedProducer
+from quantdrift.gateway.shadow.publisher import (
     DegradationPublisher,
     ShadowPublisher,
     encode_degradation,

@@ -10,11 +10,11 @@ from __future__ import annotations
 import pytest
 
 from quantdrift.breaker.policy import RoutePolicy
+from quantdrift.gateway.chain.routing import RouteDirective, SliceDirective, decide
+from quantdrift.gateway.chain.slices import DIMENSIONS
 from quantdrift.gateway.control.fence import AppliedCommand, Refusal, fence
 from quantdrift.gateway.control.targets import resolve_target
 from quantdrift.gateway.gateway_config import RouteConfig
-from quantdrift.gateway.routing import RouteDirective, SliceDirective, decide
-from quantdrift.gateway.slices import DIMENSIONS
 from quantdrift.integrations.litellm_routing import call_tags, serves_reference
 from quantdrift.schemas.command import RouteCommand
 from quantdrift.schemas.signing import CommandVerifier

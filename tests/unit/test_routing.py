@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from quantdrift.gateway.routing import RouteDirective, decide, fallback_chain
+from quantdrift.gateway.chain.routing import RouteDirective, decide, fallback_chain
 
 ORDER = ["int4", "int8", "bf16"]
 
@@ -176,7 +176,7 @@ def test_route_shares_are_decide_over_many_requests(directive: RouteDirective | 
     """The follower's per-route split is what ``decide`` does request by request."""
     from collections import Counter
 
-    from quantdrift.gateway.routing import route_shares
+    from quantdrift.gateway.chain.routing import route_shares
 
     n = 4000
     served = Counter(

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from quantdrift.gateway.sampling import bucket, sampled
+from quantdrift.gateway.chain.sampling import bucket, sampled
 
 rates = st.floats(min_value=0.0, max_value=1.0, allow_nan=False)
 keys = st.text(max_size=64)

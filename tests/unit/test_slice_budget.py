@@ -96,6 +96,7 @@ def confined_drift(seed: int, n: int) -> list[ScoreEvent]:
     return out
 
 
+@pytest.mark.long
 def test_a_drift_confined_to_one_slice_is_caught_by_its_slice_sooner() -> None:
     # The default policy (slices on, the default budget) against the aggregate alone
     # with the whole budget, on the same seeded streams.

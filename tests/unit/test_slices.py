@@ -10,12 +10,12 @@ from typing import Any
 import pytest
 
 from quantdrift.detectors.script import estimate_tokens, language_of, length_bucket
-from quantdrift.gateway.auth import OPEN
+from quantdrift.gateway.chain.planning import Incoming, Plan, plan_request
+from quantdrift.gateway.chain.slices import TaskVocabulary, check_tags, request_tags
 from quantdrift.gateway.gateway_config import parse_config
+from quantdrift.gateway.guards.auth import OPEN
 from quantdrift.gateway.openai_wire import Accumulator
-from quantdrift.gateway.planning import Incoming, Plan, plan_request
-from quantdrift.gateway.shadow_pairs import build_pair
-from quantdrift.gateway.slices import TaskVocabulary, check_tags, request_tags
+from quantdrift.gateway.shadow.pairs import build_pair
 from quantdrift.integrations.litellm_pairs import PairJoiner, RouteMap, Side
 from quantdrift.schemas.pair import ModelOutput, PairEvent
 

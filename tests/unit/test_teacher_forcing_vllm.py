@@ -12,7 +12,7 @@ import torch
 from quantdrift.errors import ConfigError
 from quantdrift.gateway.gateway_config import parse_config
 from quantdrift.gateway.openai_wire import Accumulator
-from quantdrift.gateway.teacher_forcing import (
+from quantdrift.gateway.upstream.teacher_forcing import (
     MISMATCH,
     Failed,
     Scored,
@@ -92,8 +92,8 @@ def test_gptq_packing_round_trips_the_symmetric_rtn_grid() -> None:
 async def test_an_engine_change_under_a_pool_is_counted_and_logged(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    from quantdrift.gateway.shadow import ShadowRunner
-    from quantdrift.gateway.upstreams import Upstreams
+    from quantdrift.gateway.shadow.runner import ShadowRunner
+    from quantdrift.gateway.upstream.pools import Upstreams
     from quantdrift.schemas.pair import EngineInfo
 
     config = parse_config(
@@ -108,7 +108,7 @@ async def test_an_engine_change_under_a_pool_is_counted_and_logged(
     runner.probe.identified("int4", old)
     runner.probe.identified("int4", old)
     assert runner.probe.engine_changes == {}
-    with caplog.at_level("WARNING", logger="quantdrift.gateway.shadow"):
+    with caplog.at_level("WARNING", logger="quantdrift.gateway.shadow.runner"):
         runner.probe.identified("int4", old.model_copy(update={"version": "0.33.0"}))
     assert runner.probe.engine_changes == {"int4": 1}
     assert "0.33.0" in caplog.text and "0.32.0" in caplog.text
@@ -141,7 +141,7 @@ def test_a_streamed_answer_keeps_its_token_ids_through_the_shadow_copy() -> None
 
 def test_a_pool_that_reports_ids_is_asked_for_them_and_users_never_see_them() -> None:
     from quantdrift.gateway.openai_wire import client_chunk
-    from quantdrift.gateway.upstreams import Upstreams
+    from quantdrift.gateway.upstream.pools import Upstreams
 
     config = parse_config(
         {

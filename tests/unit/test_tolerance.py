@@ -121,6 +121,7 @@ def run_judge(policy: RoutePolicy, floor: NoiseFloorState, metrics: list[Metrics
     return trips
 
 
+@pytest.mark.long
 def test_default_policy_never_rolls_back_a_healthy_route_over_long_streams() -> None:
     rng = np.random.default_rng(5)
     floor = blessed_floor(rng)
@@ -140,6 +141,7 @@ def test_default_policy_catches_a_broken_candidate_fast() -> None:
     assert trips and 100 < trips[0] <= 120
 
 
+@pytest.mark.long
 def test_the_split_budget_holds_for_all_signals_at_their_boundary() -> None:
     # Every signal's mean exactly at its null at once, a small budget (one false alarm
     # per 1,000 pairs for the route, split 5 ways): over 12,000 pairs at most ~12 trips.
@@ -237,6 +239,7 @@ async def test_live_echo_noise_pairs_do_not_feed_the_floor() -> None:
     assert store.floors[("r", "greedy")].values["cosine"] == (0.9,)
 
 
+@pytest.mark.long
 def test_a_routes_calibration_mix_ratio_widens_its_null_through_the_judge() -> None:
     # A route whose traffic may move further from the calibration's prompt mix says so
     # (calibration_mix_ratio); traffic that sits between the default's null and the

@@ -46,6 +46,7 @@ def test_every_recorded_pair_names_its_engines_and_most_carry_vllm_teacher_forci
             assert with_tf[label] >= 0.9 * n, (label, with_tf[label], n)
 
 
+@pytest.mark.long
 @pytest.mark.parametrize("decoding", ["greedy", "sampled"])
 def test_a_baseline_blessed_by_engine_identity_decides_as_one_blessed_by_label(
     decoding: str, capsys: pytest.CaptureFixture[str]

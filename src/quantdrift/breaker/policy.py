@@ -44,7 +44,7 @@ ReliedOn = Literal[
     "consecutive",
     "window",
 ]
-# Slice dimensions: tag names of ``PairEvent.tags`` (gateway/slices.py).
+# Slice dimensions: tag names of ``PairEvent.tags`` (gateway/chain/slices.py).
 _TAG_NAME = re.compile(r"^[a-z][a-z0-9_]{0,31}$")
 DEFAULT_SLICE_DIMENSIONS = ("language", "length", "output")
 DEFAULT_SPLIT: dict[BudgetShare, float] = {

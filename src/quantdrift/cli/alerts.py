@@ -29,7 +29,7 @@ from quantdrift.cli.common import (
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("alerts", help="tail the alerts, or forward them to webhooks")
+    p = sub.add_parser("alerts")
     cmds = p.add_subparsers(dest="alerts_command", required=True)
     t = cmds.add_parser("tail", help="one line per alert, coloured")
     t.add_argument("--route", help="only this route")

@@ -22,7 +22,7 @@ from quantdrift.cli.common import (
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("archive", help="write pairs and scores topics to compressed JSONL files")
+    p = sub.add_parser("archive")
     p.add_argument("--dir", type=Path, required=True, help="archive root directory")
     p.add_argument("--topic", action="append", help="topics (default: the pairs and scores)")
     p.add_argument("--rotate-mb", type=float, default=64.0, help="rotate a file at this size")

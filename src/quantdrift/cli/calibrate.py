@@ -38,7 +38,7 @@ EMBEDDERS = ("minilm", "tiered", "static", "none")
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("calibrate", help="seed the per-route noise floor in Redis from noise pairs")
+    p = sub.add_parser("calibrate")
     p.add_argument("pairs", type=Path, nargs="?", help="PairEvent JSONL(.gz) holding noise pairs")
     p.add_argument(
         "--topic",

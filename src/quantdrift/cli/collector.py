@@ -16,14 +16,12 @@ from quantdrift.cli.serving import add_server_args, serve
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser(
-        "collector", help="take mirrored requests (nginx, Envoy, Gateway API) and publish pairs"
-    )
+    p = sub.add_parser("collector")
     add_server_args(p, 8090)
     p.set_defaults(func=run, service=True)
 
 
 def run(args: argparse.Namespace) -> int:
-    from quantdrift.gateway.collector import create_collector_app
+    from quantdrift.gateway.foreign.collector import create_collector_app
 
     return serve(args, create_collector_app, collector=True)

@@ -19,7 +19,7 @@ KINDS = ("gateway", "policy", "preflight", "settings")
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("config", help="show, validate or document the settings")
+    p = sub.add_parser("config")
     cmds = p.add_subparsers(dest="config_command", required=True)
     s = cmds.add_parser("show", help="effective settings, secrets masked, with their source")
     s.add_argument("--config", type=Path, default=None, help="a settings YAML file (as worker)")

@@ -15,7 +15,7 @@ from quantdrift.cli.common import positive_int
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("demo", help="healthy then drifted pairs on the embedded stack")
+    p = sub.add_parser("demo")
     p.add_argument("--json", action="store_true", help="print one JSON object at the end")
     p.add_argument(
         "--pairs",

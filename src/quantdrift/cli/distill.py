@@ -16,7 +16,7 @@ from pathlib import Path
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("distill", help="build the static-embedding tier and its calibration")
+    p = sub.add_parser("distill")
     p.add_argument(
         "--out", type=Path, default=None, help="model folder (default: the packaged one)"
     )

@@ -48,7 +48,7 @@ POLICY_NAMES = ("default", "seeds", "windowed", "sequential")
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("eval", help="false rollbacks and detection delay per policy, offline")
+    p = sub.add_parser("eval")
     p.add_argument("--healthy", type=Path, required=True, help="PairEvent JSONL(.gz)")
     p.add_argument("--drifted", type=Path, default=None, help="PairEvent JSONL(.gz)")
     p.add_argument(

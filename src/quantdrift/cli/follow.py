@@ -20,7 +20,7 @@ from quantdrift.errors import InputError
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("follow", help="apply signed route commands to a gateway we do not own")
+    p = sub.add_parser("follow")
     p.add_argument("gateway", choices=["nginx"], help="the gateway to steer")
     p.add_argument("--config", type=Path, required=True, help="gateway YAML: routes and pools")
     p.add_argument(

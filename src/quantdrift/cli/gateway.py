@@ -21,12 +21,12 @@ from quantdrift.cli.serving import add_server_args, serve
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("gateway", help="OpenAI-compatible gateway with shadow dual-run and guards")
+    p = sub.add_parser("gateway")
     add_server_args(p, 8080)
     p.set_defaults(func=run, service=True)
 
 
 def run(args: argparse.Namespace) -> int:
-    from quantdrift.gateway.app import create_app
+    from quantdrift.gateway.http.app import create_app
 
     return serve(args, create_app)

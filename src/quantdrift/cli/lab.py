@@ -26,7 +26,7 @@ SERVE_PRECISIONS = ("ref-f32", *VARIANTS)
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    lab = sub.add_parser("lab", help="real model lab: generate, score and serve quantized variants")
+    lab = sub.add_parser("lab")
     lab_sub = lab.add_subparsers(dest="lab_command", required=True, parser_class=type(lab))
 
     g = lab_sub.add_parser("generate", help="record shadow and noise PairEvents to JSONL")

@@ -30,7 +30,7 @@ EXIT_NO_GO = 1
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("preflight", help="launch checklist: checks, go / no-go, sign-off")
+    p = sub.add_parser("preflight")
     p.add_argument("--config", type=Path, help="PREFLIGHT.yaml (see examples/preflight.yaml)")
     p.add_argument("--candidate", help="candidate endpoint URL (OpenAI-compatible)")
     p.add_argument("--reference", help="reference endpoint URL")

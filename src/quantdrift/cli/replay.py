@@ -19,7 +19,7 @@ from quantdrift.cli.progress import progress_bar
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("replay", help="re-score pairs under a policy, no side effects; report")
+    p = sub.add_parser("replay")
     src = p.add_mutually_exclusive_group(required=True)
     src.add_argument("--topic", nargs="?", const="", help="a topic (default: the pairs topic)")
     src.add_argument("--archive", type=Path, help="an archive directory (quantdrift archive)")

@@ -22,7 +22,7 @@ if TYPE_CHECKING:
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("route", help="show or steer a route's breaker")
+    p = sub.add_parser("route")
     p.add_argument("action", choices=["status", "rollback", "restore", "release"])
     p.add_argument("--route", required=False, help="route name, e.g. cs-agent/int4 (status: all)")
     p.add_argument("--json", action="store_true", help="print JSON")

@@ -7,7 +7,7 @@ from pathlib import Path
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("schema", help="message schemas")
+    p = sub.add_parser("schema")
     s = p.add_subparsers(dest="schema_command", required=True)
     e = s.add_parser("export", help="write one JSON Schema per message to --out DIR")
     e.add_argument("--out", type=Path, default=None, help="directory to write the schemas to")

@@ -19,7 +19,7 @@ EMBEDDERS = ("minilm", "tiered", "static", "none")
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("score", help="every metric and the verdict for one pair of texts")
+    p = sub.add_parser("score")
     p.add_argument("candidate", help="candidate text, @FILE, or - for stdin")
     p.add_argument("reference", help="reference text, @FILE, or - for stdin")
     p.add_argument("--json", action="store_true", help="print one JSON object")

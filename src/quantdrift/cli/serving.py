@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 from quantdrift.cli.common import add_log_level, load_settings, signing_settings, with_stack
 
 if TYPE_CHECKING:
-    from quantdrift.gateway.service import Gateway
+    from quantdrift.gateway.http.service import Gateway
 
 # Seconds open HTTP requests get after SIGTERM before uvicorn closes them.
 GRACEFUL_S = 2
@@ -42,8 +42,8 @@ def serve(
 
     import uvicorn
 
-    from quantdrift.gateway.app import create_admin_app
-    from quantdrift.gateway.lingering import lingering_protocol
+    from quantdrift.gateway.http.app import create_admin_app
+    from quantdrift.gateway.http.lingering import lingering_protocol
     from quantdrift.services.gateway import build_gateway
 
     settings = signing_settings(with_stack(load_settings()))

@@ -20,7 +20,7 @@ def _number(text: str) -> float:
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("shadow", help="shadow traffic as a budget: its cost before it starts")
+    p = sub.add_parser("shadow")
     actions = p.add_subparsers(dest="action", required=True)
     c = actions.add_parser(
         "cost",

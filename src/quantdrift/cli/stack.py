@@ -18,7 +18,7 @@ _REDIS_SCHEMES = ("redis://", "rediss://", "unix://")
 
 def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     """Add ``stack up`` and ``stack down`` to the main parser's subcommands."""
-    stack = subparsers.add_parser("stack", help="start or stop the embedded broker and Redis")
+    stack = subparsers.add_parser("stack")
     commands = stack.add_subparsers(dest="stack_command", metavar="{up,down}", required=True)
 
     up = commands.add_parser(

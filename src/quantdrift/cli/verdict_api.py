@@ -22,7 +22,7 @@ TOKEN_ENV = "QUANTDRIFT_VERDICT_API__TOKEN"
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("verdict-api", help="serve route verdicts to Argo Rollouts / Flagger")
+    p = sub.add_parser("verdict-api")
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, default=8090)
     p.add_argument("--token-file", type=Path, help=f"bearer token file (else ${TOKEN_ENV})")

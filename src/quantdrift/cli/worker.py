@@ -15,7 +15,7 @@ from quantdrift.cli.common import (
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("worker", help="score pairs and judge routes (a Faust worker)")
+    p = sub.add_parser("worker")
     p.add_argument(
         "--config",
         type=Path,

@@ -1,6 +1,6 @@
 """A prompt's script or language and its length in tokens, estimated cheaply. Pure.
 
-The gateway tags every request with them when it plans it (``gateway/slices.py``),
+The gateway tags every request with them when it plans it (``gateway/chain/slices.py``),
 on the request path, without a tokenizer or a language model: a few regular
 expressions over at most ``MAX_CHARS`` characters of text.
 

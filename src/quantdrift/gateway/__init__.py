@@ -16,15 +16,15 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from quantdrift.gateway.chain.sampling import bucket, sampled
     from quantdrift.gateway.control.controller import (
         AppliedCommand,
         ControllerStats,
         RouteController,
         command_key,
     )
-    from quantdrift.gateway.producer import PublisherStats
-    from quantdrift.gateway.publisher import ShadowPublisher
-    from quantdrift.gateway.sampling import bucket, sampled
+    from quantdrift.gateway.shadow.producer import PublisherStats
+    from quantdrift.gateway.shadow.publisher import ShadowPublisher
     from quantdrift.kafka_clients import consumer_kwargs, producer_kwargs
 
 # name -> the module that holds it
@@ -33,10 +33,10 @@ _FACE = {
     "ControllerStats": "quantdrift.gateway.control.controller",
     "RouteController": "quantdrift.gateway.control.controller",
     "command_key": "quantdrift.gateway.control.controller",
-    "PublisherStats": "quantdrift.gateway.producer",
-    "ShadowPublisher": "quantdrift.gateway.publisher",
-    "bucket": "quantdrift.gateway.sampling",
-    "sampled": "quantdrift.gateway.sampling",
+    "PublisherStats": "quantdrift.gateway.shadow.producer",
+    "ShadowPublisher": "quantdrift.gateway.shadow.publisher",
+    "bucket": "quantdrift.gateway.chain.sampling",
+    "sampled": "quantdrift.gateway.chain.sampling",
     "consumer_kwargs": "quantdrift.kafka_clients",
     "producer_kwargs": "quantdrift.kafka_clients",
 }

@@ -42,9 +42,26 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from quantdrift.config_env import first_problem, read_yaml_mapping
 from quantdrift.errors import ConfigError
-from quantdrift.gateway.degeneration import DegenerationConfig
 
 _ROUTE = re.compile(r"^[A-Za-z0-9._:/@-]+$")
+
+
+class DegenerationConfig(BaseModel):
+    """Knobs of the probes; ``enabled`` False turns the guard off."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    enabled: bool = True
+    repetition: bool = True
+    tail_chars: int = Field(default=1500, ge=64)
+    check_every: int = Field(default=8, ge=1)
+    min_chars: int = Field(default=24, ge=0)
+    entropy: bool = True
+    entropy_floor: float = Field(default=0.05, ge=0)
+    entropy_window: int = Field(default=48, ge=4)
+    structured_min_copies: int = Field(default=16, ge=3)
+    structured_min_tokens: int = Field(default=96, ge=8)
+    structural_share: float = Field(default=0.12, gt=0, le=1)
 
 
 class _Frozen(BaseModel):

@@ -69,7 +69,7 @@ from litellm.integrations.custom_logger import CustomLogger
 
 from quantdrift.config import Settings
 from quantdrift.errors import ConfigError
-from quantdrift.gateway.slices import (
+from quantdrift.gateway.chain.slices import (
     DIMENSIONS,
     MAX_TASKS,
     OTHER,
@@ -179,7 +179,7 @@ class QuantdriftGuard(CustomLogger):  # type: ignore[misc]
         """The gateway's producer and route controller (no I/O until ``_start``)."""
         # Deferred: the controller (aiokafka, redis) starts only inside a running proxy.
         from quantdrift.gateway.control.controller import RouteController
-        from quantdrift.gateway.publisher import ShadowPublisher
+        from quantdrift.gateway.shadow.publisher import ShadowPublisher
         from quantdrift.schemas.signing import verifier_from_settings
 
         assert self._settings is not None and self._config is not None

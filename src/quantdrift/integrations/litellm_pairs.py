@@ -12,7 +12,7 @@ route's candidate group is the candidate whatever mirrored what (a reference
 deployment may mirror to the candidate, as a half-open probe does).
 
 Slice tags come from the primary call's request through the gateway's one function
-(``gateway/slices.request_tags``); the caller's task is bounded in the pre-call hook
+(``gateway/chain/slices.request_tags``); the caller's task is bounded in the pre-call hook
 and travels in the metadata (``Side.task``).
 
 A mirror that never arrives (LiteLLM has had releases where it silently did
@@ -26,10 +26,10 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from quantdrift.gateway.chain.planning import json_spec
+from quantdrift.gateway.chain.slices import request_tags
 from quantdrift.gateway.openai_wire import Accumulator
-from quantdrift.gateway.planning import json_spec
-from quantdrift.gateway.shadow_pairs import request_info
-from quantdrift.gateway.slices import request_tags
+from quantdrift.gateway.shadow.pairs import request_info
 from quantdrift.schemas.pair import ModelOutput, PairEvent, pair_id_for
 
 Role = Literal["candidate", "reference"]

@@ -13,9 +13,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from quantdrift.gateway.chain.planning import json_spec
+from quantdrift.gateway.chain.slices import request_tags
 from quantdrift.gateway.control.fence import AppliedCommand
-from quantdrift.gateway.planning import json_spec
-from quantdrift.gateway.slices import request_tags
 
 
 def call_tags(data: Mapping[str, Any], task: str | None) -> dict[str, str]:

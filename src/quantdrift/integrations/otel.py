@@ -63,9 +63,9 @@ if TYPE_CHECKING:
     from quantdrift.breaker.outbox import Outbox
     from quantdrift.breaker.protocol import FoldResult
     from quantdrift.breaker.state import RouteState
-    from quantdrift.gateway.attempts import Trace
+    from quantdrift.gateway.chain.attempts import Trace
+    from quantdrift.gateway.chain.planning import Plan
     from quantdrift.gateway.openai_wire import Completion
-    from quantdrift.gateway.planning import Plan
     from quantdrift.schemas.alert import AlertEvent
     from quantdrift.schemas.score import ScoreEvent
 

@@ -21,8 +21,8 @@ from typing import Any
 import httpx
 
 from quantdrift.errors import ConfigError
-from quantdrift.gateway.engines import identify
-from quantdrift.gateway.http_client import PoolClient
+from quantdrift.gateway.upstream.client import PoolClient
+from quantdrift.gateway.upstream.engines import identify
 from quantdrift.preflight import weights
 
 WEIGHT_SUFFIXES = (".safetensors", ".gguf", ".bin", ".pt")

@@ -1,7 +1,7 @@
 """The gateway's composition root: config file plus settings -> a :class:`Gateway`.
 
 The collector (``quantdrift collector``) is built here too: the same parts from the
-same config file, served by ``gateway/collector.py`` instead of ``gateway/app.py``.
+same config file, served by ``gateway/foreign/collector.py`` instead of ``gateway/http/app.py``.
 
 ``quantdrift gateway`` calls it after reading the environment, and tests call it
 with their own settings, so both build the same object the same way.
@@ -16,14 +16,14 @@ from pathlib import Path
 
 from quantdrift.config import Settings, configured_redis_url
 from quantdrift.errors import ConfigError
+from quantdrift.gateway.chain.slices import DIMENSIONS
 from quantdrift.gateway.control.controller import RouteController
 from quantdrift.gateway.control.floors import FloorWatch
 from quantdrift.gateway.control.targets import resolver_for
-from quantdrift.gateway.follower import NginxFollower, reload_argv
+from quantdrift.gateway.foreign.follower import NginxFollower, reload_argv
 from quantdrift.gateway.gateway_config import GatewayConfig, load_config, parse_config
-from quantdrift.gateway.publisher import DegradationPublisher, ShadowPublisher
-from quantdrift.gateway.service import Gateway
-from quantdrift.gateway.slices import DIMENSIONS
+from quantdrift.gateway.http.service import Gateway
+from quantdrift.gateway.shadow.publisher import DegradationPublisher, ShadowPublisher
 from quantdrift.schemas.signing import verifier_from_settings
 from quantdrift.schemas.signoff import trusted
 
@@ -41,7 +41,7 @@ def build_gateway(
 ) -> Gateway:
     """The Gateway from a config file, the settings, and API keys from ``environ``.
 
-    ``collector``: the parts for ``quantdrift collector`` (``gateway/collector.py``): the
+    ``collector``: the parts for ``quantdrift collector`` (``gateway/foreign/collector.py``): the
     same, with the pairs' sample rate scaled by the config's ``collector.mirrored_share``.
     """
     config = with_env_keys(load_config(config_path), environ or {})

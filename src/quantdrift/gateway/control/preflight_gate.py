@@ -11,7 +11,7 @@ signature opens the gate without a restart, and a report edited after it was
 signed closes it again.
 
 The verdict per route is kept here (I/O: reading files); the routing rule that
-uses it is pure, in :func:`quantdrift.gateway.routing.decide`
+uses it is pure, in :func:`quantdrift.gateway.chain.routing.decide`
 (``candidate_cap``). A route without a gate is never capped.
 """
 

@@ -1,7 +1,7 @@
 """Record the corpus on real engines, resumably: one reference answer, several candidates.
 
 For every prompt the recorder asks, over the gateway's own upstream code
-(``gateway.upstreams.Upstreams``: streamed chat, top-5 log-probs, the same payload
+(``gateway.upstream.pools.Upstreams``: streamed chat, top-5 log-probs, the same payload
 shaping, ``teacher_forcing: vllm`` on the reference pool):
 
 * the reference twice, independently (``kind = noise``: the floor measured on the same
@@ -41,13 +41,13 @@ from pathlib import Path
 from typing import Any
 
 from quantdrift.errors import UpstreamError
+from quantdrift.gateway.chain.planning import JsonSpec
+from quantdrift.gateway.chain.slices import request_tags
 from quantdrift.gateway.gateway_config import GatewayConfig, parse_config
 from quantdrift.gateway.openai_wire import Accumulator, Completion
-from quantdrift.gateway.planning import JsonSpec
-from quantdrift.gateway.shadow_pairs import request_info
-from quantdrift.gateway.slices import request_tags
-from quantdrift.gateway.teacher_forcing import Scored
-from quantdrift.gateway.upstreams import Upstreams
+from quantdrift.gateway.shadow.pairs import request_info
+from quantdrift.gateway.upstream.pools import Upstreams
+from quantdrift.gateway.upstream.teacher_forcing import Scored
 from quantdrift.lab.corpus.families import CorpusPrompt
 from quantdrift.schemas import PairEvent
 from quantdrift.schemas.pair import EngineInfo, ModelOutput

@@ -1,7 +1,7 @@
 """The request flows behind the routes: chat completions, text completions, models.
 
 One request, in order: authenticate (``auth.py``, 401), read the body
-(``http_io.json_object``), plan (``planning.py`` / ``completions.py``, pure:
+(``edge.json_object``), plan (``planning.py`` / ``completions.py``, pure:
 4xx refusals), walk the fallback chain (``executor.py`` over ``attempts.py``),
 answer (``openai_wire.py``), count it (``observability.served``) and hand a
 sampled request to the shadow runner (``shadow.py``) after the user's answer is
@@ -22,26 +22,27 @@ from fastapi import Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 
 from quantdrift.errors import GatewayOverloaded, UpstreamError
-from quantdrift.gateway.attempts import Chunks, Trace
-from quantdrift.gateway.auth import Principal
-from quantdrift.gateway.completions import PATH as COMPLETIONS_PATH
-from quantdrift.gateway.completions import (
+from quantdrift.gateway.chain.attempts import Chunks, Trace
+from quantdrift.gateway.chain.completions import PATH as COMPLETIONS_PATH
+from quantdrift.gateway.chain.completions import (
     CompletionPlan,
     drain,
     fold,
     open_chain,
     plan_completion,
 )
-from quantdrift.gateway.executor import StreamStart
-from quantdrift.gateway.http_io import (
+from quantdrift.gateway.chain.executor import StreamStart
+from quantdrift.gateway.chain.planning import Incoming, Plan, Refusal, plan_request
+from quantdrift.gateway.guards.auth import Principal
+from quantdrift.gateway.http.edge import (
     ClientGone,
     declared_too_large,
     json_object,
     response_headers,
     until_gone,
 )
-from quantdrift.gateway.observability import served
-from quantdrift.gateway.openai_errors import (
+from quantdrift.gateway.http.observability import served
+from quantdrift.gateway.http.openai_errors import (
     all_failed,
     client_error,
     error_response,
@@ -49,6 +50,7 @@ from quantdrift.gateway.openai_errors import (
     refuse_auth,
     too_large,
 )
+from quantdrift.gateway.http.service import Gateway
 from quantdrift.gateway.openai_wire import (
     DONE,
     STOPPED_MID_STREAM,
@@ -57,9 +59,7 @@ from quantdrift.gateway.openai_wire import (
     replay_chunks,
     sse,
 )
-from quantdrift.gateway.planning import Incoming, Plan, Refusal, plan_request
-from quantdrift.gateway.service import Gateway
-from quantdrift.gateway.upstreams import UpstreamClientError
+from quantdrift.gateway.upstream.pools import UpstreamClientError
 
 
 class Endpoints:

@@ -19,22 +19,23 @@ import secrets
 import time
 from collections.abc import Mapping
 
-from quantdrift.gateway.attempts import Degradations
-from quantdrift.gateway.auth import Authenticator
-from quantdrift.gateway.capacity import RetryBudget
+from quantdrift.gateway.chain.attempts import Degradations
+from quantdrift.gateway.chain.executor import FallbackExecutor
+from quantdrift.gateway.chain.routing import RouteDirective, SliceDirective
+from quantdrift.gateway.chain.slices import TaskVocabulary
 from quantdrift.gateway.control.controller import RouteController
 from quantdrift.gateway.control.floors import FloorWatch
 from quantdrift.gateway.control.preflight_gate import PreflightGate
-from quantdrift.gateway.executor import FallbackExecutor
 from quantdrift.gateway.gateway_config import GatewayConfig
-from quantdrift.gateway.observability import live_metrics
-from quantdrift.gateway.overload import LoopLag
-from quantdrift.gateway.publisher import DegradationPublisher, ShadowPublisher
-from quantdrift.gateway.routing import RouteDirective, SliceDirective
-from quantdrift.gateway.shadow import ShadowRunner
-from quantdrift.gateway.slices import TaskVocabulary
+from quantdrift.gateway.guards.auth import Authenticator
+from quantdrift.gateway.guards.capacity import RetryBudget
+from quantdrift.gateway.guards.overload import LoopLag
+from quantdrift.gateway.http.observability import live_metrics
+from quantdrift.gateway.shadow.publisher import DegradationPublisher, ShadowPublisher
+from quantdrift.gateway.shadow.runner import ShadowRunner
 from quantdrift.gateway.telemetry import Telemetry
-from quantdrift.gateway.upstreams import Upstreams
+from quantdrift.gateway.upstream.pools import Upstreams
+from quantdrift.gateway.upstream.transport import Transport
 from quantdrift.schemas.ed25519 import TrustedKey
 from quantdrift.schemas.privacy import salt_problem
 from quantdrift.supervision import Supervisor, cancelled
@@ -66,13 +67,16 @@ class Gateway:
         preflight_keys: Mapping[str, TrustedKey] | None = None,
         floors: FloorWatch | None = None,
         mirrored_share: float = 1.0,
+        transport: Transport | None = None,
     ) -> None:
         self.config = config
         self.floors = floors
         self.publisher = publisher
         self.degradations = degradations
         self.controller = controller
-        self.upstreams = upstreams or Upstreams(config)
+        # ``transport``: the model servers' (both sides) when not the network's, e.g. an
+        # in-memory upstream (``upstream/transport.py``).
+        self.upstreams = upstreams or Upstreams(config, transport=transport)
         self.auth = Authenticator(config.auth)
         self.metrics = Telemetry()
         # The gateway's own overload: sheds new requests, and keeps a timeout its own lag
@@ -102,7 +106,7 @@ class Gateway:
         )
         self.shadow = ShadowRunner(
             config,
-            shadow_upstreams or Upstreams(config, shadow=True),
+            shadow_upstreams or Upstreams(config, shadow=True, transport=transport),
             publisher.offer if publisher is not None else None,
             self.directive,
             prompt_salt=prompt_salt,

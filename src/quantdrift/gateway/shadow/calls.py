@@ -1,5 +1,5 @@
 """One shadow job's upstream calls: the other side, the noise run, teacher forcing, and
-the route's extra candidates, each metered; what the pairs say is ``shadow_pairs.py``'s.
+the route's extra candidates, each metered; what the pairs say is ``pairs.py``'s.
 
 A job runs under one deadline (``timeouts.shadow_total_s``). Its answers are cached
 by pool for the job's life, so the reference answers **once per sampled request**:
@@ -29,24 +29,24 @@ from dataclasses import dataclass
 from typing import Any
 
 from quantdrift.errors import GatewayOverloaded, UpstreamError
+from quantdrift.gateway.chain.planning import Plan
+from quantdrift.gateway.chain.routing import RouteDirective
 from quantdrift.gateway.gateway_config import GatewayConfig, candidate_route
 from quantdrift.gateway.openai_wire import Accumulator, Completion
-from quantdrift.gateway.planning import Plan
-from quantdrift.gateway.pool_probe import PoolProbe
-from quantdrift.gateway.routing import RouteDirective
-from quantdrift.gateway.shadow_pairs import (
+from quantdrift.gateway.shadow.pairs import (
     build_pair,
     candidate_suspended,
     pair_rate,
     shadow_body,
     side_of,
 )
-from quantdrift.gateway.shadow_spend import SpendMeter
-from quantdrift.gateway.teacher_forcing import Failed, Scored
-from quantdrift.gateway.upstreams import UpstreamClientError, Upstreams, error_reason
+from quantdrift.gateway.shadow.probes import PoolProbe
+from quantdrift.gateway.shadow.spend import SpendMeter
+from quantdrift.gateway.upstream.pools import UpstreamClientError, Upstreams, error_reason
+from quantdrift.gateway.upstream.teacher_forcing import Failed, Scored
 from quantdrift.schemas.pair import PairEvent
 
-log = logging.getLogger("quantdrift.gateway.shadow")
+log = logging.getLogger("quantdrift.gateway.shadow.runner")
 
 # Drop reasons of a running job (quantdrift_gateway_shadow_dropped_total).
 ROLLED_BACK = "route_rolled_back"
@@ -150,7 +150,7 @@ class ShadowCalls:
     async def _collect(
         self, plan: Plan, purpose: str, precision: str, meter_as: str | None = None
     ) -> Completion:
-        """One shadow call, metered (``shadow_spend.py``) under ``meter_as`` (default the
+        """One shadow call, metered (``spend.py``) under ``meter_as`` (default the
         plan's route) whatever its end."""
         acc = Accumulator(precision, keep_logprobs=self.config.limits.max_logprob_tokens)
         body = shadow_body(self.config, plan)

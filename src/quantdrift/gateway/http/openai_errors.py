@@ -17,11 +17,11 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from quantdrift.errors import UpstreamError
-from quantdrift.gateway.attempts import ChainDeadline, Trace
+from quantdrift.gateway.chain.attempts import ChainDeadline, Trace
+from quantdrift.gateway.chain.planning import Plan
 from quantdrift.gateway.openai_wire import error_body, scrub
-from quantdrift.gateway.planning import Plan
 from quantdrift.gateway.telemetry import Telemetry
-from quantdrift.gateway.upstreams import UpstreamClientError
+from quantdrift.gateway.upstream.pools import UpstreamClientError
 
 log = logging.getLogger(__name__)
 

@@ -53,7 +53,6 @@ from collections import deque
 from collections.abc import Mapping, Sequence
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field
 
 from quantdrift.detectors.entropy import entropy_from_top_logprobs
 from quantdrift.detectors.repetition import (
@@ -65,29 +64,12 @@ from quantdrift.detectors.repetition import (
     token_ids,
 )
 from quantdrift.detectors.tokenize import tokenize
+from quantdrift.gateway.gateway_config import DegenerationConfig
 
 _STRUCTURAL = '{}[]"|<>='
 _LITERALS = frozenset({"null", "true", "false", "none", "nan"})
 LOOP = "loop"
 ENTROPY_COLLAPSE = "entropy_collapse"
-
-
-class DegenerationConfig(BaseModel):
-    """Knobs of the probes; ``enabled`` False turns the guard off."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    enabled: bool = True
-    repetition: bool = True
-    tail_chars: int = Field(default=1500, ge=64)
-    check_every: int = Field(default=8, ge=1)
-    min_chars: int = Field(default=24, ge=0)
-    entropy: bool = True
-    entropy_floor: float = Field(default=0.05, ge=0)
-    entropy_window: int = Field(default=48, ge=4)
-    structured_min_copies: int = Field(default=16, ge=3)
-    structured_min_tokens: int = Field(default=96, ge=8)
-    structural_share: float = Field(default=0.12, gt=0, le=1)
 
 
 class DegenerationProbe:

@@ -18,9 +18,9 @@ import orjson
 from fastapi import Request
 from fastapi.responses import Response
 
-from quantdrift.gateway.attempts import Trace
-from quantdrift.gateway.openai_errors import error_response, too_large
-from quantdrift.gateway.planning import Plan
+from quantdrift.gateway.chain.attempts import Trace
+from quantdrift.gateway.chain.planning import Plan
+from quantdrift.gateway.http.openai_errors import error_response, too_large
 
 T = TypeVar("T")
 

@@ -20,11 +20,11 @@ from typing import Any
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response
 
-from quantdrift.gateway import observability
-from quantdrift.gateway.endpoints import Endpoints
-from quantdrift.gateway.lingering import CloseUnread
-from quantdrift.gateway.openai_errors import error_response, openai_errors, refuse_auth
-from quantdrift.gateway.service import Gateway
+from quantdrift.gateway.http import observability
+from quantdrift.gateway.http.endpoints import Endpoints
+from quantdrift.gateway.http.lingering import CloseUnread
+from quantdrift.gateway.http.openai_errors import error_response, openai_errors, refuse_auth
+from quantdrift.gateway.http.service import Gateway
 from quantdrift.gateway.telemetry import CONTENT_TYPE
 
 

@@ -17,9 +17,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from quantdrift.gateway.attempts import Chunks, Walk
-from quantdrift.gateway.gateway_config import GatewayConfig
-from quantdrift.gateway.planning import (
+from quantdrift.gateway.chain.attempts import Chunks, Walk
+from quantdrift.gateway.chain.planning import (
     CLIENT_ID_HEADER,
     Incoming,
     Refusal,
@@ -29,7 +28,8 @@ from quantdrift.gateway.planning import (
     upstream_body,
     usage_asked,
 )
-from quantdrift.gateway.routing import Decision
+from quantdrift.gateway.chain.routing import Decision
+from quantdrift.gateway.gateway_config import GatewayConfig
 
 COMPLETION_FIELDS = frozenset(
     {
@@ -77,7 +77,7 @@ def plan_completion(
 ) -> CompletionPlan | Refusal:
     """Decide one text completion (pure), with chat's route, allowlist and decoding checks.
 
-    >>> from quantdrift.gateway.auth import OPEN
+    >>> from quantdrift.gateway.guards.auth import OPEN
     >>> from quantdrift.gateway.gateway_config import parse_config
     >>> cfg = parse_config({"precisions": {"a": ["http://a"], "b": ["http://b"]},
     ...                     "routes": {"r": {"candidate": "a", "reference": "b"}}})

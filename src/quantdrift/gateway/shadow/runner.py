@@ -24,13 +24,13 @@ got (that side is not asked again); the collector (``collector.py``), behind a
 gateway it does not own, submits a job with no answer, and the runner asks both
 sides itself.
 
-Four rooms. This module is the lifecycle (queue, workers, start and stop, drops);
-``shadow_calls.py`` makes one job's calls under its deadline (the other side, noise
+Four modules of the shadow room. This one is the lifecycle (queue, workers, start and stop, drops);
+``calls.py`` makes one job's calls under its deadline (the other side, noise
 runs, teacher forcing, extra candidates: the reference answers once per job);
-``shadow_pairs.py`` is the pure half (the suspension check through
+``pairs.py`` is the pure half (the suspension check through
 ``planning.route_decision``, the calls' body, the pair, its privacy and sample rate);
-``pool_probe.py`` reads what serves each pool. Every call is metered in
-``shadow_spend.py``, apart from user traffic.
+``probes.py`` reads what serves each pool. Every call is metered in
+``spend.py``, apart from user traffic.
 """
 
 from __future__ import annotations
@@ -44,22 +44,22 @@ from collections import deque
 from collections.abc import Callable, Iterator
 from typing import Any
 
+from quantdrift.gateway.chain.planning import Plan
+from quantdrift.gateway.chain.routing import RouteDirective
 from quantdrift.gateway.gateway_config import GatewayConfig
 from quantdrift.gateway.openai_wire import Completion
-from quantdrift.gateway.planning import Plan
-from quantdrift.gateway.pool_probe import PoolProbe
-from quantdrift.gateway.routing import RouteDirective
-from quantdrift.gateway.shadow_calls import ShadowCalls, ShadowJob, Wiring
-from quantdrift.gateway.shadow_spend import SpendMeter
+from quantdrift.gateway.shadow.calls import ShadowCalls, ShadowJob, Wiring
+from quantdrift.gateway.shadow.probes import PoolProbe
+from quantdrift.gateway.shadow.spend import SpendMeter
 from quantdrift.gateway.telemetry import counter, gauge
-from quantdrift.gateway.upstreams import Upstreams
+from quantdrift.gateway.upstream.pools import Upstreams
 from quantdrift.schemas.pair import PairEvent
 from quantdrift.supervision import Supervisor, cancelled
 
 log = logging.getLogger(__name__)
 
 # Drop reasons (quantdrift_gateway_shadow_dropped_total{stage="queue",reason}); a running
-# job's own (deadline, route_rolled_back) are shadow_calls.py's.
+# job's own (deadline, route_rolled_back) are calls.py's.
 QUEUE_FULL = "queue_full"
 STOPPED = "stopped"
 STOPPED_IN_FLIGHT = "stopped_in_flight"

@@ -7,7 +7,7 @@ time. So every rule about what a pair says is tested as a function.
 
 * **Suspension.** A job waits in the queue; by the time it runs its route may have
   been rolled back, or its preflight cap lowered. :func:`candidate_suspended` asks
-  the same :func:`~quantdrift.gateway.planning.route_decision` a request gets, with
+  the same :func:`~quantdrift.gateway.chain.planning.route_decision` a request gets, with
   the route's state now, and the job's candidate is not called when it no longer
   pairs one.
 * **Privacy.** Prompts leave as the salted hash of ``schemas/privacy.py``
@@ -26,11 +26,11 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from quantdrift.gateway.auth import OPEN
+from quantdrift.gateway.chain.planning import Incoming, JsonSpec, Plan, route_decision
+from quantdrift.gateway.chain.routing import RouteDirective
 from quantdrift.gateway.gateway_config import GatewayConfig, candidate_route
+from quantdrift.gateway.guards.auth import OPEN
 from quantdrift.gateway.openai_wire import Completion
-from quantdrift.gateway.planning import Incoming, JsonSpec, Plan, route_decision
-from quantdrift.gateway.routing import RouteDirective
 from quantdrift.schemas.pair import EngineInfo, ModelOutput, PairEvent, RequestInfo, pair_id_for
 from quantdrift.schemas.privacy import prompt_hash
 

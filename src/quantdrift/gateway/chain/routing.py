@@ -40,7 +40,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
-from quantdrift.gateway.sampling import sampled
+from quantdrift.gateway.chain.sampling import sampled
 
 Preference = Literal["cost_optimized", "high_precision"]
 PREFERENCES: tuple[str, ...] = ("cost_optimized", "high_precision")

@@ -29,12 +29,12 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from quantdrift.gateway.auth import Principal
+from quantdrift.gateway.chain.routing import PREFERENCES, Decision, RouteDirective, decide
+from quantdrift.gateway.chain.sampling import sampled
+from quantdrift.gateway.chain.slices import declared_task, pool_tasks, request_tags
 from quantdrift.gateway.gateway_config import GatewayConfig
+from quantdrift.gateway.guards.auth import Principal
 from quantdrift.gateway.openai_wire import EXTENSION_FIELDS, OPENAI_FIELDS
-from quantdrift.gateway.routing import PREFERENCES, Decision, RouteDirective, decide
-from quantdrift.gateway.sampling import sampled
-from quantdrift.gateway.slices import declared_task, pool_tasks, request_tags
 from quantdrift.schemas.pair import RequestInfo
 
 ROUTE_HEADER = "x-quantdrift-route"

@@ -39,9 +39,9 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 from quantdrift.errors import ConfigError
+from quantdrift.gateway.chain.routing import RouteDirective, route_shares
 from quantdrift.gateway.control.controller import RouteController
 from quantdrift.gateway.gateway_config import GatewayConfig
-from quantdrift.gateway.routing import RouteDirective, route_shares
 from quantdrift.schemas.command import RouteCommand
 from quantdrift.supervision import Supervisor
 

@@ -18,8 +18,8 @@ from typing import Any
 
 from quantdrift.config import KafkaSettings
 from quantdrift.errors import SchemaError
-from quantdrift.gateway.producer import BoundedProducer
-from quantdrift.gateway.sampling import sampled
+from quantdrift.gateway.chain.sampling import sampled
+from quantdrift.gateway.shadow.producer import BoundedProducer
 from quantdrift.schemas.degradation import DegradationEvent
 from quantdrift.schemas.pair import PairEvent
 from quantdrift.schemas.privacy import prompt_hash

@@ -42,7 +42,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from quantdrift.gateway.http_client import CALL_ERRORS, PoolClient, failure_name
+from quantdrift.gateway.upstream.client import CALL_ERRORS, PoolClient, failure_name
 
 TeacherForcing = Literal["vllm", "lab", "none"]
 

@@ -34,7 +34,7 @@ from typing import Any
 
 from quantdrift.detectors.json_contract import check_json_contract
 from quantdrift.errors import GatewayOverloaded, UpstreamError
-from quantdrift.gateway.attempts import (
+from quantdrift.gateway.chain.attempts import (
     Attempt,
     Chained,
     Degradations,
@@ -42,10 +42,11 @@ from quantdrift.gateway.attempts import (
     Trace,
     Walk,
 )
-from quantdrift.gateway.capacity import RetryBudget
-from quantdrift.gateway.degeneration import DegenerationProbe
+from quantdrift.gateway.chain.planning import Plan
 from quantdrift.gateway.gateway_config import GatewayConfig
-from quantdrift.gateway.json_guard import JsonGuard, guard_for
+from quantdrift.gateway.guards.capacity import RetryBudget
+from quantdrift.gateway.guards.degeneration import DegenerationProbe
+from quantdrift.gateway.guards.json_guard import JsonGuard, guard_for
 from quantdrift.gateway.openai_wire import (
     DONE,
     STOPPED_MID_STREAM,
@@ -55,9 +56,8 @@ from quantdrift.gateway.openai_wire import (
     sse,
     usage_chunk,
 )
-from quantdrift.gateway.planning import Plan
 from quantdrift.gateway.telemetry import Telemetry
-from quantdrift.gateway.upstreams import Upstreams, error_reason
+from quantdrift.gateway.upstream.pools import Upstreams, error_reason
 
 CHAT_PATH = "/v1/chat/completions"
 

@@ -43,10 +43,10 @@ from types import TracebackType
 from typing import Any, Literal, Protocol
 
 from quantdrift.errors import UpstreamError, UpstreamTimeout
-from quantdrift.gateway.capacity import RetryBudget
-from quantdrift.gateway.routing import Decision
+from quantdrift.gateway.chain.routing import Decision
+from quantdrift.gateway.guards.capacity import RetryBudget
 from quantdrift.gateway.telemetry import Telemetry
-from quantdrift.gateway.upstreams import Upstreams, error_reason
+from quantdrift.gateway.upstream.pools import Upstreams, error_reason
 from quantdrift.schemas.degradation import DegradationEvent
 
 log = logging.getLogger(__name__)

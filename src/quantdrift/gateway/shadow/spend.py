@@ -26,8 +26,8 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from quantdrift.gateway.openai_wire import Completion
-from quantdrift.gateway.teacher_forcing import Outcome, Scored
 from quantdrift.gateway.telemetry import counter
+from quantdrift.gateway.upstream.teacher_forcing import Outcome, Scored
 
 PURPOSES = ("shadow", "noise", "teacher_forcing")
 SIDES = ("reference", "candidate")

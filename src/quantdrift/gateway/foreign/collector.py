@@ -33,11 +33,11 @@ from typing import Any
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response
 
-from quantdrift.gateway.app import admin_routes, base_app
-from quantdrift.gateway.endpoints import Endpoints
-from quantdrift.gateway.openai_errors import error_response
-from quantdrift.gateway.planning import Plan, Refusal, plan_request
-from quantdrift.gateway.service import Gateway
+from quantdrift.gateway.chain.planning import Plan, Refusal, plan_request
+from quantdrift.gateway.http.app import admin_routes, base_app
+from quantdrift.gateway.http.endpoints import Endpoints
+from quantdrift.gateway.http.openai_errors import error_response
+from quantdrift.gateway.http.service import Gateway
 
 # Outcomes (quantdrift_gateway_collector_requests_total{route,outcome}).
 ACCEPTED = "accepted"  # queued for a dual run

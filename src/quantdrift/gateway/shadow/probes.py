@@ -18,12 +18,12 @@ from collections.abc import Iterator
 from typing import Any
 
 from quantdrift.gateway.gateway_config import GatewayConfig
-from quantdrift.gateway.teacher_forcing import UNSUPPORTED, Scored
 from quantdrift.gateway.telemetry import counter, gauge
-from quantdrift.gateway.upstreams import Upstreams
+from quantdrift.gateway.upstream.pools import Upstreams
+from quantdrift.gateway.upstream.teacher_forcing import UNSUPPORTED, Scored
 from quantdrift.schemas.pair import EngineInfo
 
-log = logging.getLogger("quantdrift.gateway.shadow")
+log = logging.getLogger("quantdrift.gateway.shadow.runner")
 
 PROBE_EVERY_S = 30.0
 

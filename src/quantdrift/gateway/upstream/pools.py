@@ -1,4 +1,4 @@
-"""Upstream pools by precision: one client per pool (``http_client``), streaming calls, retries.
+"""Upstream pools by precision: one client per pool (``client``), streaming calls, retries.
 
 Each pool has its own connection limit and a short pool-acquire timeout
 (``pools.P.max_connections`` / ``acquire_timeout_s``): a saturated INT4 pool
@@ -46,14 +46,21 @@ import aiohttp
 import orjson
 
 from quantdrift.errors import GatewayError, GatewayOverloaded, UpstreamError, UpstreamTimeout
-from quantdrift.gateway import teacher_forcing as tf
-from quantdrift.gateway.capacity import OutlierDetector
-from quantdrift.gateway.engines import identify
 from quantdrift.gateway.gateway_config import GatewayConfig, PoolConfig, TimeoutConfig
-from quantdrift.gateway.http_client import JSON_HEADERS, PoolBusy, PoolClient
+from quantdrift.gateway.guards.capacity import OutlierDetector
+from quantdrift.gateway.guards.overload import LoopLag
 from quantdrift.gateway.openai_wire import Completion, as_chunk
-from quantdrift.gateway.overload import LoopLag
-from quantdrift.gateway.teacher_forcing import Failed, Outcome
+from quantdrift.gateway.upstream import teacher_forcing as tf
+from quantdrift.gateway.upstream.client import PoolBusy, PoolClient
+from quantdrift.gateway.upstream.engines import identify
+from quantdrift.gateway.upstream.teacher_forcing import Failed, Outcome
+from quantdrift.gateway.upstream.transport import (
+    ConnectError,
+    ConnectTimeout,
+    Response,
+    Transport,
+    TransportError,
+)
 from quantdrift.schemas.pair import EngineInfo
 
 _RETRY_STATUS = frozenset({502, 503, 504})
@@ -173,15 +180,13 @@ class UpstreamPool:
                     ) from exc
                 try:
                     async with asyncio.timeout_at(_loop_time(deadline)):
-                        response = await self._client.session.post(
-                            f"{url}{path}", data=orjson.dumps(payload), headers=JSON_HEADERS
-                        )
-                except aiohttp.ConnectionTimeoutError as exc:
+                        response = await self._client.send(f"{url}{path}", payload)
+                except ConnectTimeout as exc:
                     self._own_lag(started, exc)
                     self._failed(url)
                     failures.append(f"{url}: ConnectTimeout")
                     continue
-                except aiohttp.ClientConnectorError:  # refused, unreachable: the server's
+                except ConnectError:  # refused, unreachable: the server's
                     self._failed(url)
                     failures.append(f"{url}: ConnectError")
                     continue
@@ -189,10 +194,11 @@ class UpstreamPool:
                     self._own_lag(started, exc)
                     self._failed(url)
                     raise _error(f"{self.precision}: {url} timed out", "timeout", True) from exc
-                except aiohttp.ClientError as exc:
+                except TransportError as exc:
                     self._failed(url)
                     raise _error(f"{self.precision}: {url}: {exc!r}", "disconnect") from exc
-                held.callback(response.release)  # back to the pool if read whole, else closed
+                # Back to the pool if read whole, else closed.
+                held.push_async_callback(response.aclose)
                 if response.status >= 400:
                     detail = await _read_error(response)
                     if response.status in _RETRY_STATUS:
@@ -222,7 +228,7 @@ class UpstreamPool:
         raise _error(f"{self.precision}: every upstream failed ({'; '.join(failures)})", reason)
 
     async def _chunks(
-        self, response: aiohttp.ClientResponse, url: str, deadline: float
+        self, response: Response, url: str, deadline: float
     ) -> AsyncIterator[dict[str, Any]]:
         try:
             if "json" in response.headers.get("content-type", ""):
@@ -234,7 +240,7 @@ class UpstreamPool:
             # Whatever arrived in one read, split into lines on bytes and parsed by orjson
             # from bytes: no text or line decoder per chunk.
             rest, done = b"", False
-            async for raw in response.content.iter_any():
+            async for raw in response.chunks():
                 *lines, rest = (rest + raw).split(b"\n")
                 for line in lines:
                     if done:
@@ -249,8 +255,8 @@ class UpstreamPool:
                 yield chunk
         except TimeoutError as exc:  # sock_read: no byte for read_s
             raise _error(f"{self.precision}: {url} stopped answering", "timeout", True) from exc
-        except aiohttp.ClientError as exc:
-            raise _error(f"{self.precision}: {url}: {type(exc).__name__}", "disconnect") from exc
+        except TransportError as exc:
+            raise _error(f"{self.precision}: {url}: {exc.kind}", "disconnect") from exc
         except ValueError as exc:  # JSONDecodeError, UnicodeDecodeError
             raise _error(f"{self.precision}: {url}: unreadable chunk", "bad_response") from exc
 
@@ -327,10 +333,10 @@ def _loop_time(deadline: float) -> float:
     return asyncio.get_running_loop().time() + (deadline - time.monotonic())
 
 
-async def _read_error(response: aiohttp.ClientResponse) -> Any:
+async def _read_error(response: Response) -> Any:
     try:
         raw = (await response.read())[:_MAX_ERROR_BODY]
-    except (aiohttp.ClientError, TimeoutError):
+    except (TransportError, TimeoutError):
         return None
     try:
         return orjson.loads(raw)
@@ -339,11 +345,12 @@ async def _read_error(response: aiohttp.ClientResponse) -> Any:
 
 
 class Upstreams:
-    """Every precision's pool, each over its own ``http_client.PoolClient`` and limit.
+    """Every precision's pool, each over its own ``client.PoolClient`` and limit.
 
     ``shadow=True`` builds the shadow side's set: the same servers, separate
     clients, ``shadow_max_connections`` per pool, no outlier ejection shared with
     users (a reference that is slow for shadows must not be ejected for users).
+    ``transport``: one for every pool's client instead of the network (``transport.py``).
     """
 
     def __init__(
@@ -352,6 +359,7 @@ class Upstreams:
         *,
         trace_configs: Sequence[aiohttp.TraceConfig] = (),
         shadow: bool = False,
+        transport: Transport | None = None,
     ) -> None:
         t = config.timeouts
         o = config.outlier
@@ -367,6 +375,7 @@ class Upstreams:
                 read_s=t.read_s,
                 acquire_s=t.shadow_total_s if shadow else cap.acquire_timeout_s,
                 trace_configs=trace_configs,
+                transport=transport,
             )
             self.clients.append(client)
             detector = OutlierDetector(o.consecutive_failures, o.base_ejection_s, o.max_ejection_s)

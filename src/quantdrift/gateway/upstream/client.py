@@ -10,9 +10,9 @@ each. Measured at saturation, the same client work took about half the CPU.
 
 ``PoolClient`` bounds the connections of one pool with a semaphore, so waiting
 for one has its own short timeout (``acquire_s``): ``PoolBusy`` is the gateway's
-own limit, never a server's failure. ``sock_connect`` and ``sock_read`` are the
-pool's ``connect_s`` and ``read_s`` (the longest gap between two reads). The
-session is made on first use, inside the running event loop.
+own limit, never a server's failure. Below it sits a ``Transport`` (``transport.py``):
+the network's (``AiohttpTransport``, with ``sock_connect`` and ``sock_read`` the pool's
+``connect_s`` and ``read_s``) unless one is given, such as an in-memory upstream.
 """
 
 from __future__ import annotations
@@ -25,6 +25,15 @@ from typing import Any
 
 import aiohttp
 import orjson
+
+from quantdrift.gateway.upstream.transport import (
+    AiohttpTransport,
+    ConnectError,
+    ConnectTimeout,
+    Response,
+    Transport,
+    TransportError,
+)
 
 JSON_HEADERS = {"content-type": "application/json"}
 
@@ -49,16 +58,18 @@ class Reply:
 
 
 # What a call may raise (a timeout included): the caller decides what each means.
-CALL_ERRORS = (aiohttp.ClientError, PoolBusy, TimeoutError)
+CALL_ERRORS = (TransportError, PoolBusy, TimeoutError)
 
 
 def failure_name(exc: BaseException) -> str:
     """A call's failure in the words the pools compare on: ``ConnectError`` (refused,
     unreachable) and ``ConnectTimeout`` let a pool try its next server."""
-    if isinstance(exc, aiohttp.ConnectionTimeoutError):
+    if isinstance(exc, ConnectTimeout):
         return "ConnectTimeout"
-    if isinstance(exc, aiohttp.ClientConnectorError):
+    if isinstance(exc, ConnectError):
         return "ConnectError"
+    if isinstance(exc, TransportError):
+        return exc.kind
     return type(exc).__name__
 
 
@@ -73,27 +84,17 @@ class PoolClient:
         read_s: float,
         acquire_s: float,
         trace_configs: Sequence[aiohttp.TraceConfig] = (),
+        transport: Transport | None = None,
     ) -> None:
         self.limit = limit
         self.acquire_s = acquire_s
-        self.timeout = aiohttp.ClientTimeout(
-            total=None, connect=None, sock_connect=connect_s, sock_read=read_s
-        )
         self._slots = asyncio.Semaphore(limit)
-        self._trace_configs = list(trace_configs)
-        self._session: aiohttp.ClientSession | None = None
-
-    @property
-    def session(self) -> aiohttp.ClientSession:
-        if self._session is None:
-            self._session = aiohttp.ClientSession(
-                # The semaphore is the limit; the connector keeps every connection it made.
-                connector=aiohttp.TCPConnector(limit=0, limit_per_host=0),
-                timeout=self.timeout,
-                trace_configs=self._trace_configs or None,
-                auto_decompress=True,
-            )
-        return self._session
+        # A given transport is shared (one in-memory upstream for every pool): its owner
+        # closes it. The network's is this pool's own.
+        self._owned = transport is None
+        self.transport: Transport = transport or AiohttpTransport(
+            connect_s=connect_s, read_s=read_s, trace_configs=trace_configs
+        )
 
     @contextlib.asynccontextmanager
     async def slot(self) -> AsyncIterator[None]:
@@ -108,19 +109,29 @@ class PoolClient:
         finally:
             self._slots.release()
 
+    async def send(self, url: str, body: Any) -> Response:
+        """POST ``body`` as JSON; the answer's body is the caller's to read and close.
+        Hold a ``slot`` around it."""
+        return await self.transport.request(
+            "POST", url, content=orjson.dumps(body), headers=JSON_HEADERS
+        )
+
     async def post(self, url: str, body: Any) -> Reply:
         """POST ``body`` as JSON and read the whole reply (small replies only)."""
-        async with (
-            self.slot(),
-            self.session.post(url, data=orjson.dumps(body), headers=JSON_HEADERS) as r,
-        ):
-            return Reply(r.status, await r.read())
+        async with self.slot():
+            return await _whole(await self.send(url, body))
 
     async def get(self, url: str) -> Reply:
-        async with self.slot(), self.session.get(url) as r:
-            return Reply(r.status, await r.read())
+        async with self.slot():
+            return await _whole(await self.transport.request("GET", url, headers={}))
 
     async def aclose(self) -> None:
-        if self._session is not None:
-            await self._session.close()
-            self._session = None
+        if self._owned:
+            await self.transport.aclose()
+
+
+async def _whole(response: Response) -> Reply:
+    try:
+        return Reply(response.status, await response.read())
+    finally:
+        await response.aclose()

@@ -16,16 +16,16 @@ import time
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
-from quantdrift.gateway.attempts import Trace
-from quantdrift.gateway.auth import OPEN
+from quantdrift.gateway.chain.attempts import Trace
+from quantdrift.gateway.chain.planning import Incoming, Plan, route_decision
 from quantdrift.gateway.gateway_config import candidate_route
+from quantdrift.gateway.guards.auth import OPEN
 from quantdrift.gateway.openai_wire import Completion
-from quantdrift.gateway.planning import Incoming, Plan, route_decision
 from quantdrift.gateway.telemetry import Telemetry, counter, gauge
 from quantdrift.integrations import otel
 
 if TYPE_CHECKING:  # the Gateway registers live_metrics: a runtime import would be a cycle
-    from quantdrift.gateway.service import Gateway
+    from quantdrift.gateway.http.service import Gateway
 
 
 def health(gateway: Gateway, private: bool = True) -> dict[str, Any]:
@@ -61,7 +61,7 @@ def health(gateway: Gateway, private: bool = True) -> dict[str, Any]:
                 for h in (directive.slices if directive else ())
             },
         }
-        # Shadowing's own calls, apart from what users were served (shadow_spend.py).
+        # Shadowing's own calls, apart from what users were served (shadow/spend.py).
         routes[route]["shadow_spend"] = gateway.shadow.spend.view(route)
         if rc.extra_candidates:  # judged side by side, each under its own route id
             routes[route]["extra_candidates"] = {

@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 
-from quantdrift.gateway.http_client import CALL_ERRORS, PoolClient
+from quantdrift.gateway.upstream.client import CALL_ERRORS, PoolClient
 from quantdrift.schemas.pair import EngineInfo
 
 
