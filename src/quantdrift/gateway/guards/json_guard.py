@@ -377,6 +377,10 @@ class JsonGuard:
                 return True
             self._fail("trailing_content", f"{ch!r} after the complete JSON value", pos)
             return False
+        return self._fence_char(state, ch, pos)
+
+    def _fence_char(self, state: int, ch: str, pos: int) -> bool:
+        """A character of a Markdown fence around the document (``allow_fences``)."""
         if state == _FENCE_OPEN:
             if ch == "`" and self._fence_ticks < 3:
                 self._fence_ticks += 1
