@@ -153,6 +153,7 @@ class Run:
     route: str
     gateways: list[GatewayProcess]
     answers: list[Answer]
+    errors: list[Answer] = field(default_factory=list)  # (time, status, what it said)
     locked_at: float | None = None  # monotonic time the lock was issued
     apply_bound_s: float = 2.0
     state_lost: bool = False  # Redis lost its data during the run
@@ -301,7 +302,8 @@ def _users(run: Run, audit: Audit) -> None:
     audit.requests = len(run.answers)
     bad = Counter(status for _, status, _ in run.answers if status != 200)
     if bad:
-        audit.violations.append(f"users saw {dict(bad)} (0: connection error)")
+        said = [f"{m} (+{t - run.answers[0][0]:.1f}s)" for t, _, m in run.errors[:3]]
+        audit.violations.append(f"users saw {dict(bad)} (0: connection error): {said}")
     if run.locked_at is not None:
         after = run.locked_at + run.apply_bound_s
         served = [t - run.locked_at for t, s, p in run.answers if s == 200 and t >= after]

@@ -211,15 +211,21 @@ def inject(bench: Bench) -> Fault:
     raise ValueError(f"unknown fault {case.fault!r}")
 
 
-def hold(bench: Bench, fault: Fault, hold_s: float, rng: random.Random, row: Row) -> None:
-    """Keep the fault on for ``hold_s``; drift if the case says so; check the window."""
+def hold(
+    bench: Bench, fault: Fault, hold_s: float, rng: random.Random, row: Row
+) -> float | None:
+    """Keep the fault on for ``hold_s``; drift if the case says so; check the window.
+    After a Redis restart: the seconds until the first pair was folded on the new one."""
     case, assert_ = bench.case, row.violations.append
     begin, judged_at_start = time.monotonic(), bench.judged()
     drift_at = begin + hold_s * rng.uniform(0.3, 0.6) if case.drift else None
     grace = min(5.0, hold_s / 3)  # what the worker held when the fault began may still land
     settled: int | None = None
+    resumed: float | None = None
     stale_seen = False
     dropped0 = bench.gw.metric("quantdrift_gateway_shadow_dropped_total", stage="publish")
+    load_start = _answers(bench)[0][0] if _answers(bench) else begin
+    row.observed.append(f"fault on at +{begin - load_start:.1f}s of load for {hold_s:.0f}s")
     while (now := time.monotonic()) < begin + hold_s:
         if drift_at is not None and now >= drift_at:
             assert bench.rs.upstream is not None
@@ -230,7 +236,9 @@ def hold(bench: Bench, fault: Fault, hold_s: float, rng: random.Random, row: Row
             settled = bench.judged()
         if case.fails_closed:
             stale_seen = stale_seen or bool(bench.gw.health()["control_stale"])
-        time.sleep(0.5)
+        if case.fault == "redis_restart" and resumed is None and bench.judged() > 0:
+            resumed = time.monotonic() - begin
+        time.sleep(0.25)
     judged_at_end = bench.judged()
     row.observed.append(fault.proof())
     if case.stops_judging:
@@ -254,22 +262,34 @@ def hold(bench: Bench, fault: Fault, hold_s: float, rng: random.Random, row: Row
         row.observed.append(f"{dropped - dropped0:.0f} pairs dropped stage=publish")
         if dropped <= dropped0:
             assert_("no pair counted as dropped while the broker was cut off")
+    if case.fault == "redis_restart":
+        row.observed.append(f"state lost: the first pair folded {resumed}s after the restart")
+        if resumed is None:
+            assert_("no pair judged on the restarted Redis during the window")
+    return resumed
 
 
 def _answers(bench: Bench) -> list[tuple[float, int, str]]:
     return list(bench.load.seen) if bench.load is not None else []
 
 
-def recover(bench: Bench, row: Row) -> None:
-    """From healing until judging moves and the gateway holds the newest epoch."""
-    healed, base = time.monotonic(), bench.judged()
-
-    def back() -> bool:
-        health = bench.gw.health()
-        return bench.judged() > base and not health["control_stale"] and bench.applied()
-
-    wait(back, 90, f"recovery after {bench.case.name}")
-    row.recover_s = round(time.monotonic() - healed, 2)
+def recover(bench: Bench, row: Row, resumed_s: float | None) -> None:
+    """From healing until the judge has caught up with every pair sent before it and
+    the gateway holds the newest epoch. After a Redis restart there is nothing to heal:
+    ``resumed_s`` (from the restart to the first pair folded on the empty Redis) is it."""
+    healed = time.monotonic()
+    sent = bench.gw.metric("quantdrift_gateway_pairs_sent_total")
+    if resumed_s is None:
+        wait(lambda: bench.judged() >= sent, 90, f"judging caught up after {bench.case.name}")
+        resumed_s = time.monotonic() - healed
+    wait(lambda: not bench.gw.health()["control_stale"], 30, "the control state verified")
+    wait(bench.applied, 90, f"the gateway on the newest epoch after {bench.case.name}")
+    row.recover_s = round(max(resumed_s, time.monotonic() - healed), 2)
+    state = bench.state()
+    row.observed.append(
+        f"judging caught up {resumed_s:.2f}s after; the gateway on epoch "
+        f"{state.get('epoch')} ({state.get('state')}) {time.monotonic() - healed:.2f}s after"
+    )
     if bench.case.drift:
         wait(lambda: int(bench.state().get("trips", 0)) >= 1, 90, "the drift's rollback")
         wait(bench.applied, 30, "the gateway applying the rollback")
@@ -314,9 +334,9 @@ def run_case(case: Case, hold_s: float, seed: int) -> Row:
         try:
             bench = start(case, rs)
             fault = inject(bench)
-            hold(bench, fault, hold_s, rng, row)
+            resumed = hold(bench, fault, hold_s, rng, row)
             fault.heal()
-            recover(bench, row)
+            recover(bench, row, resumed)
             locked_at = lock(bench)
             drain(bench)
             assert rs.settings is not None
@@ -329,6 +349,7 @@ def run_case(case: Case, hold_s: float, seed: int) -> Row:
                     route=ROUTE,
                     gateways=[bench.gw],
                     answers=_answers(bench),
+                    errors=list(bench.load.errors) if bench.load is not None else [],
                     locked_at=locked_at,
                     apply_bound_s=APPLY_BOUND_S,
                     state_lost=case.fault == "redis_restart",

@@ -197,6 +197,7 @@ class Load:
     every_s: float = 0.1
     temperature: float | None = None  # 0: greedy, judged by similarity (None: sampled)
     seen: list[tuple[float, int, str]] = field(default_factory=list)
+    errors: list[tuple[float, int, str]] = field(default_factory=list)  # what each failure said
     _stop: threading.Event = field(default_factory=threading.Event)
     _thread: threading.Thread | None = None
 
@@ -225,8 +226,10 @@ class Load:
                 )
             except openai.APIStatusError as exc:
                 self.seen.append((t, exc.status_code, ""))
-            except openai.APIConnectionError:
+                self.errors.append((t, exc.status_code, str(exc)[:300]))
+            except openai.APIConnectionError as exc:
                 self.seen.append((t, 0, ""))
+                self.errors.append((t, 0, repr(exc.__cause__ or exc)[:300]))
             except Exception as exc:  # anything else is a failure the test must see
                 self.seen.append((t, -1, repr(exc)))
             self._stop.wait(max(0.0, self.every_s - (time.monotonic() - t)))
