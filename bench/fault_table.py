@@ -18,7 +18,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from common import write_section  # noqa: E402
+from common import write_section
 
 MARKER = "## Fault schedule"
 

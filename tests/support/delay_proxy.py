@@ -14,6 +14,7 @@ It runs on its own event loop in a thread; ``stop`` closes it and every connecti
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import threading
 import time
 from dataclasses import dataclass, field
@@ -94,10 +95,8 @@ class DelayProxy:
             pass
         finally:
             await queue.put((0.0, b""))
-            try:
+            with contextlib.suppress(OSError):
                 await sender
-            except OSError:
-                pass
             dst.close()
 
     def stop(self) -> None:

@@ -18,6 +18,7 @@ Every fault is healed in a ``finally`` and the rig's namespaces always go.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import random
 import subprocess
@@ -176,9 +177,7 @@ def start(case: Case, rs: RigStack) -> Bench:
             base = f"http://{proxy.address}"
             gw_extra["precisions"] = {"int4": [f"{base}/int4"], "bf16": [f"{base}/bf16"]}
     rs.start_worker(**worker_env)
-    gw = rs.start_gateway(
-        env=gw_env, shadow_sample_rate=1.0, control_stale_s=STALE_S, **gw_extra
-    )
+    gw = rs.start_gateway(env=gw_env, shadow_sample_rate=1.0, control_stale_s=STALE_S, **gw_extra)
     bench = Bench(case, rs, gw, proxy)
     wait(lambda: gw.health()["kafka_connected"], 60, "the gateway's publisher")
     bench.load = Load(gw.url, temperature=0.0).start()
@@ -200,9 +199,7 @@ def inject(bench: Bench) -> Fault:
         status = rs.restart_redis()
         return Exited("Redis", lambda: status)
     if case.fault == "worker_kill":
-        proc = rs.start_worker(
-            host="worker2", QUANTDRIFT_WORKER__FAILPOINTS='["send_score"]'
-        )
+        proc = rs.start_worker(host="worker2", QUANTDRIFT_WORKER__FAILPOINTS='["send_score"]')
         return Exited(
             "the second worker",
             proc.poll,
@@ -211,9 +208,7 @@ def inject(bench: Bench) -> Fault:
     raise ValueError(f"unknown fault {case.fault!r}")
 
 
-def hold(
-    bench: Bench, fault: Fault, hold_s: float, rng: random.Random, row: Row
-) -> float | None:
+def hold(bench: Bench, fault: Fault, hold_s: float, rng: random.Random, row: Row) -> float | None:
     """Keep the fault on for ``hold_s``; drift if the case says so; check the window.
     After a Redis restart: the seconds until the first pair was folded on the new one."""
     case, assert_ = bench.case, row.violations.append
@@ -316,10 +311,8 @@ def drain(bench: Bench) -> None:
     wait(lambda: gw.health()["shadow_queue"] == 0 == gw.health()["shadow_in_flight"], 60, "idle")
     wait(lambda: gw.metric("quantdrift_gateway_pairs_queue_depth") == 0, 60, "queue drained")
     sent = gw.metric("quantdrift_gateway_pairs_sent_total")
-    try:
+    with contextlib.suppress(AssertionError):  # the checker says which pairs are missing
         wait(lambda: bench.judged() >= sent, 120, "the judge catching up")
-    except AssertionError:
-        pass  # the checker says which pairs are missing
 
 
 def run_case(case: Case, hold_s: float, seed: int) -> Row:
