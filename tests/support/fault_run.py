@@ -217,6 +217,7 @@ def hold(bench: Bench, fault: Fault, hold_s: float, rng: random.Random, row: Row
     grace = min(5.0, hold_s / 3)  # what the worker held when the fault began may still land
     settled: int | None = None
     resumed: float | None = None
+    worst_lag = (0.0, 0.0)  # the gateway's event-loop lag: it sheds users past 0.5 s
     stale_seen = False
     dropped0 = bench.gw.metric("quantdrift_gateway_shadow_dropped_total", stage="publish")
     load_start = _answers(bench)[0][0] if _answers(bench) else begin
@@ -233,9 +234,13 @@ def hold(bench: Bench, fault: Fault, hold_s: float, rng: random.Random, row: Row
             stale_seen = stale_seen or bool(bench.gw.health()["control_stale"])
         if case.fault == "redis_restart" and resumed is None and bench.judged() > 0:
             resumed = time.monotonic() - begin
+        lag = bench.gw.metric("quantdrift_gateway_loop_lag_seconds")
+        if lag > worst_lag[0]:
+            worst_lag = (lag, now - begin)
         time.sleep(0.25)
     judged_at_end = bench.judged()
     row.observed.append(fault.proof())
+    row.observed.append(f"gateway loop lag at most {worst_lag[0]:.2f}s (+{worst_lag[1]:.0f}s)")
     if case.stops_judging:
         moved = judged_at_end - (settled or judged_at_end)
         row.observed.append(f"{moved} pairs judged in the cut's last {hold_s - grace:.0f}s")
@@ -291,14 +296,17 @@ def recover(bench: Bench, row: Row, resumed_s: float | None) -> None:
         row.observed.append(f"rolled back (epoch {bench.state().get('epoch')})")
 
 
-def lock(bench: Bench) -> float:
+def lock(bench: Bench, row: Row) -> float:
     """``quantdrift route rollback``, as an operator runs it; the time it returned."""
     env = {**os.environ, **bench.rs.env()}
     argv = [sys.executable, "-m", "quantdrift", "route", "rollback", "--route", ROUTE]
     done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, f"route rollback: {done.stdout}{done.stderr}"
     at = time.monotonic()
-    wait(lambda: bool(bench.state().get("locked")) and bench.applied(), 30, "the lock applied")
+    took = wait(lambda: bool(bench.state().get("locked")) and bench.applied(), 30, "the lock")
+    row.observed.append(f"lock applied by the gateway {took:.2f}s after the CLI returned")
+    if took > APPLY_BOUND_S:
+        row.violations.append(f"the lock reached the gateway after {took:.2f}s")
     wait(lambda: sum(1 for a in _answers(bench) if a[0] > at + APPLY_BOUND_S) >= 5, 30, "load")
     return at
 
@@ -330,7 +338,7 @@ def run_case(case: Case, hold_s: float, seed: int) -> Row:
             resumed = hold(bench, fault, hold_s, rng, row)
             fault.heal()
             recover(bench, row, resumed)
-            locked_at = lock(bench)
+            locked_at = lock(bench, row)
             drain(bench)
             assert rs.settings is not None
             audit = check(
