@@ -26,6 +26,7 @@ class Case:
     drift: bool = False  # the candidate turns bad halfway through the fault
     stops_judging: bool = False  # the worker can judge nothing while it is on
     fails_closed: bool = False  # the gateway loses both control sources
+    open_first: bool = False  # the route is rolled back before the fault goes on
 
     @property
     def title(self) -> str:
@@ -68,6 +69,13 @@ CASES: tuple[Case, ...] = (
         "Redis SIGKILLed and back empty under load: users served from the control "
         "topic; the worker folds again on an empty state; epochs still grow",
         "redis_restart", "redis", drift=True,
+    ),
+    Case(
+        "redis-restart-open",
+        "Redis SIGKILLed and back empty while the route is rolled back: users stay on "
+        "the reference, and the breaker still knows the route is open, so it half-opens "
+        "after the cool-down as it would have without the loss",
+        "redis_restart", "redis", open_first=True,
     ),
     Case(
         "worker-kill",

@@ -42,6 +42,7 @@ STALE_S = 3.0
 APPLY_BOUND_S = 2.0  # the issue's target: the newest command within 2 s of the link
 DELAY_S = 0.3
 LOSS_PERCENT = 5
+COOLDOWN_S = 60.0  # the policy's default cool-down (open -> half_open)
 HEALTHY = "The capital of France is Paris, on the Seine."
 DRIFTED = "Bananas grow in bunches; twelve of them weigh about two kilos."
 
@@ -185,6 +186,16 @@ def start(case: Case, rs: RigStack) -> Bench:
     return bench
 
 
+def open_route(bench: Bench, row: Row) -> None:
+    """The candidate turns bad before the fault: the route rolled back and applied."""
+    assert bench.rs.upstream is not None
+    bench.rs.upstream.texts["int4"] = DRIFTED
+    wait(lambda: int(bench.state().get("trips", 0)) >= 1, 90, "the rollback before the fault")
+    wait(bench.applied, 30, "the gateway applying the rollback before the fault")
+    state = bench.state()
+    row.observed.append(f"rolled back before the fault (epoch {state.get('epoch')})")
+
+
 def inject(bench: Bench) -> Fault:
     case, rs = bench.case, bench.rs
     if case.fault == "partition":
@@ -218,6 +229,7 @@ def hold(bench: Bench, fault: Fault, hold_s: float, rng: random.Random, row: Row
     settled: int | None = None
     resumed: float | None = None
     worst_lag = (0.0, 0.0)  # the gateway's event-loop lag: it sheds users past 0.5 s
+    modes: set[str] = set()  # what the gateway did with the route during the window
     stale_seen = False
     dropped0 = bench.gw.metric("quantdrift_gateway_shadow_dropped_total", stage="publish")
     load_start = _answers(bench)[0][0] if _answers(bench) else begin
@@ -234,6 +246,8 @@ def hold(bench: Bench, fault: Fault, hold_s: float, rng: random.Random, row: Row
             stale_seen = stale_seen or bool(bench.gw.health()["control_stale"])
         if case.fault == "redis_restart" and resumed is None and bench.judged() > 0:
             resumed = time.monotonic() - begin
+        if case.open_first:
+            modes.add(bench.gw.health()["routes"][ROUTE]["mode"])
         lag = bench.gw.metric("quantdrift_gateway_loop_lag_seconds")
         if lag > worst_lag[0]:
             worst_lag = (lag, now - begin)
@@ -262,7 +276,22 @@ def hold(bench: Bench, fault: Fault, hold_s: float, rng: random.Random, row: Row
         row.observed.append(f"{dropped - dropped0:.0f} pairs dropped stage=publish")
         if dropped <= dropped0:
             assert_("no pair counted as dropped while the broker was cut off")
-    if case.fault == "redis_restart":
+    if case.fault == "redis_restart" and case.open_first:
+        state, applied = bench.state(), bench.gw.health()["routes"][ROUTE]
+        row.observed.append(
+            f"after the loss and {hold_s:.0f}s: breaker state {state.get('state')} "
+            f"epoch {state.get('epoch')}; the gateway's modes {sorted(modes)}, "
+            f"epoch {applied['epoch']}"
+        )
+        half_opened = "half_open" in modes or hold_s < COOLDOWN_S + 15
+        if state.get("state") not in ("open", "half_open") or not half_opened:
+            assert_(
+                "after losing its state the breaker no longer knows the route is open "
+                f"(state {state or 'absent'}); the gateway stayed {sorted(modes)} for "
+                f"{hold_s:.0f}s with nothing to half-open it"
+            )
+        resumed = 0.0
+    elif case.fault == "redis_restart":
         row.observed.append(f"state lost: the first pair folded {resumed}s after the restart")
         if resumed is None:
             assert_("no pair judged on the restarted Redis during the window")
@@ -334,6 +363,8 @@ def run_case(case: Case, hold_s: float, seed: int) -> Row:
         fault: Fault | None = None
         try:
             bench = start(case, rs)
+            if case.open_first:
+                open_route(bench, row)
             fault = inject(bench)
             resumed = hold(bench, fault, hold_s, rng, row)
             fault.heal()

@@ -44,7 +44,7 @@ from quantdrift.breaker.state import RouteState, Transition
 from quantdrift.breaker.step import DECODING_MODES, floor_key_suffix, fold_many, last_pair_id
 from quantdrift.detectors.noise_floor import NoiseFloor, NoiseFloorState
 from quantdrift.errors import BreakerStoreError
-from quantdrift.schemas.keys import noise_key, route_key, routes_key
+from quantdrift.schemas.keys import alive_key, noise_key, route_key, routes_key
 from quantdrift.schemas.score import ScoreEvent
 from quantdrift.schemas.signing import CommandSigner
 
@@ -135,6 +135,35 @@ class RedisBreakerStore(BreakerStore):
         except RedisError as exc:
             raise BreakerStoreError(f"redis: {exc}") from exc
         return _decode(raw, build)
+
+    async def remembers(self) -> bool:
+        """Whether Redis still holds what the breaker wrote (the ``alive`` key is there)."""
+        try:
+            return bool(await self._r.exists(alive_key(self._p)))
+        except RedisError as exc:
+            raise BreakerStoreError(f"redis: {exc}") from exc
+
+    async def remember(self) -> None:
+        """Mark Redis as holding every route's state (after a rebuild, or a first start)."""
+        try:
+            await self._r.set(alive_key(self._p), b"1")
+        except RedisError as exc:
+            raise BreakerStoreError(f"redis: {exc}") from exc
+
+    async def seed(self, route: str, state: RouteState) -> bool:
+        """Write ``state`` only where the route has none (``breaker/reseed.py``); whether
+        it was written. Compare-and-set on version 0: a fold or another worker's seed
+        that got there first wins, and nothing is sent (the gateways hold it already)."""
+        _, version = await self.read(route)
+        if version != 0:
+            return False
+        status, _ = await self._apply(
+            self._k(route, "state"), 0, orjson.dumps(state.to_json()), route, None, ()
+        )
+        if status == "conflict":
+            return False
+        await self._register(route, force=True)
+        return True
 
     async def _register(self, route: str, force: bool = False) -> None:
         """Add the route to the routes set (the clock ticks every route in it).
