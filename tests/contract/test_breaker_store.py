@@ -17,7 +17,7 @@ import redis.asyncio as aioredis
 from quantdrift.breaker.memory_store import MemoryBreakerStore
 from quantdrift.breaker.policy import RoutePolicy
 from quantdrift.breaker.protocol import BreakerStore
-from quantdrift.breaker.reseed import state_from_command
+from quantdrift.breaker.reseed import rebuild
 from quantdrift.breaker.store import RedisBreakerStore
 from quantdrift.schemas import AlertEvent, Metrics, RouteCommand, ScoreEvent
 from quantdrift.schemas.keys import route_key
@@ -181,8 +181,9 @@ async def test_a_route_rebuilt_after_a_loss_is_seeded_once_and_half_opens(
     harness: Harness,
 ) -> None:
     """A Redis that lost a rolled-back route gets its state back from the newest
-    command (``breaker/reseed.py``): written once, where none is, and then the clock
-    half-opens it after the cool-down with a newer epoch, as without the loss."""
+    command (``breaker/reseed.py``): over a fresh state a pair in flight made, once,
+    and then the clock half-opens it after the cool-down with a newer epoch, as
+    without the loss."""
     store = harness.store
     await store.remember()
     assert await store.remembers()
@@ -197,10 +198,10 @@ async def test_a_route_rebuilt_after_a_loss_is_seeded_once_and_half_opens(
         issued_at=100.0,
         evidence={"cooldown_s": 5.0},
     )
-    state = state_from_command(command, POLICY)
-    assert state is not None
-    assert await store.seed(ROUTE, state)
-    assert not await store.seed(ROUTE, state), "seeded twice"
+    await store.fold(score(1, "drift"), POLICY, now=100.5)  # a pair in flight at the loss
+    assert (await store.read(ROUTE))[0].state == "closed"
+    assert await store.seed(ROUTE, lambda s: rebuild(s, command, POLICY))
+    assert not await store.seed(ROUTE, lambda s: rebuild(s, command, POLICY)), "seeded twice"
     await store.remember()
     assert await store.remembers()
     assert (await store.read(ROUTE))[0].state == "open"

@@ -118,10 +118,11 @@ class MemoryBreakerStore(BreakerStore):
     async def remember(self) -> None:
         self.remembered = True
 
-    async def seed(self, route: str, state: RouteState) -> bool:
-        if route in self.states:
+    async def seed(self, route: str, rebuild: Callable[[RouteState], RouteState | None]) -> bool:
+        new = rebuild(self.states.get(route, _FRESH))
+        if new is None:
             return False
-        self.states[route] = state
+        self.states[route] = new
         return True
 
     async def tick(self, route: str, policy: RoutePolicy, now: float) -> FoldResult:

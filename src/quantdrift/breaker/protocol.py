@@ -176,8 +176,8 @@ class BreakerStore(Protocol):
 
     async def remember(self) -> None: ...
 
-    async def seed(self, route: str, state: RouteState) -> bool:
-        """Write a rebuilt state where the route has none; whether it was written."""
+    async def seed(self, route: str, rebuild: Callable[[RouteState], RouteState | None]) -> bool:
+        """Replace the route's state by ``rebuild(state)`` unless None; whether it was."""
         ...
 
     async def latest_command(self, route: str) -> bytes | None:

@@ -150,20 +150,22 @@ class RedisBreakerStore(BreakerStore):
         except RedisError as exc:
             raise BreakerStoreError(f"redis: {exc}") from exc
 
-    async def seed(self, route: str, state: RouteState) -> bool:
-        """Write ``state`` only where the route has none (``breaker/reseed.py``); whether
-        it was written. Compare-and-set on version 0: a fold or another worker's seed
-        that got there first wins, and nothing is sent (the gateways hold it already)."""
-        _, version = await self.read(route)
-        if version != 0:
-            return False
-        status, _ = await self._apply(
-            self._k(route, "state"), 0, orjson.dumps(state.to_json()), route, None, ()
-        )
-        if status == "conflict":
-            return False
-        await self._register(route, force=True)
-        return True
+    async def seed(self, route: str, rebuild: Callable[[RouteState], RouteState | None]) -> bool:
+        """Replace the route's state by ``rebuild(state)`` unless that is None
+        (``breaker/reseed.py``); whether it was written. Compare-and-set, retried on a
+        lost race; nothing is sent (the gateways hold the command already)."""
+        for _ in range(MAX_ATTEMPTS):
+            state, version = await self.read(route)
+            new = rebuild(state)
+            if new is None:
+                return False
+            status, _ = await self._apply(
+                self._k(route, "state"), version, orjson.dumps(new.to_json()), route, None, ()
+            )
+            if status != "conflict":
+                await self._register(route, force=True)
+                return True
+        raise BreakerStoreError(f"route {route}: gave up after {MAX_ATTEMPTS} write conflicts")
 
     async def _register(self, route: str, force: bool = False) -> None:
         """Add the route to the routes set (the clock ticks every route in it).

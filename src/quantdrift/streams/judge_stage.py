@@ -17,13 +17,14 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Awaitable, Callable, Sequence
+from functools import partial
 from typing import Any
 
 from aiokafka.errors import KafkaError
 
 from quantdrift.breaker.policy import Policy
 from quantdrift.breaker.protocol import BreakerStore
-from quantdrift.breaker.reseed import newest, state_from_command
+from quantdrift.breaker.reseed import newest, rebuild
 from quantdrift.errors import BreakerStoreError, BrokerError, SchemaError, SignatureError
 from quantdrift.integrations import otel
 from quantdrift.schemas import CommandVerifier
@@ -131,9 +132,10 @@ class JudgeStage:
                 continue  # not ours to rebuild from; the gateways refuse it too
         rebuilt = []
         for route, command in sorted(newest(commands).items()):
-            state = state_from_command(command, self._policy.for_route(route))
-            if state is not None and await store.seed(route, state):
-                rebuilt.append(f"{route} ({state.state}, epoch {state.epoch})")
+            if await store.seed(
+                route, partial(rebuild, command=command, policy=self._policy.for_route(route))
+            ):
+                rebuilt.append(f"{route} ({command.action}, epoch {command.epoch})")
         await store.remember()
         if rebuilt:
             log.warning(
