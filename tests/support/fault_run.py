@@ -128,6 +128,7 @@ class Bench:
     gw: GatewayProcess
     proxy: DelayProxy | None
     load: Load | None = None
+    opened_epoch: int = 0  # the rollback's epoch, for a case that opens the route first
     direct: redis.Redis = field(init=False)
 
     def __post_init__(self) -> None:
@@ -192,8 +193,8 @@ def open_route(bench: Bench, row: Row) -> None:
     bench.rs.upstream.texts["int4"] = DRIFTED
     wait(lambda: int(bench.state().get("trips", 0)) >= 1, 90, "the rollback before the fault")
     wait(bench.applied, 30, "the gateway applying the rollback before the fault")
-    state = bench.state()
-    row.observed.append(f"rolled back before the fault (epoch {state.get('epoch')})")
+    bench.opened_epoch = int(bench.state().get("epoch", 0))
+    row.observed.append(f"rolled back before the fault (epoch {bench.opened_epoch})")
 
 
 def inject(bench: Bench) -> Fault:
@@ -283,12 +284,16 @@ def hold(bench: Bench, fault: Fault, hold_s: float, rng: random.Random, row: Row
             f"epoch {state.get('epoch')}; the gateway's modes {sorted(modes)}, "
             f"epoch {applied['epoch']}"
         )
-        half_opened = "half_open" in modes or hold_s < COOLDOWN_S + 15
-        if state.get("state") not in ("open", "half_open") or not half_opened:
+        log = bench.rs.log("worker-worker", 1_000_000)
+        row.observed.append(f"worker says rebuilt: {'rebuilt from the control topic' in log}")
+        # Past the cool-down the breaker half-opens (a newer epoch), whether the probe
+        # then restores or re-opens; one that forgot the route never moves again.
+        moved = int(state.get("epoch", 0)) > bench.opened_epoch or hold_s < COOLDOWN_S + 15
+        if state.get("state") not in ("open", "half_open", "closed") or not moved:
             assert_(
                 "after losing its state the breaker no longer knows the route is open "
-                f"(state {state or 'absent'}); the gateway stayed {sorted(modes)} for "
-                f"{hold_s:.0f}s with nothing to half-open it"
+                f"(state {state.get('state', 'absent')}, epoch {state.get('epoch')}); the "
+                f"gateway stayed {sorted(modes)} for {hold_s:.0f}s with nothing to half-open it"
             )
         resumed = 0.0
     elif case.fault == "redis_restart":
