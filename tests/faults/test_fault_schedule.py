@@ -17,7 +17,9 @@ the lock.
 * a second worker SIGKILLed while it holds a scored batch: redelivery, each pair
   judged once, exactly one transition;
 * 5 % loss between worker and broker: judging goes on, nothing lost or doubled;
-* 300 ms on each round trip between worker and Redis: judging slows, nothing lost.
+* Redis SIGKILLed and back empty while the route is rolled back: the worker rebuilds
+  the route from the control topic (it carries the rollback's epoch; past the
+  cool-down, held in the long schedule, it half-opens with a newer one).
 
 ``make bench-faults`` runs every case (``--fault-schedule long``), in an order drawn
 from ``--fault-seed``, each fault held ``--fault-hold`` seconds (120 by default), and

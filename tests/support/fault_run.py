@@ -288,7 +288,10 @@ def hold(bench: Bench, fault: Fault, hold_s: float, rng: random.Random, row: Row
         row.observed.append(f"worker says rebuilt: {'rebuilt from the control topic' in log}")
         # Past the cool-down the breaker half-opens (a newer epoch), whether the probe
         # then restores or re-opens; one that forgot the route never moves again.
-        moved = int(state.get("epoch", 0)) > bench.opened_epoch or hold_s < COOLDOWN_S + 15
+        # Shorter than the cool-down: the rebuilt state carries the rollback's epoch.
+        epoch = int(state.get("epoch", 0))
+        past = hold_s >= COOLDOWN_S + 15
+        moved = epoch > bench.opened_epoch if past else epoch >= bench.opened_epoch
         if state.get("state") not in ("open", "half_open", "closed") or not moved:
             assert_(
                 "after losing its state the breaker no longer knows the route is open "
