@@ -23,11 +23,26 @@ from common import write_section
 MARKER = "## Fault schedule"
 
 
+def last_runs(runs: list[dict[str, object]]) -> list[dict[str, object]]:
+    """Each case's last run, in the order the cases first ran."""
+    return list({str(r["case"]): r for r in runs}.values())
+
+
+def breaches(row: dict[str, object]) -> str:
+    """The row's breaches, one line each (the log tails a failed case carries left out)."""
+    found = [str(v).splitlines()[0] for v in row["violations"]]  # type: ignore[attr-defined]
+    return "; ".join(v for v in found if not v.startswith("---"))
+
+
 def cell(text: str) -> str:
     return text.replace("|", "\\|").replace("\n", " ")
 
 
-def render(rows: list[dict[str, object]], seed: int | None) -> str:
+def render(runs: list[dict[str, object]], seed: int | None) -> str:
+    """One row per case: its last run; an earlier run of the same case is listed below
+    the table with what it breached, so a rerun never hides a first failure."""
+    rows = last_runs(runs)
+    earlier = [r for r in runs if not any(r is x for x in rows)]
     passed = sum(1 for r in rows if not r["violations"])
     lines = [
         MARKER,
@@ -43,13 +58,16 @@ def render(rows: list[dict[str, object]], seed: int | None) -> str:
     ]
     for r in rows:
         observed = "; ".join(str(o) for o in r["observed"])  # type: ignore[attr-defined]
-        breaches = "; ".join(str(v).splitlines()[0] for v in r["violations"])  # type: ignore[attr-defined]
         recover = "—" if r["recover_s"] is None else f"{r['recover_s']} s"
         lines.append(
             f"| {r['case']} ({r['hold_s']:.0f} s) | {cell(str(r['expected']))} | "
             f"{cell(observed)} | {cell(str(r['accounted']))} | {recover} | "
-            f"{cell(breaches) or 'none'} |"
+            f"{cell(breaches(r)) or 'none'} |"
         )
+    if earlier:
+        lines += ["", "Earlier runs of a case (the table shows its last run):", ""]
+        for r in earlier:
+            lines.append(f"- {r['case']} ({r['hold_s']:.0f} s): {breaches(r) or 'no breach'}")
     return "\n".join(lines) + "\n"
 
 
@@ -64,7 +82,7 @@ def main(argv: list[str] | None = None) -> int:
     print(table)
     if args.write is not None:
         write_section(args.write, table, MARKER)
-    return 0 if rows and all(not r["violations"] for r in rows) else 1
+    return 0 if rows and all(not r["violations"] for r in last_runs(rows)) else 1
 
 
 if __name__ == "__main__":
