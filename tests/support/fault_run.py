@@ -21,6 +21,7 @@ from __future__ import annotations
 import contextlib
 import os
 import random
+import shutil
 import subprocess
 import sys
 import time
@@ -427,5 +428,7 @@ def run_case(case: Case, hold_s: float, seed: int) -> Row:
             if bench is not None and bench.proxy is not None:
                 bench.proxy.stop()
             rs.close()
+            if not row.violations:  # a failed case keeps its parts' logs for reading
+                shutil.rmtree(rs.workdir, ignore_errors=True)
     row.seconds = round(time.monotonic() - started, 1)
     return row
