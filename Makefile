@@ -7,8 +7,10 @@ STAMP_DEV := $(VENV)/.installed-dev
 PYTEST_ARGS ?=
 FAST_WORKERS ?= auto
 
-.PHONY: help install dev demo browser promtool netrig nginx docs test test-fast test-faults lint typecheck bench bench-long bench-litellm lab-pairs settings-docs clean litellm vllm
+.PHONY: help install dev demo browser promtool netrig nginx docs test test-fast test-faults lint typecheck bench bench-long bench-faults bench-litellm lab-pairs settings-docs clean litellm vllm
 MINUTES ?= 30
+HOLD_S ?= 120
+SEED ?= 41
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
@@ -128,6 +130,16 @@ bench: $(STAMP_DEV) $(STAMP_LITELLM) $(STAMP_VLLM)  ## benchmarks, written to BE
 
 bench-long: $(STAMP_DEV)  ## soak at 1.5x the rated load for MINUTES (default 30; launch: 240)
 	$(BIN)/python bench/soak.py --minutes $(MINUTES) --factor 1.5 --write BENCHMARKS.md
+
+# The long fault schedule on the multi-host rig (docs/testing.md): every case, each fault
+# held HOLD_S seconds, in an order drawn from SEED; the fault table goes to BENCHMARKS.md.
+bench-faults: $(STAMP_DEV) netrig  ## every fault case under load for minutes each (root), table in BENCHMARKS.md
+	rm -f .fault-rows.jsonl
+	$(BIN)/pytest -q -s -p no:cacheprovider tests/faults/test_fault_schedule.py \
+	  --fault-schedule long --fault-hold $(HOLD_S) --fault-seed $(SEED) \
+	  --fault-rows .fault-rows.jsonl $(PYTEST_ARGS); status=$$?; \
+	  $(BIN)/python bench/fault_table.py .fault-rows.jsonl --seed $(SEED) --write BENCHMARKS.md; \
+	  exit $$status
 
 settings-docs: $(STAMP_RUN)  ## regenerate docs/settings.md from the settings models
 	$(BIN)/quantdrift config reference > docs/settings.md

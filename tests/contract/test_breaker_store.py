@@ -17,8 +17,9 @@ import redis.asyncio as aioredis
 from quantdrift.breaker.memory_store import MemoryBreakerStore
 from quantdrift.breaker.policy import RoutePolicy
 from quantdrift.breaker.protocol import BreakerStore
+from quantdrift.breaker.reseed import rebuild
 from quantdrift.breaker.store import RedisBreakerStore
-from quantdrift.schemas import AlertEvent, Metrics, ScoreEvent
+from quantdrift.schemas import AlertEvent, Metrics, RouteCommand, ScoreEvent
 from quantdrift.schemas.keys import route_key
 from quantdrift.schemas.signing import CommandSigner, CommandVerifier
 from quantdrift.stack.redis_server import LocalRedis, resolve_redis
@@ -68,6 +69,7 @@ async def harness(request: pytest.FixtureRequest) -> AsyncIterator[Harness]:
             store.states.clear()
             store.commands.clear()
             store.seen.clear()
+            store.remembered = False
 
         yield Harness(store, expire, lose)
         return
@@ -173,6 +175,40 @@ async def test_epochs_keep_growing_after_the_state_is_lost(harness: Harness) -> 
     assert (await store.read(ROUTE))[0].epoch == 0
     again = await store.manual(ROUTE, "rollback", POLICY, now=101.0)
     assert again.state is not None and again.state.epoch > before
+
+
+async def test_a_route_rebuilt_after_a_loss_is_seeded_once_and_half_opens(
+    harness: Harness,
+) -> None:
+    """A Redis that lost a rolled-back route gets its state back from the newest
+    command (``breaker/reseed.py``): over a fresh state a pair in flight made, once,
+    and then the clock half-opens it after the cool-down with a newer epoch, as
+    without the loss."""
+    store = harness.store
+    await store.remember()
+    assert await store.remembers()
+    await harness.lose_state()  # type: ignore[operator]
+    assert not await store.remembers()
+    command = RouteCommand(
+        command_id="c1",
+        route=ROUTE,
+        action="rollback",
+        target="reference",
+        epoch=5000,
+        issued_at=100.0,
+        evidence={"cooldown_s": 5.0},
+    )
+    await store.fold(score(1, "drift"), POLICY, now=100.5)  # a pair in flight at the loss
+    assert (await store.read(ROUTE))[0].state == "closed"
+    assert await store.seed(ROUTE, lambda s: rebuild(s, command, POLICY))
+    assert not await store.seed(ROUTE, lambda s: rebuild(s, command, POLICY)), "seeded twice"
+    await store.remember()
+    assert await store.remembers()
+    assert (await store.read(ROUTE))[0].state == "open"
+    assert (await store.tick(ROUTE, POLICY, now=104.0)).outbox is None
+    half = await store.tick(ROUTE, POLICY, now=106.0)
+    assert half.outbox is not None and half.state is not None
+    assert (half.state.state, half.state.epoch > 5000) == ("half_open", True)
 
 
 async def test_cool_down_half_opens_once(harness: Harness) -> None:

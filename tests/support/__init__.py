@@ -14,6 +14,10 @@
   the tests that drive a real gateway end to end.
 * :mod:`support.faults`, :mod:`support.transitions`, :mod:`support.scoring_split`:
   what the fault tests add (a restartable Redis, failpoint workers, several scorers).
+* the multi-host rig: :mod:`support.netrig` (namespaces, partitions, loss),
+  :mod:`support.delay_proxy`, :mod:`support.rig_stack` (the parts on their hosts, the
+  SDK load), :mod:`support.fault_cases` and :mod:`support.fault_run` (the fault
+  schedule), :mod:`support.fault_oracle` (the end-of-run checker).
 
 ``pyproject.toml`` puts ``tests/`` (and ``bench/``, for the benchmarks' own tests) on
 pytest's ``pythonpath``: no test edits ``sys.path``, and no test imports another test

@@ -9,7 +9,9 @@ upstreams' host, and it reads Redis, the topics and the gateways' metrics from t
 A partition is an nftables table inside one side's namespace that drops (silently,
 as a real partition does: no reset, no ICMP) every packet to and from the other
 side's address, with a counter, so a test can prove the fault met traffic
-(``Partition.packets``). Healing deletes the table.
+(``Partition.packets``). A lossy link is the same table with ``numgen random mod
+100 < P`` before the drop: P % of the packets, drawn by the kernel. Healing deletes
+the table. (Delay needs ``netem``, which this kernel lacks: ``delay_proxy.py``.)
 
 Needs root, ``ip`` (iproute2) and ``nft`` (Debian's nftables): ``make netrig``.
 ``Rig.close`` deletes every namespace and link it made, whatever happened before;
@@ -156,14 +158,24 @@ class Rig:
 
     def partition(self, a: str, b: str) -> Partition:
         """Drop every packet between ``a`` and ``b`` (rules in ``a``'s namespace)."""
-        table = f"cut_{b}"
+        return self._drop(a, b, f"cut_{b}", "")
+
+    def lossy(self, a: str, b: str, percent: int) -> Partition:
+        """Drop ``percent`` % of the packets between ``a`` and ``b``, each one drawn at
+        random by the kernel (``numgen random``), in both directions: a lossy link.
+        The counter counts the dropped packets only."""
+        if not 0 < percent < 100:
+            raise ValueError(f"loss must be in 1..99 %, got {percent}")
+        return self._drop(a, b, f"loss_{b}", f"numgen random mod 100 < {percent} ")
+
+    def _drop(self, a: str, b: str, table: str, match: str) -> Partition:
         peer = self.addr(b)
         script = (
             f"table inet {table} {{\n"
             f"  chain in {{ type filter hook input priority 0; policy accept;\n"
-            f"    ip saddr {peer} counter drop\n  }}\n"
+            f"    ip saddr {peer} {match}counter drop\n  }}\n"
             f"  chain out {{ type filter hook output priority 0; policy accept;\n"
-            f"    ip daddr {peer} counter drop\n  }}\n"
+            f"    ip daddr {peer} {match}counter drop\n  }}\n"
             "}\n"
         )
         run(*self.exec_argv(a, ["nft", "-f", "-"]), stdin=script)

@@ -12,6 +12,10 @@
   path (:mod:`support.gateway_upstream`), on the wire or in memory, one per module;
 * ``receiver``: an OTLP/HTTP receiver (:mod:`support.otlp`) that decodes what a real
   process exports.
+
+Options: ``--fault-schedule short|long``, ``--fault-hold S``, ``--fault-seed N`` and
+``--fault-rows FILE`` choose the fault rig's schedule (``tests/faults/test_fault_schedule.py``):
+``make test`` runs the short one, ``make bench-faults`` the long one.
 """
 
 from __future__ import annotations
@@ -39,6 +43,19 @@ from support.scripted_llm import ScriptedLLM
 from support.workers import start_worker
 
 STORE_SIGNER = CommandSigner("test", b"support-redis-store-signing-key")
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("quantdrift fault schedule")
+    group.addoption(
+        "--fault-schedule",
+        choices=["short", "long"],
+        default="short",
+        help="the fault rig's cases: short (make test) or every case (make bench-faults)",
+    )
+    group.addoption("--fault-hold", type=float, default=None, help="seconds each fault lasts")
+    group.addoption("--fault-seed", type=int, default=41, help="the long schedule's order")
+    group.addoption("--fault-rows", default=None, help="append each case's row (JSONL) here")
 
 
 @pytest.fixture(scope="session")

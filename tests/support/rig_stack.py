@@ -59,6 +59,7 @@ class RigStack:
     gateways: list[GatewayProcess] = field(default_factory=list)
     upstream: ScriptedLLM | None = None
     settings: Settings | None = None
+    redis_proc: Popen[bytes] | None = None
 
     @property
     def redis_url(self) -> str:
@@ -93,9 +94,19 @@ class RigStack:
         argv = [default_server_bin(), "--bind", self.rig.addr("redis"), "--port", str(REDIS_PORT)]
         argv += ["--save", "", "--appendonly", "no", "--protected-mode", "no"]
         argv += ["--dir", str(self.workdir)]
-        self._spawn("redis", argv, "redis")
+        self.redis_proc = self._spawn("redis", argv, "redis")
         wait(lambda: redis_ping(self.redis_url, timeout=0.3), 15, "redis on its host")
         return self
+
+    def restart_redis(self) -> int:
+        """SIGKILL Redis and start an empty one on the same address (it keeps nothing on
+        disk): a restart that lost every key. Returns the killed server's exit status."""
+        assert self.redis_proc is not None, "start Redis first"
+        self.redis_proc.kill()
+        status = self.redis_proc.wait(10)
+        self.procs.remove(self.redis_proc)
+        self.start_redis()
+        return status
 
     def start_broker(self, partitions: int = 2) -> RigStack:
         url = f"tcp://{self.bootstrap}"
@@ -141,11 +152,14 @@ class RigStack:
             **extra,
         }
 
-    def start_gateway(self, host: str = "gateway", **extra: Any) -> GatewayProcess:
+    def start_gateway(
+        self, host: str = "gateway", env: dict[str, str] | None = None, **extra: Any
+    ) -> GatewayProcess:
+        """A gateway on ``host``; ``env`` overrides its settings (e.g. Redis via a proxy)."""
         gw = GatewayProcess.launch(
             self.gateway_config(**extra),
             self.workdir,
-            self.env(),
+            {**self.env(), **(env or {})},
             host=self.rig.addr(host),
             port=GATEWAY_PORT,
             control=True,
@@ -181,7 +195,9 @@ class Load:
 
     url: str
     every_s: float = 0.1
+    temperature: float | None = None  # 0: greedy, judged by similarity (None: sampled)
     seen: list[tuple[float, int, str]] = field(default_factory=list)
+    errors: list[tuple[float, int, str]] = field(default_factory=list)  # what each failure said
     _stop: threading.Event = field(default_factory=threading.Event)
     _thread: threading.Thread | None = None
 
@@ -195,8 +211,11 @@ class Load:
         while not self._stop.is_set():
             t = time.monotonic()
             try:
+                extra = {} if self.temperature is None else {"temperature": self.temperature}
                 raw = client.chat.completions.with_raw_response.create(
-                    model=ROUTE, messages=[{"role": "user", "content": "capital of France?"}]
+                    model=ROUTE,
+                    messages=[{"role": "user", "content": "capital of France?"}],
+                    **extra,
                 )
                 self.seen.append(
                     (
@@ -207,8 +226,10 @@ class Load:
                 )
             except openai.APIStatusError as exc:
                 self.seen.append((t, exc.status_code, ""))
-            except openai.APIConnectionError:
+                self.errors.append((t, exc.status_code, str(exc)[:300]))
+            except openai.APIConnectionError as exc:
                 self.seen.append((t, 0, ""))
+                self.errors.append((t, 0, repr(exc.__cause__ or exc)[:300]))
             except Exception as exc:  # anything else is a failure the test must see
                 self.seen.append((t, -1, repr(exc)))
             self._stop.wait(max(0.0, self.every_s - (time.monotonic() - t)))

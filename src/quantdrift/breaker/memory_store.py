@@ -54,6 +54,7 @@ class MemoryBreakerStore(BreakerStore):
     owners: dict[str, _Owner] = field(default_factory=dict)
     seen: set[tuple[str, str, str]] = field(default_factory=set)
     dups: dict[str, int] = field(default_factory=dict)
+    remembered: bool = False  # as Redis's ``alive`` key: set once the states are known
 
     async def read(self, route: str) -> tuple[RouteState, int]:
         return self.states.get(route, _FRESH), 0
@@ -110,6 +111,19 @@ class MemoryBreakerStore(BreakerStore):
         state = self.noise_floor.extend(floor or self.noise_floor.init(), values)
         self.floors[(route, mode)] = state
         return state
+
+    async def remembers(self) -> bool:
+        return self.remembered
+
+    async def remember(self) -> None:
+        self.remembered = True
+
+    async def seed(self, route: str, rebuild: Callable[[RouteState], RouteState | None]) -> bool:
+        new = rebuild(self.states.get(route, _FRESH))
+        if new is None:
+            return False
+        self.states[route] = new
+        return True
 
     async def tick(self, route: str, policy: RoutePolicy, now: float) -> FoldResult:
         return self._decide(route, tick(policy, self.states.get(route, _FRESH), now), now)

@@ -170,6 +170,16 @@ class BreakerStore(Protocol):
         self, route: str, action: str, policy: RoutePolicy, now: float, who: str = "cli"
     ) -> FoldResult: ...
 
+    async def remembers(self) -> bool:
+        """Whether the store still holds what it was given (False after a data loss)."""
+        ...
+
+    async def remember(self) -> None: ...
+
+    async def seed(self, route: str, rebuild: Callable[[RouteState], RouteState | None]) -> bool:
+        """Replace the route's state by ``rebuild(state)`` unless None; whether it was."""
+        ...
+
     async def latest_command(self, route: str) -> bytes | None:
         """The route's latest signed command envelope, as gateways read it."""
         ...

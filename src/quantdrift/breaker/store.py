@@ -44,7 +44,7 @@ from quantdrift.breaker.state import RouteState, Transition
 from quantdrift.breaker.step import DECODING_MODES, floor_key_suffix, fold_many, last_pair_id
 from quantdrift.detectors.noise_floor import NoiseFloor, NoiseFloorState
 from quantdrift.errors import BreakerStoreError
-from quantdrift.schemas.keys import noise_key, route_key, routes_key
+from quantdrift.schemas.keys import alive_key, noise_key, route_key, routes_key
 from quantdrift.schemas.score import ScoreEvent
 from quantdrift.schemas.signing import CommandSigner
 
@@ -128,6 +128,37 @@ class RedisBreakerStore(BreakerStore):
         except RedisError as exc:
             raise BreakerStoreError(f"redis: {exc}") from exc
         return _decode(raw, build)
+
+    async def remembers(self) -> bool:
+        """Whether Redis still holds what the breaker wrote (the ``alive`` key is there)."""
+        try:
+            return bool(await self._r.exists(alive_key(self._p)))
+        except RedisError as exc:
+            raise BreakerStoreError(f"redis: {exc}") from exc
+
+    async def remember(self) -> None:
+        """Mark Redis as holding every route's state (after a rebuild, or a first start)."""
+        try:
+            await self._r.set(alive_key(self._p), b"1")
+        except RedisError as exc:
+            raise BreakerStoreError(f"redis: {exc}") from exc
+
+    async def seed(self, route: str, rebuild: Callable[[RouteState], RouteState | None]) -> bool:
+        """Replace the route's state by ``rebuild(state)`` unless that is None
+        (``breaker/reseed.py``); whether it was written. Compare-and-set, retried on a
+        lost race; nothing is sent (the gateways hold the command already)."""
+        for _ in range(MAX_ATTEMPTS):
+            state, version = await self.read(route)
+            new = rebuild(state)
+            if new is None:
+                return False
+            status, _ = await self._apply(
+                self._k(route, "state"), version, orjson.dumps(new.to_json()), route, None, ()
+            )
+            if status != "conflict":
+                await self._register(route, force=True)
+                return True
+        raise BreakerStoreError(f"route {route}: gave up after {MAX_ATTEMPTS} write conflicts")
 
     async def _register(self, route: str, force: bool = False) -> None:
         """Add the route to the routes set (the clock ticks every route in it).

@@ -13,6 +13,9 @@ gateway in another language reads ``route_key(prefix, route, "command")``.
                                           its size to fill it: ``noise_key``)
   {prefix}route:{R}:audit           stream  verdict API: webhook answers and Flagger events
   {prefix}routes                    set   every route seen (outside any Lua step)
+  {prefix}breaker:alive             str   set by a worker once the routes' states are known;
+                                          absent: a first start, or a Redis that lost its
+                                          data (states are then rebuilt: breaker/reseed.py)
 """
 
 from __future__ import annotations
@@ -40,6 +43,11 @@ def noise_key(prefix: str, route: str, mode: str) -> str:
 
 def routes_key(prefix: str) -> str:
     return f"{prefix}routes"
+
+
+def alive_key(prefix: str) -> str:
+    """Present while Redis still holds what the breaker wrote (``breaker/reseed.py``)."""
+    return f"{prefix}breaker:alive"
 
 
 COMMAND_KEY_GLOB = "route:{*}:command"

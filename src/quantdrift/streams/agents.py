@@ -14,7 +14,7 @@ raise). What each stage does, and why, is in its own module.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 
 import faust
 
@@ -53,6 +53,7 @@ def attach_agents(
     claim_ttl_ms: int = 10_000,
     prompt_salt: str = "",
     stall_after_s: float = 60.0,
+    read_commands: Callable[[], Awaitable[list[bytes]]] | None = None,
 ) -> WorkerStats:
     """Build both stages and register the agents, the clock and the status page."""
     stats = WorkerStats()
@@ -79,6 +80,7 @@ def attach_agents(
         dead_letters=dead_letters,
         stats=stats,
         clock=clock,
+        read_commands=read_commands,
     )
 
     @app.task

@@ -6,19 +6,26 @@ One atomic store step per route and batch (``judging.judge_records``, over the
 scored"); an unsigned, forged or stale score is dead-lettered with its reason and
 counted in ``scores_refused``. Its clock (:meth:`JudgeStage.tick`, every 0.5 s
 from ``agents.py``) moves cool-downs (open -> half_open) and sends any outbox a
-failed flush left.
+failed flush left. When Redis lost its data (``BreakerStore.remembers`` is false),
+the clock first rebuilds the open, half-open and locked routes from the control
+topic's newest verified commands (``breaker/reseed.py``), so a route rolled back
+before the loss still half-opens.
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
+from functools import partial
 from typing import Any
+
+from aiokafka.errors import KafkaError
 
 from quantdrift.breaker.policy import Policy
 from quantdrift.breaker.protocol import BreakerStore
-from quantdrift.errors import BreakerStoreError
+from quantdrift.breaker.reseed import newest, rebuild
+from quantdrift.errors import BreakerStoreError, BrokerError, SchemaError, SignatureError
 from quantdrift.integrations import otel
 from quantdrift.schemas import CommandVerifier
 from quantdrift.streams.dead_letters import DeadLetterSink
@@ -28,6 +35,8 @@ from quantdrift.streams.outbox_sender import OutboxSender
 from quantdrift.streams.stats import WorkerStats
 
 log = logging.getLogger("quantdrift.worker")
+
+RESEED_RETRY_S = 5.0  # a failed read of the control topic is tried again after this
 
 
 class JudgeStage:
@@ -44,6 +53,7 @@ class JudgeStage:
         dead_letters: DeadLetterSink,
         stats: WorkerStats,
         clock: Callable[[], float] = time.time,
+        read_commands: Callable[[], Awaitable[list[bytes]]] | None = None,
     ) -> None:
         self._store = store
         self._outbox = outbox
@@ -53,6 +63,8 @@ class JudgeStage:
         self._dead_letters = dead_letters
         self._stats = stats
         self._clock = clock
+        self._read_commands = read_commands
+        self._next_reseed = 0.0
 
     async def handle(self, events: Sequence[Any]) -> None:
         """Fold a batch of score records; refuse what is not a fresh signed score."""
@@ -87,6 +99,7 @@ class JudgeStage:
         """Move every route's clock (cool-downs) and flush what its outbox holds."""
         try:
             store = self._store()
+            await self._reseed(store)
             for route in await store.routes():
                 result = await store.tick(route, self._policy.for_route(route), self._clock())
                 if result.outbox is not None:
@@ -97,6 +110,37 @@ class JudgeStage:
         except BreakerStoreError as exc:
             self._stats.store_errors += 1
             log.warning("breaker clock: store unavailable (%s)", exc)
+
+    async def _reseed(self, store: BreakerStore) -> None:
+        """After a data loss, rebuild the routes the control topic says are not closed."""
+        if self._read_commands is None or await store.remembers():
+            return
+        now = time.monotonic()
+        if now < self._next_reseed:
+            return
+        self._next_reseed = now + RESEED_RETRY_S
+        try:
+            raws = await self._read_commands()
+        except (BrokerError, KafkaError, OSError, TimeoutError) as exc:
+            log.warning("breaker state lost; the control topic is unreadable (%s)", exc)
+            return
+        commands = []
+        for raw in raws:
+            try:
+                commands.append(self._verifier.open(raw))
+            except (SchemaError, SignatureError):
+                continue  # not ours to rebuild from; the gateways refuse it too
+        rebuilt = []
+        for route, command in sorted(newest(commands).items()):
+            if await store.seed(
+                route, partial(rebuild, command=command, policy=self._policy.for_route(route))
+            ):
+                rebuilt.append(f"{route} ({command.action}, epoch {command.epoch})")
+        await store.remember()
+        if rebuilt:
+            log.warning(
+                "breaker state was lost; rebuilt from the control topic: %s", ", ".join(rebuilt)
+            )
 
     async def _refuse(self, judged: Judged) -> None:
         for letter in judged.dead:

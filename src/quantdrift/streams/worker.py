@@ -23,6 +23,7 @@ from quantdrift.schemas import CommandSigner
 from quantdrift.schemas.signing import signer_from_settings, verifier_from_settings
 from quantdrift.streams.agents import WorkerStats, attach_agents
 from quantdrift.streams.app import Topics, create_app
+from quantdrift.streams.control_log import read_control
 
 
 def make_embedder(settings: Settings) -> Embedder | None:
@@ -77,6 +78,8 @@ def build_worker_app(
         claim_ttl_ms=settings.worker.outbox_claim_ttl_ms,
         prompt_salt=settings.prompt_salt.get_secret_value(),
         stall_after_s=settings.worker.stall_after_s,
+        # A Redis that lost its data gets the routes' states back from here (reseed.py).
+        read_commands=lambda: read_control(settings.kafka, settings.kafka.topics.control),
     )
     return app, topics, stats
 
