@@ -43,6 +43,7 @@ from quantdrift.schemas import Metrics, ScoreEvent
 from quantdrift.schemas.signing import CommandSigner
 from quantdrift.stack import EmbeddedStack, free_port
 from support.browser import CHROMIUM, chromium_dom, screenshot
+from support.e2e import until_healthz
 from support.otlp import Receiver
 from support.preflight import KEYS, certified, cli, public, vllm_says
 
@@ -165,16 +166,7 @@ def api(launch: Launch) -> Iterator[Api]:
             env=env, cwd=launch.workdir, stdout=out, stderr=subprocess.STDOUT,
         )  # fmt: skip
     base = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 60
-    while True:
-        assert proc.poll() is None, log.read_text()
-        try:
-            if httpx.get(base + "/healthz", timeout=1).status_code == 200:
-                break
-        except httpx.TransportError:
-            pass
-        assert time.monotonic() < deadline, "verdict API did not come up: " + log.read_text()
-        time.sleep(0.1)
+    until_healthz(proc, base, log)
     yield Api(base)
     proc.terminate()
     proc.wait(timeout=10)

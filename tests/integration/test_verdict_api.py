@@ -38,6 +38,7 @@ from quantdrift.preflight.signoff import sign_file
 from quantdrift.schemas import Metrics, ScoreEvent
 from quantdrift.schemas.signing import CommandSigner
 from quantdrift.stack import EmbeddedStack, free_port
+from support.e2e import until_healthz
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
 
@@ -232,16 +233,7 @@ def api(
             stderr=subprocess.STDOUT,
         )
     base = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 60
-    while True:
-        assert proc.poll() is None, log.read_text()
-        try:
-            if httpx.get(base + "/healthz", timeout=1).status_code == 200:
-                break
-        except httpx.TransportError:
-            pass
-        assert time.monotonic() < deadline, "verdict API did not come up: " + log.read_text()
-        time.sleep(0.1)
+    until_healthz(proc, base, log)
     yield Api(base, proc, log)
     proc.terminate()
     proc.wait(timeout=10)

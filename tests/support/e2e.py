@@ -128,19 +128,27 @@ def verdict_api(env: dict[str, str], workdir: Path, token: str) -> Iterator[str]
     )
     base = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + 60
-        while True:
-            assert proc.poll() is None, log.read_text()
-            try:
-                if httpx.get(base + "/healthz", timeout=1).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            assert time.monotonic() < deadline, log.read_text()
-            time.sleep(0.1)
+        until_healthz(proc, base, log)
         yield base
     finally:
         stop_popen(proc, timeout=10)
+
+
+def until_healthz(
+    proc: subprocess.Popen[bytes], base: str, log: Path, within_s: float = 60
+) -> None:
+    """Wait until the verdict API at ``base`` answers ``/healthz``; fail with its log if
+    the process dies or the time runs out."""
+    deadline = time.monotonic() + within_s
+    while True:
+        assert proc.poll() is None, log.read_text()
+        try:
+            if httpx.get(base + "/healthz", timeout=1).status_code == 200:
+                return
+        except httpx.TransportError:
+            pass
+        assert time.monotonic() < deadline, "verdict API did not come up: " + log.read_text()
+        time.sleep(0.1)
 
 
 @contextmanager
