@@ -42,7 +42,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from quantdrift.gateway.upstream.client import CALL_ERRORS, PoolClient, failure_name
+from quantdrift.gateway.upstream.client import CALL_ERRORS, PoolClient, Reply, failure_name
 
 TeacherForcing = Literal["vllm", "lab", "none"]
 
@@ -161,28 +161,45 @@ async def score_vllm_ids(
     }
     if model:
         body["model"] = model
-    try:
-        async with asyncio.timeout(timeout_s):
-            r = await client.post(f"{url}/v1/completions", body)
-    except CALL_ERRORS as exc:
-        return Failed(FAILED, failure_name(exc))
-    if r.status in (400, 404, 405, 422):
-        return Failed(UNSUPPORTED, f"/v1/completions: HTTP {r.status}: {r.text[:200]}")
-    if r.status != 200:
-        return Failed(FAILED, f"/v1/completions: HTTP {r.status}")
+    r = await _post(client, url, "/v1/completions", body, timeout_s)
+    if isinstance(r, Failed):
+        return r
     try:
         entries = r.json()["choices"][0]["prompt_logprobs"]
     except (ValueError, KeyError, IndexError, TypeError):
         return Failed(FAILED, "unreadable reply")
     if not isinstance(entries, list):
         return Failed(UNSUPPORTED, "no prompt_logprobs in the reply")
-    found = align_ids(list(answer_ids), len(prompt_ids), entries)
     # The forced pass read the prompt and the answer: that is its spend.
-    return (
-        Scored(found.logprobs, len(prompt_ids) + len(answer_ids))
-        if isinstance(found, Scored)
-        else found
-    )
+    found = align_ids(list(answer_ids), len(prompt_ids), entries)
+    return _with_tokens(found, len(prompt_ids) + len(answer_ids))
+
+
+def _with_tokens(outcome: Outcome, tokens: int) -> Outcome:
+    """``outcome`` with the tokens its forced pass read, when it scored."""
+    return Scored(outcome.logprobs, tokens) if isinstance(outcome, Scored) else outcome
+
+
+def _refused(r: Reply, what: str) -> Failed | None:
+    """A reply that is not a 200, as a Failed: the request's shape refused (the server
+    has no such API) or any other failure; None for a 200."""
+    if r.status in (400, 404, 405, 422):
+        return Failed(UNSUPPORTED, f"{what}: HTTP {r.status}: {r.text[:200]}")
+    if r.status != 200:
+        return Failed(FAILED, f"{what}: HTTP {r.status}")
+    return None
+
+
+async def _post(
+    client: PoolClient, url: str, path: str, body: Any, timeout_s: float
+) -> Reply | Failed:
+    """One scoring call under its deadline: the 200 reply, or why there is none."""
+    try:
+        async with asyncio.timeout(timeout_s):
+            r = await client.post(f"{url}{path}", body)
+    except CALL_ERRORS as exc:
+        return Failed(FAILED, failure_name(exc))
+    return _refused(r, path) or r
 
 
 def vllm_request(
@@ -224,11 +241,9 @@ async def _vllm_positions(
             )
     except CALL_ERRORS as exc:
         return Failed(FAILED, failure_name(exc))
-    for r, what in ((tok, "/tokenize"), (scored, "prompt_logprobs")):
-        if r.status in (400, 404, 405, 422):
-            return Failed(UNSUPPORTED, f"{what}: HTTP {r.status}: {r.text[:200]}")
-        if r.status != 200:
-            return Failed(FAILED, f"{what}: HTTP {r.status}")
+    refused = _refused(tok, "/tokenize") or _refused(scored, "prompt_logprobs")
+    if refused is not None:
+        return refused
     try:
         start = len(tok.json()["tokens"])
         body = scored.json()
@@ -255,8 +270,7 @@ async def score_vllm(
     got = await _vllm_positions(client, url, model, messages, answer, finished, timeout_s)
     if isinstance(got, Failed):
         return got
-    found = align(candidate_tokens, *got)
-    return Scored(found.logprobs, len(got[1])) if isinstance(found, Scored) else found
+    return _with_tokens(align(candidate_tokens, *got), len(got[1]))
 
 
 async def probe(
@@ -283,15 +297,11 @@ async def score_lab(
     client: PoolClient, url: str, messages: Any, answer: str, timeout_s: float
 ) -> Outcome:
     """``POST /v1/score`` of ``quantdrift lab serve``."""
-    try:
-        async with asyncio.timeout(timeout_s):
-            r = await client.post(f"{url}/v1/score", {"messages": messages, "continuation": answer})
-    except CALL_ERRORS as exc:
-        return Failed(FAILED, failure_name(exc))
-    if r.status in (400, 404, 405, 422):
-        return Failed(UNSUPPORTED, f"/v1/score: HTTP {r.status}: {r.text[:200]}")
-    if r.status != 200:
-        return Failed(FAILED, f"/v1/score: HTTP {r.status}")
+    r = await _post(
+        client, url, "/v1/score", {"messages": messages, "continuation": answer}, timeout_s
+    )
+    if isinstance(r, Failed):
+        return r
     try:
         reply = r.json()
         values, usage = reply.get("continuation_logprobs"), reply.get("usage")
