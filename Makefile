@@ -110,7 +110,7 @@ $(STAMP_VLLM):
 vllm: $(STAMP_VLLM)  ## create .venv-vllm with vLLM (CPU build) for the real-engine path
 
 test: $(STAMP_DEV) $(STAMP_VLLM) browser promtool netrig nginx $(STAMP_LITELLM)  ## the whole suite (with the vLLM tier: builds .venv-vllm), on the real embedded broker and Redis
-	$(BIN)/pytest -q -m "not timing" $(PYTEST_ARGS)
+	$(BIN)/pytest -q -m "not timing" --durations=40 $(PYTEST_ARGS)
 
 # Tiers are marked by folder in tests/conftest.py.
 test-fast: $(STAMP_DEV)  ## unit and pure contract tests plus every module's doctests (< 1 min)
