@@ -257,6 +257,9 @@ def _register_corpus(lab_sub: argparse._SubParsersAction) -> None:
     r.add_argument("--minutes", type=float, default=None, help="start no block after this")
     r.add_argument("--max-model-len", type=positive_int, default=4608)
     r.add_argument(
+        "--kv-cache-gb", type=positive_int, default=1, help="each engine's VLLM_CPU_KVCACHE_SPACE"
+    )
+    r.add_argument(
         "--teacher-forcing",
         choices=("vllm", "lab"),
         default="vllm",
@@ -310,6 +313,7 @@ def corpus_record(args: argparse.Namespace) -> int:
         concurrency=args.concurrency,
         minutes=args.minutes,
         max_model_len=args.max_model_len,
+        kv_cache_gb=args.kv_cache_gb,
         teacher_forcing=args.teacher_forcing,
     )
     summary = session.run(log=sys.stderr)

@@ -52,6 +52,10 @@ class RecordingSession:
     concurrency: int = 12
     minutes: float | None = None
     max_model_len: int = 4608
+    # Four engines share the machine's memory: at 2 GB of KV cache each, a long prompt's
+    # teacher-forced log-probs (a full-vocabulary row per position) pushed the host into
+    # the OOM killer. 1 GB still holds about 46k tokens, ten 4.6k-token requests at once.
+    kv_cache_gb: int = 1
     teacher_forcing: str = "vllm"
 
     def run(self, log: TextIO) -> dict[str, Any]:
@@ -95,7 +99,10 @@ class RecordingSession:
         # The engines' logs outlive the run: a recording that failed is read by its logs.
         folder = Path(tempfile.mkdtemp(prefix="qd-corpus-"))
         summary["engine_logs"] = str(folder)
-        extra = ("--max-model-len", str(self.max_model_len))
+        extra = (
+            *("--max-model-len", str(self.max_model_len)),
+            *("--kv-cache-gb", str(self.kv_cache_gb)),
+        )
         for name in (REFERENCE, *self.candidates):
             variant = REFERENCE_VARIANT if name == REFERENCE else name
             e = start_engine(
