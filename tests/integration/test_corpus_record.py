@@ -90,3 +90,39 @@ def test_a_killed_recording_resumes_without_duplicate_or_missing_pairs(tmp_path:
         pair = json.loads(f.readline())
     assert pair["tags"]["language"] in ("en", "es", "zh", "ja")
     assert pair["request"]["task"] == pair["tags"]["task"]
+
+
+def test_a_recording_that_loses_teacher_forcing_says_why(tmp_path: Path) -> None:
+    """The reference pool is told to force the vLLM way, which the lab server does not
+    serve: every candidate answer goes without tf_kl, and the run's summary counts why,
+    so a long recording cannot lose its teacher forcing without saying so."""
+    pytest.importorskip("transformers")
+    every = tmp_path / "all.jsonl.gz"
+    subprocess.run(
+        [sys.executable, "-m", "quantdrift", "lab", "corpus", "generate",
+         "--seed", "3", "--count", "60", "--out", str(every)],
+        check=True, capture_output=True,
+    )  # fmt: skip
+    short = [p for p in build.load(every) if p.input_tokens and p.input_tokens < 128]
+    short = [p for p in short if p.max_tokens <= 48][:2]
+    prompts = tmp_path / "prompts.jsonl"
+    build.save(prompts, short)
+    procs, urls = start_lab({"ref": "ref-f32", "int8": "int8"}, tmp_path)
+    try:
+        run = subprocess.run(
+            [sys.executable, "-m", "quantdrift", "lab", "corpus", "record",
+             "--prompts", str(prompts), "--out", str(tmp_path / "pairs"), "--variants", "int8",
+             "--engine", f"ref={urls['ref']}", "--engine", f"int8={urls['int8']}",
+             "--teacher-forcing", "vllm", "--block", "2"],
+            capture_output=True, timeout=400,
+        )  # fmt: skip
+    finally:
+        for p in procs:
+            stop_popen(p, timeout=10)
+    assert run.returncode == 0, run.stderr.decode()[-2000:]
+    summary = json.loads(run.stdout)
+    answered = summary["pairs_this_run"] - len(short)  # one noise pair per prompt
+    assert summary["without_tf"] == answered == 2
+    failed = summary["engines"]["ref"]["tf_failed"]
+    assert sum(failed.values()) == 2, failed
+    assert "tf_failed" in run.stderr.decode()  # the progress line says it too

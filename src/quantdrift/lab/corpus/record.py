@@ -35,6 +35,7 @@ import json
 import lzma
 import os
 import time
+from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -68,6 +69,9 @@ class EngineMeter:
     requests: int = 0
     tf_requests: int = 0
     retries: int = 0
+    # Why a forced scoring gave nothing, by reason (the pair then goes without tf_kl):
+    # shown in the progress lines, so a recording that loses its teacher forcing says why.
+    tf_failed: Counter[str] = field(default_factory=Counter)
 
     def add(self, c: Completion) -> None:
         self.requests += 1
@@ -85,7 +89,7 @@ class Progress:
     seconds: float = 0.0
     meters: dict[str, EngineMeter] = field(default_factory=dict)
 
-    def rates(self) -> dict[str, dict[str, float]]:
+    def rates(self) -> dict[str, dict[str, Any]]:
         s = max(self.seconds, 1e-9)
         return {
             name: {
@@ -93,6 +97,7 @@ class Progress:
                 "gen_tok_s": round(m.completion_tokens / s, 1),
                 "requests": m.requests,
                 "retries": m.retries,
+                **({"tf_failed": dict(m.tf_failed)} if m.tf_failed else {}),
             }
             for name, m in self.meters.items()
         }
@@ -267,7 +272,12 @@ class CorpusRecorder:
                     assert self.upstreams is not None
                     outcome = await self.upstreams[REFERENCE].score(p.messages, cand, timeout_s=900)
                     self.meters[REFERENCE].tf_requests += 1
-                    tf = outcome.logprobs if isinstance(outcome, Scored) else None
+                    if isinstance(outcome, Scored):
+                        tf = outcome.logprobs
+                    else:
+                        self.meters[REFERENCE].tf_failed[
+                            f"{outcome.reason}: {outcome.detail[:120]}"
+                        ] += 1
             return self._pair(p, "shadow", name, cand, first, tf)
 
         pairs.extend(await asyncio.gather(*(one(n) for n in self.candidates)))
