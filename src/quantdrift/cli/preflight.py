@@ -160,10 +160,10 @@ def build_config(args: argparse.Namespace):  # type: ignore[no-untyped-def]
 
 def run(args: argparse.Namespace) -> int:
     from quantdrift.cli.common import load_settings, with_stack
-    from quantdrift.preflight.context import Context
     from quantdrift.preflight.page import draw, page_path
     from quantdrift.preflight.report import report_bytes, summary_lines
     from quantdrift.preflight.runner import run as run_checks
+    from quantdrift.services.preflight import preflight_context
 
     cfg = build_config(args)
 
@@ -173,7 +173,7 @@ def run(args: argparse.Namespace) -> int:
             sys.stderr.flush()
 
     settings = with_stack(load_settings())
-    ctx = Context(cfg, settings=settings, progress=progress)
+    ctx = preflight_context(cfg, settings=settings, progress=progress)
     report = asyncio.run(run_checks(ctx, args.only))
     raw = report_bytes(report)
     cfg.report.parent.mkdir(parents=True, exist_ok=True)
