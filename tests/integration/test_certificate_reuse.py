@@ -36,9 +36,9 @@ import redis
 import redis.asyncio as aioredis
 import yaml
 
+from quantdrift import otel
 from quantdrift.breaker.policy import load_policy
 from quantdrift.breaker.store import RedisBreakerStore
-from quantdrift.integrations import otel
 from quantdrift.schemas import Metrics, ScoreEvent
 from quantdrift.schemas.signing import CommandSigner
 from quantdrift.stack import EmbeddedStack, free_port
@@ -47,7 +47,7 @@ from support.e2e import until_healthz
 from support.otlp import Receiver
 from support.preflight import KEYS, certified, cli, public, vllm_says
 
-pytestmark = [pytest.mark.integration, pytest.mark.timeout(400)]
+pytestmark = [pytest.mark.timeout(400)]
 
 ROUTE = "cs-agent/int4"  # the route go_report launches
 BUILD = "smol-gptq-int4"

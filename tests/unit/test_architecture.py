@@ -67,10 +67,6 @@ def package_table() -> dict[str, set[str]]:
 
 # package -> the quantdrift packages it may import (itself always allowed).
 ALLOWED = package_table()
-# The OpenTelemetry hooks: a leaf (stdlib, and opentelemetry only when it is on) that the
-# gateway, the worker and the console call with what they already hold, so events leave
-# from where they happen without those packages reaching into the integrations.
-HOOKS = {"quantdrift.integrations", "quantdrift.integrations.otel"}
 # CLI helpers every command shares (argument types, the exit-code map, progress bars), and
 # the server start that ``gateway`` and ``collector`` share (same parts, another app).
 CLI_SHARED = {"common", "progress", "exits", "serving"}
@@ -152,7 +148,7 @@ def test_no_arrow_the_table_forbids() -> None:
     bad = []
     for a in all_arrows():
         src, dst = package_of(a.source), package_of(a.target)
-        if not dst or src == dst or not is_module(a.target) or a.target in HOOKS:
+        if not dst or src == dst or not is_module(a.target):
             continue
         if dst not in ALLOWED.get(src, set()):
             bad.append(a.where)
