@@ -33,7 +33,7 @@ from support.guard import (
 from support.kafka import consume_n
 from support.workers import start_worker
 
-pytestmark = [pytest.mark.integration, pytest.mark.slow]
+pytestmark = [pytest.mark.slow]
 
 
 def _cleanup(url: str, prefix: str) -> None:

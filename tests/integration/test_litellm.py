@@ -49,7 +49,7 @@ from support.kafka import consume_n
 from support.scripted_llm import ScriptedLLM
 from support.workers import start_worker
 
-pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
+pytestmark = [pytest.mark.timeout(300)]
 
 ROOT = Path(__file__).resolve().parents[2]
 LITELLM = ROOT / ".venv-litellm" / "bin" / "litellm"

@@ -13,7 +13,7 @@ from quantdrift.services.preflight import preflight_context
 from support.guard import isolated_settings, make_topics
 from support.workers import start_worker
 
-pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
+pytestmark = [pytest.mark.timeout(120)]
 
 
 async def test_switch_drill_rolls_back_restores_and_leaves_the_route(stack, redis_prefix) -> None:  # type: ignore[no-untyped-def]

@@ -36,7 +36,7 @@ from support.guard import (
 from support.workers import start_worker
 
 # The worker loads MiniLM for its tiered scorer, and so does the replay.
-pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(420)]
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(420)]
 
 ROUTE = "replay-live/int4"
 # The seeds' rule and the sequential test; a cool-down longer than the run, so the

@@ -37,7 +37,7 @@ from support.kafka import unique_topic
 from support.scripted_llm import ScriptedLLM
 from support.workers import start_worker
 
-pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
+pytestmark = [pytest.mark.timeout(120)]
 
 POOLS = {"int4": "good", "int8": "good", "int3": "loop", "bf16": "good"}
 EXTRAS = ["int8", "int3"]

@@ -25,8 +25,6 @@ from support.guard import isolated_settings, make_topics, wait_until
 from support.kafka import produce
 from support.workers import start_worker
 
-pytestmark = [pytest.mark.integration]
-
 
 def rows(dom: str) -> dict[str, dict[str, str]]:
     found = {}
