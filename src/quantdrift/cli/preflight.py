@@ -22,7 +22,9 @@ import asyncio
 import json
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from quantdrift.cli.common import comma_names, positive_int
 
@@ -227,26 +229,14 @@ def verify(args: argparse.Namespace) -> int:
     result = verify_report(
         raw, read_approvals(args.report), keys, args.required, args.distinct_keys
     )
-    if args.json:
-        print(
-            json.dumps(
-                {
-                    "ok": result.ok,
-                    "verdict": result.verdict,
-                    "signers": result.signers,
-                    "problems": result.problems,
-                }
-            )
-        )
-    else:
-        status = "verified" if result.ok else "NOT verified"
-        print(
-            f"{args.report.name}: {status}; verdict {result.verdict}; "
-            f"signers: {', '.join(result.signers) or 'none'}"
-        )
-        for p in result.problems:
-            print(f"  {p}")
-    return 0 if result.ok else 1
+    return _print_check(
+        args.json,
+        result.ok,
+        {"verdict": result.verdict, "signers": result.signers},
+        result.problems,
+        args.report.name,
+        f"verdict {result.verdict}; signers: {', '.join(result.signers) or 'none'}",
+    )
 
 
 def certificate(args: argparse.Namespace) -> int:
@@ -274,26 +264,33 @@ def verify_certificate(args: argparse.Namespace) -> int:
     from quantdrift.preflight.certificate import check_file
 
     result = check_file(args.certificate, load_settings().signing, args.public_key)
-    if args.json:
-        print(
-            json.dumps(
-                {
-                    "ok": result.ok,
-                    "key_id": result.key_id,
-                    "signers": result.signers,
-                    "problems": result.problems,
-                }
-            )
-        )
+    return _print_check(
+        args.json,
+        result.ok,
+        {"key_id": result.key_id, "signers": result.signers},
+        result.problems,
+        args.certificate.name,
+        f"issuer {result.key_id or 'unknown'}; signers: {', '.join(result.signers) or 'none'}",
+    )
+
+
+def _print_check(
+    as_json: bool,
+    ok: bool,
+    fields: dict[str, Any],
+    problems: Sequence[str],
+    name: str,
+    detail: str,
+) -> int:
+    """A verification's outcome, as JSON or as one line (``name: status; detail``) and one
+    indented line per problem; exit 0 when it verified, else 1."""
+    if as_json:
+        print(json.dumps({"ok": ok, **fields, "problems": list(problems)}))
     else:
-        status = "verified" if result.ok else "NOT verified"
-        print(
-            f"{args.certificate.name}: {status}; issuer {result.key_id or 'unknown'}; "
-            f"signers: {', '.join(result.signers) or 'none'}"
-        )
-        for p in result.problems:
+        print(f"{name}: {'verified' if ok else 'NOT verified'}; {detail}")
+        for p in problems:
             print(f"  {p}")
-    return 0 if result.ok else 1
+    return 0 if ok else 1
 
 
 def certificate_page(args: argparse.Namespace) -> int:
