@@ -32,7 +32,6 @@ from typing import Any
 
 import httpx
 import pytest
-import redis
 import redis.asyncio as aioredis
 import yaml
 
@@ -46,6 +45,7 @@ from support.browser import CHROMIUM, chromium_dom, screenshot
 from support.e2e import until_healthz
 from support.otlp import Receiver
 from support.preflight import KEYS, certified, cli, public, vllm_says
+from support.redis_keys import forget_prefix
 
 pytestmark = [pytest.mark.timeout(400)]
 
@@ -120,11 +120,7 @@ def launch(stack: EmbeddedStack, tmp_path_factory: pytest.TempPathFactory) -> It
     with vllm_says("0.31.0", BUILD) as engine:
         env, report, cert, keys = certified(tmp, live, "--candidate", engine)
     yield Launch({**env, **status_env}, report, cert, keys, prefix, policy_file, tmp)
-    client = redis.Redis.from_url(stack.redis_url)
-    found = list(client.scan_iter(match=f"{prefix}*", count=1000))
-    if found:
-        client.delete(*found)
-    client.close()
+    forget_prefix(stack.redis_url, prefix)
 
 
 def test_the_certificate_binds_the_engine_and_live_evidence_per_slice(launch: Launch) -> None:
