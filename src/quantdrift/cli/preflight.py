@@ -24,7 +24,7 @@ import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from quantdrift.cli.common import comma_names, positive_int
 
@@ -229,14 +229,8 @@ def verify(args: argparse.Namespace) -> int:
     result = verify_report(
         raw, read_approvals(args.report), keys, args.required, args.distinct_keys
     )
-    return _print_check(
-        args.json,
-        result.ok,
-        {"verdict": result.verdict, "signers": result.signers},
-        result.problems,
-        args.report.name,
-        f"verdict {result.verdict}; signers: {', '.join(result.signers) or 'none'}",
-    )
+    detail = f"verdict {result.verdict}"
+    return _print_check(args.json, result, args.report.name, "verdict", result.verdict, detail)
 
 
 def certificate(args: argparse.Namespace) -> int:
@@ -264,33 +258,36 @@ def verify_certificate(args: argparse.Namespace) -> int:
     from quantdrift.preflight.certificate import check_file
 
     result = check_file(args.certificate, load_settings().signing, args.public_key)
-    return _print_check(
-        args.json,
-        result.ok,
-        {"key_id": result.key_id, "signers": result.signers},
-        result.problems,
-        args.certificate.name,
-        f"issuer {result.key_id or 'unknown'}; signers: {', '.join(result.signers) or 'none'}",
-    )
+    detail = f"issuer {result.key_id or 'unknown'}"
+    return _print_check(args.json, result, args.certificate.name, "key_id", result.key_id, detail)
+
+
+class _Checked(Protocol):
+    """A verification's outcome (a report's sign-off, a certificate)."""
+
+    @property
+    def ok(self) -> bool: ...
+    @property
+    def signers(self) -> Sequence[str]: ...
+    @property
+    def problems(self) -> Sequence[str]: ...
 
 
 def _print_check(
-    as_json: bool,
-    ok: bool,
-    fields: dict[str, Any],
-    problems: Sequence[str],
-    name: str,
-    detail: str,
+    as_json: bool, result: _Checked, name: str, key: str, value: Any, detail: str
 ) -> int:
-    """A verification's outcome, as JSON or as one line (``name: status; detail``) and one
-    indented line per problem; exit 0 when it verified, else 1."""
+    """A verification's outcome, as JSON (``ok``, ``key``, the signers, the problems) or
+    as one line (``name: status; detail; signers``) and one indented line per problem;
+    exit 0 when it verified, else 1."""
+    signers, problems = list(result.signers), list(result.problems)
     if as_json:
-        print(json.dumps({"ok": ok, **fields, "problems": list(problems)}))
+        print(json.dumps({"ok": result.ok, key: value, "signers": signers, "problems": problems}))
     else:
-        print(f"{name}: {'verified' if ok else 'NOT verified'}; {detail}")
+        status = "verified" if result.ok else "NOT verified"
+        print(f"{name}: {status}; {detail}; signers: {', '.join(signers) or 'none'}")
         for p in problems:
             print(f"  {p}")
-    return 0 if ok else 1
+    return 0 if result.ok else 1
 
 
 def certificate_page(args: argparse.Namespace) -> int:
