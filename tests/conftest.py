@@ -21,12 +21,13 @@ pytest_plugins = ["support.plugin"]
 
 TESTS = Path(__file__).resolve().parent
 
-FOLDER_MARKERS = {
-    "unit": "unit",
-    "contract": "contract",
-    "integration": "integration",
-    "faults": "faults",
-    "vllm": "vllm",
+# A fault test runs real servers too, so it is an integration test as well.
+FOLDER_MARKERS: dict[str, tuple[str, ...]] = {
+    "unit": ("unit",),
+    "contract": ("contract",),
+    "integration": ("integration",),
+    "faults": ("faults", "integration"),
+    "vllm": ("vllm",),
 }
 
 # The breaker-store contract runs each check on memory and on Redis: only its Redis
@@ -49,9 +50,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             folder = path.relative_to(TESTS).parts[0]
         except (ValueError, IndexError):
             continue
-        marker = FOLDER_MARKERS.get(folder)
-        if marker is None:
-            continue
-        item.add_marker(marker)
+        for marker in FOLDER_MARKERS.get(folder, ()):
+            item.add_marker(marker)
         if folder == "contract":
             item.add_marker("integration" if _needs_server(item, path) else "pure")

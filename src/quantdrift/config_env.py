@@ -18,6 +18,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit, urlunsplit
 
 from pydantic import BaseModel, SecretStr, ValidationError
 from pydantic.fields import FieldInfo
@@ -297,11 +298,23 @@ def masked(f: Field, value: Any) -> str:
         return "********"
     text = render(value)
     if "://" in text and "@" in text:
-        # Deferred: the stack package is only needed to redact a URL being shown.
-        from quantdrift.stack.redis_server import redact
-
         return redact(text)
     return text
+
+
+def redact(url: str) -> str:
+    """``url`` without its password, for messages, logs and the settings shown.
+
+    >>> redact("redis://:hunter2@cache:6379/0")
+    'redis://:***@cache:6379/0'
+    >>> redact("redis://cache:6379")
+    'redis://cache:6379'
+    """
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    netloc = parts.netloc.replace(f":{parts.password}@", ":***@", 1)
+    return urlunsplit(parts._replace(netloc=netloc))
 
 
 def reference_markdown(models: list[tuple[str, str, type[BaseModel], bool]]) -> str:

@@ -41,6 +41,7 @@ from quantdrift.embedding.static import StaticEmbedder
 from quantdrift.embedding.tiered import TieredScorer
 from quantdrift.schemas import Metrics, ModelOutput, PairEvent
 from quantdrift.services.pairs import read_pairs
+from support.references import lcs_table
 
 SACREBLEU = {tok: BLEU(effective_order=True, tokenize=tok) for tok in ("13a", "zh")}
 ROUGE = rouge_scorer.RougeScorer(["rouge1", "rougeL"], use_stemmer=False)
@@ -94,15 +95,6 @@ def _awkward_pairs() -> list[PairEvent]:
 def bleu_ref(cand: str, ref: str) -> float:
     tok = "zh" if has_cjk(cand) or has_cjk(ref) else "13a"
     return min(max(SACREBLEU[tok].sentence_score(cand, [ref]).score / 100.0, 0.0), 1.0)
-
-
-def lcs_table(a: Sequence[str], b: Sequence[str]) -> int:
-    row = [0] * (len(b) + 1)
-    for x in a:
-        prev_diag, row[0] = 0, 0
-        for j, y in enumerate(b, 1):
-            prev_diag, row[j] = row[j], prev_diag + 1 if x == y else max(row[j], row[j - 1])
-    return row[-1]
 
 
 def f1(p: float, r: float) -> float:

@@ -36,12 +36,7 @@ from support.faults import (
 )
 from support.transitions import FailpointWorker
 
-pytestmark = [
-    pytest.mark.integration,
-    pytest.mark.slow,
-    pytest.mark.faults,
-    pytest.mark.timeout(150),
-]
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(150)]
 
 
 def healthy(route: str, n: int, seed: int) -> list[PairEvent]:

@@ -37,12 +37,7 @@ from support.faults import (
 )
 from support.transitions import FailpointWorker
 
-pytestmark = [
-    pytest.mark.integration,
-    pytest.mark.slow,
-    pytest.mark.faults,
-    pytest.mark.timeout(240),
-]
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
 
 SLOW_LANE = {
     "QUANTDRIFT_EMBEDDING__TIER": "tiered",

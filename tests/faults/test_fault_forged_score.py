@@ -30,12 +30,7 @@ from support.faults import (
     until_seen,
 )
 
-pytestmark = [
-    pytest.mark.integration,
-    pytest.mark.slow,
-    pytest.mark.faults,
-    pytest.mark.timeout(120),
-]
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(120)]
 
 FORGED_PER_KIND = 30  # more than min_pairs (20): folded, these would trip the breaker
 

@@ -22,7 +22,7 @@ from quantdrift.stack import EmbeddedStack
 from support.fault_oracle import Run, check
 from support.kafka import produce, unique_topic
 
-pytestmark = [pytest.mark.integration, pytest.mark.faults, pytest.mark.timeout(120)]
+pytestmark = [pytest.mark.timeout(120)]
 
 ROUTE = "oracle/int4"
 

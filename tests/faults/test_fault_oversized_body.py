@@ -40,7 +40,7 @@ from quantdrift.gateway.http.lingering import IDLE_S
 from quantdrift.stack import EmbeddedStack
 from support.gateway_process import EXAMPLE_CONFIG, GatewayProcess
 
-pytestmark = [pytest.mark.integration, pytest.mark.faults, pytest.mark.timeout(180)]
+pytestmark = [pytest.mark.timeout(180)]
 
 ROUTE = "cs-agent/int4"  # examples/gateway.yaml's route
 MB = 1 << 20

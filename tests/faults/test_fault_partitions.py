@@ -28,11 +28,7 @@ from support.kafka import consume_n
 from support.netrig import Rig, sweep
 from support.rig_stack import Load, RigStack, wait
 
-pytestmark = [
-    pytest.mark.integration,
-    pytest.mark.faults,
-    pytest.mark.timeout(120),
-]
+pytestmark = [pytest.mark.timeout(120)]
 
 STALE_S = 3.0
 RECOVER_S = 2.0  # the target: the newest state within 2 s of the link coming back

@@ -27,12 +27,7 @@ from quantdrift.schemas.pair import MAX_TEXT_CHARS
 from quantdrift.streams.handlers import RawRecord, parse_batch
 from support.faults import consume_n, on_route, send_pairs, shadow_only, until_seen
 
-pytestmark = [
-    pytest.mark.integration,
-    pytest.mark.slow,
-    pytest.mark.faults,
-    pytest.mark.timeout(200),
-]
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(200)]
 
 ROUTE = "poison/fuzz"
 N_HOSTILE = 10_000

@@ -31,12 +31,7 @@ from support.transitions import (
     transition_settings,
 )
 
-pytestmark = [
-    pytest.mark.integration,
-    pytest.mark.slow,
-    pytest.mark.faults,
-    pytest.mark.timeout(180),
-]
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(180)]
 
 ROUTE = "lost/int4"
 SWITCH_BUDGET_S = 1.0

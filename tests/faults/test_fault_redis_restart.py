@@ -28,12 +28,7 @@ from support.faults import (
 )
 from support.workers import start_worker
 
-pytestmark = [
-    pytest.mark.integration,
-    pytest.mark.slow,
-    pytest.mark.faults,
-    pytest.mark.timeout(150),
-]
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(150)]
 
 
 def route_pairs(route: str, seed: int) -> list[tuple[bytes | None, bytes | None]]:

@@ -37,11 +37,6 @@ import pytest
 from support.fault_cases import BY_NAME, CASES, SHORT
 from support.fault_run import run_case
 
-pytestmark = [
-    pytest.mark.integration,
-    pytest.mark.faults,
-]
-
 SHORT_HOLD_S = 20.0
 LONG_HOLD_S = 120.0
 

@@ -35,12 +35,7 @@ from support.scoring_split import (
     worker_with_web,
 )
 
-pytestmark = [
-    pytest.mark.integration,
-    pytest.mark.slow,
-    pytest.mark.faults,
-    pytest.mark.timeout(300),
-]
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 
 
 async def assert_decided_once(settings, routes: list[str], per_route: int) -> None:  # type: ignore[no-untyped-def]

@@ -25,12 +25,7 @@ from quantdrift.schemas.pair import RequestInfo
 from quantdrift.schemas.signing import signer_from_settings, verifier_from_settings
 from support.faults import consume_n, on_route, send_pairs, shadow_only, until_seen
 
-pytestmark = [
-    pytest.mark.integration,
-    pytest.mark.slow,
-    pytest.mark.faults,
-    pytest.mark.timeout(90),
-]
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(90)]
 
 
 async def wait_until(predicate, timeout: float) -> None:  # type: ignore[no-untyped-def]

@@ -33,12 +33,7 @@ from support.transitions import (
     transition_settings,
 )
 
-pytestmark = [
-    pytest.mark.integration,
-    pytest.mark.slow,
-    pytest.mark.faults,
-    pytest.mark.timeout(200),
-]
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(200)]
 
 
 @pytest.mark.parametrize("failpoint", ["after_commit", "after_send", "before_commit"])

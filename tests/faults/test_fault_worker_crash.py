@@ -25,12 +25,7 @@ from support.faults import (
 )
 from support.workers import start_worker
 
-pytestmark = [
-    pytest.mark.integration,
-    pytest.mark.slow,
-    pytest.mark.faults,
-    pytest.mark.timeout(150),
-]
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(150)]
 
 ROUTES = [f"crash/r{i}" for i in range(3)]
 

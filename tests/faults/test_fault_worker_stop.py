@@ -22,12 +22,7 @@ from quantdrift.stack import TansuBroker, kafka_metadata_ok
 from support.faults import isolated_settings, make_topics, wait_scored
 from support.workers import start_worker
 
-pytestmark = [
-    pytest.mark.integration,
-    pytest.mark.slow,
-    pytest.mark.faults,
-    pytest.mark.timeout(180),
-]
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(180)]
 
 GRACE_S = 10.0  # Docker's default stop grace, and compose's stop_grace_period
 

@@ -46,7 +46,7 @@ from support.workers import start_worker
 
 openai = pytest.importorskip("openai")
 
-pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
+pytestmark = [pytest.mark.timeout(240)]
 
 ROUTE = "cs-agent/int4"  # the example config's route
 TOKEN = "armed-e2e-verdict-token"

@@ -20,8 +20,6 @@ from quantdrift.schemas.signing import CommandSigner
 from quantdrift.stack.ports import free_port
 from support.guard import isolated_settings, make_topics
 
-pytestmark = pytest.mark.integration
-
 WORDS = "the a model answer route paris france capital city river blue sky cat mat".split()  # noqa: SIM905
 
 

@@ -32,13 +32,12 @@ from typing import Any
 
 import httpx
 import pytest
-import redis
 import redis.asyncio as aioredis
 import yaml
 
+from quantdrift import otel
 from quantdrift.breaker.policy import load_policy
 from quantdrift.breaker.store import RedisBreakerStore
-from quantdrift.integrations import otel
 from quantdrift.schemas import Metrics, ScoreEvent
 from quantdrift.schemas.signing import CommandSigner
 from quantdrift.stack import EmbeddedStack, free_port
@@ -46,8 +45,9 @@ from support.browser import CHROMIUM, chromium_dom, screenshot
 from support.e2e import until_healthz
 from support.otlp import Receiver
 from support.preflight import KEYS, certified, cli, public, vllm_says
+from support.redis_keys import forget_prefix
 
-pytestmark = [pytest.mark.integration, pytest.mark.timeout(400)]
+pytestmark = [pytest.mark.timeout(400)]
 
 ROUTE = "cs-agent/int4"  # the route go_report launches
 BUILD = "smol-gptq-int4"
@@ -120,11 +120,7 @@ def launch(stack: EmbeddedStack, tmp_path_factory: pytest.TempPathFactory) -> It
     with vllm_says("0.31.0", BUILD) as engine:
         env, report, cert, keys = certified(tmp, live, "--candidate", engine)
     yield Launch({**env, **status_env}, report, cert, keys, prefix, policy_file, tmp)
-    client = redis.Redis.from_url(stack.redis_url)
-    found = list(client.scan_iter(match=f"{prefix}*", count=1000))
-    if found:
-        client.delete(*found)
-    client.close()
+    forget_prefix(stack.redis_url, prefix)
 
 
 def test_the_certificate_binds_the_engine_and_live_evidence_per_slice(launch: Launch) -> None:

@@ -11,25 +11,14 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
-
 from quantdrift.schemas import ModelOutput, PairEvent, RequestInfo
-
-pytestmark = pytest.mark.integration
+from support import cli as support_cli
 
 SHIPPED = Path(__file__).parents[2] / "src/quantdrift/data/lab_pairs.jsonl.gz"
 
 
 def quantdrift(*argv: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("QUANTDRIFT_")}
-    return subprocess.run(
-        [sys.executable, "-m", "quantdrift", *argv],
-        capture_output=True,
-        text=True,
-        cwd=cwd,
-        env=env,
-        timeout=300,
-    )
+    return support_cli.quantdrift(*argv, cwd=cwd, timeout=300)
 
 
 def pairs_file(tmp_path: Path) -> Path:

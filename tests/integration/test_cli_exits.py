@@ -19,24 +19,16 @@ from pathlib import Path
 import pytest
 
 from quantdrift.stack.ports import free_port
+from support import cli as support_cli
+from support.cli import user_env
 from support.guard import isolated_settings, make_topics
-
-pytestmark = pytest.mark.integration
 
 
 def quantdrift(
     *argv: str, cwd: Path, env: dict[str, str] | None = None, timeout: float = 120
 ) -> subprocess.CompletedProcess[str]:
     """The CLI as a user runs it: its own process, only the QUANTDRIFT_ variables given."""
-    base = {k: v for k, v in os.environ.items() if not k.startswith("QUANTDRIFT_")}
-    return subprocess.run(
-        [sys.executable, "-m", "quantdrift", *argv],
-        capture_output=True,
-        text=True,
-        cwd=cwd,
-        env={**base, **(env or {})},
-        timeout=timeout,
-    )
+    return support_cli.quantdrift(*argv, cwd=cwd, env=user_env(env), timeout=timeout)
 
 
 def one_line(proc: subprocess.CompletedProcess[str]) -> str:

@@ -20,8 +20,6 @@ from quantdrift.schemas.signing import signer_from_settings, verifier_from_setti
 from support.guard import isolated_settings, make_topics
 from support.kafka import consume_n
 
-pytestmark = pytest.mark.integration
-
 
 def test_manual_rollback_is_signed_locked_and_published(
     stack, redis_prefix, monkeypatch, capsys

@@ -35,7 +35,7 @@ from support.gateway_upstream import (
 )
 from support.kafka import unique_topic
 
-pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
+pytestmark = [pytest.mark.timeout(120)]
 
 SHARE = 0.05  # what the gateway in front mirrors (nginx split_clients 5 %)
 

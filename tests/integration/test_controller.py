@@ -18,7 +18,7 @@ from quantdrift.schemas import CommandSigner, CommandVerifier, RouteCommand
 from quantdrift.stack import EmbeddedStack, create_topics, free_port
 from support.kafka import produce, unique_topic
 
-pytestmark = [pytest.mark.integration, pytest.mark.timeout(60)]
+pytestmark = [pytest.mark.timeout(60)]
 
 KEY = b"control-test-key-of-at-least-32-bytes"
 SIGNER = CommandSigner("k1", KEY)

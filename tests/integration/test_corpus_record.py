@@ -23,7 +23,7 @@ from quantdrift.lab.corpus import build
 from quantdrift.stack.ports import stop_popen
 from support.lab import start_lab
 
-pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(600)]
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 
 
 def _record(prompts: Path, out: Path, urls: dict[str, str]) -> subprocess.Popen[bytes]:

@@ -48,7 +48,7 @@ from support.gateway_upstream import (
 )
 from support.kafka import consume_n, produce, unique_topic
 
-pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
+pytestmark = [pytest.mark.timeout(120)]
 
 # -- serving and falling back ------------------------------------------------------------
 

@@ -39,7 +39,7 @@ from quantdrift.stack.ports import stop_popen
 from support.gateway_upstream import Scripted
 from support.kafka import consume_n, produce, unique_topic
 
-pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
+pytestmark = [pytest.mark.timeout(240)]
 
 ROUTE = "chat/int4"
 SIGNING_KEY = "hostile-suite-signing-key-0123456789abcdef"

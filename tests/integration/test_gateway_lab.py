@@ -25,7 +25,7 @@ from support.gateway_upstream import chat_body, content, serving
 from support.kafka import consume_n, unique_topic
 from support.lab import start_lab
 
-pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(600)]
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 
 
 @pytest.fixture(scope="module")

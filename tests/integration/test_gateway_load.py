@@ -32,7 +32,7 @@ from support.gateway_upstream import (
     serving,
 )
 
-pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
+pytestmark = [pytest.mark.timeout(120)]
 
 USERS = 8
 REQUESTS_PER_USER = 10

@@ -28,7 +28,7 @@ from quantdrift.gateway.http.service import Gateway
 from quantdrift.gateway.upstream.pools import Upstreams
 from support.gateway_upstream import GOOD, Scripted, chat_body, make_config, serving
 
-pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
+pytestmark = [pytest.mark.timeout(120)]
 
 HOG_S = 0.3  # each turn of the loop is blocked this long: > max_loop_lag_s, < connect_s
 OVERLOAD = {"max_loop_lag_s": 0.1, "tick_s": 0.02, "retry_after_s": 2}

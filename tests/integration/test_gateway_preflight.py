@@ -32,7 +32,7 @@ from quantdrift.stack import free_port
 from support.gateway_upstream import ROUTE, Scripted, serving
 from support.preflight import cli
 
-pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
+pytestmark = [pytest.mark.timeout(180)]
 
 KEYS = {"ops": "ops-approval-key-for-tests-32-bytes+", "ml": "ml-approval-key-for-tests-32-bytes+"}
 

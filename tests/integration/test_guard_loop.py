@@ -31,17 +31,10 @@ from support.guard import (
     until_seen,
 )
 from support.kafka import consume_n
+from support.redis_keys import forget_prefix
 from support.workers import start_worker
 
-pytestmark = [pytest.mark.integration, pytest.mark.slow]
-
-
-def _cleanup(url: str, prefix: str) -> None:
-    client = redis.Redis.from_url(url)
-    keys = list(client.scan_iter(match=f"{prefix}*", count=1000))
-    if keys:
-        client.delete(*keys)
-    client.close()
+pytestmark = [pytest.mark.slow]
 
 
 @pytest.fixture(scope="module")
@@ -52,7 +45,7 @@ def guard(stack) -> Iterator[tuple[Settings, WorkerProcess]]:  # type: ignore[no
     worker = start_worker(settings, stack.redis_url)
     yield settings, worker
     worker.stop()
-    _cleanup(stack.redis_url, prefix)
+    forget_prefix(stack.redis_url, prefix)
 
 
 async def on_topic(settings: Settings, topic: str, route: str) -> list:  # type: ignore[type-arg]

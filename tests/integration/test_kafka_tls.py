@@ -33,7 +33,7 @@ from quantdrift.stack.ports import stop_popen
 from support.guard import isolated_settings, on_route, shadow_only, until_seen
 from support.workers import start_worker
 
-pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(180)]
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(180)]
 
 
 def make_cert(directory: Path) -> tuple[Path, Path]:

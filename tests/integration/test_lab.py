@@ -19,6 +19,7 @@ import pytest
 from quantdrift.schemas import PairEvent
 from quantdrift.services.pairs import CORPUS_SLICE, read_pairs
 from quantdrift.stack import free_port
+from quantdrift.stack.ports import stop_popen
 
 pytestmark = pytest.mark.slow
 
@@ -42,12 +43,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     try:
         yield url
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(timeout=5)
+        stop_popen(proc, timeout=15)
         if proc.returncode not in (0, -15):
             sys.stderr.write(log.read_text(errors="replace")[-2000:])
 

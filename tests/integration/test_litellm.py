@@ -44,12 +44,14 @@ from quantdrift.schemas import PairEvent
 from quantdrift.schemas.keys import command_key
 from quantdrift.schemas.signing import unverified_command
 from quantdrift.stack import EmbeddedStack, free_port
+from quantdrift.stack.ports import stop_popen
 from support.guard import isolated_settings, make_topics, until_seen
 from support.kafka import consume_n
+from support.redis_keys import forget_prefix
 from support.scripted_llm import ScriptedLLM
 from support.workers import start_worker
 
-pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
+pytestmark = [pytest.mark.timeout(300)]
 
 ROOT = Path(__file__).resolve().parents[2]
 LITELLM = ROOT / ".venv-litellm" / "bin" / "litellm"
@@ -178,17 +180,8 @@ def proxy(
         assert time.monotonic() < deadline, "proxy did not come up:\n" + log.read_text()[-4000:]
         time.sleep(0.2)
     yield Proxy(url, settings, env, log, proc)
-    proc.terminate()
-    try:
-        proc.wait(timeout=15)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait(timeout=5)
-    client = redis.Redis.from_url(stack.redis_url)
-    keys = list(client.scan_iter(match=f"{prefix}*", count=1000))
-    if keys:
-        client.delete(*keys)
-    client.close()
+    stop_popen(proc, timeout=15)
+    forget_prefix(stack.redis_url, prefix)
 
 
 def ask(client: openai.OpenAI, model: str, text: str = "What is the capital of France?"):  # type: ignore[no-untyped-def]

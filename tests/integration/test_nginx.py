@@ -51,7 +51,7 @@ from support.kafka import consume_n
 from support.nginx import Nginx
 from support.scripted_llm import ScriptedLLM
 
-pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
+pytestmark = [pytest.mark.timeout(240)]
 
 ROUTE = "cs-agent/int4"
 UPSTREAM_S = 0.100  # the candidate's answer time (a short LLM answer is no faster)

@@ -27,6 +27,7 @@ import pytest
 from opentelemetry.sdk._logs.export import InMemoryLogRecordExporter
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
+from quantdrift import otel
 from quantdrift.breaker.policy import RoutePolicy
 from quantdrift.breaker.store import RedisBreakerStore
 from quantdrift.config import KafkaSettings, TopicNames
@@ -34,7 +35,6 @@ from quantdrift.demo import synthetic
 from quantdrift.gateway.gateway_config import parse_config
 from quantdrift.gateway.http.service import Gateway
 from quantdrift.gateway.shadow.publisher import ShadowPublisher
-from quantdrift.integrations import otel
 from quantdrift.schemas import Metrics, PairEvent, ScoreEvent
 from quantdrift.stack import EmbeddedStack
 from quantdrift.stack.broker import create_topics
@@ -46,7 +46,7 @@ from support.otlp import Receiver
 from support.scripted_llm import ScriptedLLM
 from support.workers import start_worker
 
-pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
+pytestmark = [pytest.mark.timeout(240)]
 
 ROUTE = "cs-agent/int4"
 

@@ -4,15 +4,12 @@ from __future__ import annotations
 
 import asyncio
 
-import pytest
 import redis.asyncio as aioredis
 
 from quantdrift.breaker.policy import RoutePolicy
 from quantdrift.breaker.store import RedisBreakerStore
 from quantdrift.schemas.keys import route_key
 from quantdrift.schemas.signing import CommandSigner
-
-pytestmark = pytest.mark.integration
 
 
 async def test_one_claim_at_a_time_then_ack_release_or_expiry(stack, redis_prefix) -> None:  # type: ignore[no-untyped-def]

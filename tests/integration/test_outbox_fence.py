@@ -40,8 +40,6 @@ from quantdrift.stack import start_redis_server
 from support.guard import isolated_settings, make_topics, records_for
 from support.workers import start_worker
 
-pytestmark = pytest.mark.integration
-
 ROUTE = "fence/int4"
 SIGNER = CommandSigner("k1", b"fence-test-key")
 VERIFIER = CommandVerifier({"k1": b"fence-test-key"})

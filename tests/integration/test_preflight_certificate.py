@@ -24,7 +24,7 @@ from quantdrift.schemas import ed25519
 from quantdrift.schemas.certificate import CERTIFICATE_DOMAIN, V1_REFUSED
 from support.preflight import ROOT, cli, ed25519_keys, go_report, public, trusting
 
-pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
+pytestmark = [pytest.mark.timeout(300)]
 
 NODE = shutil.which("node")
 

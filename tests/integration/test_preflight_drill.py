@@ -6,21 +6,22 @@ from __future__ import annotations
 import pytest
 
 from quantdrift.preflight.config import parse
-from quantdrift.preflight.context import Context
 from quantdrift.preflight.drill import route_status
 from quantdrift.preflight.runner import run
+from quantdrift.services import console
+from quantdrift.services.preflight import preflight_context
 from support.guard import isolated_settings, make_topics
 from support.workers import start_worker
 
-pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
+pytestmark = [pytest.mark.timeout(120)]
 
 
 async def test_switch_drill_rolls_back_restores_and_leaves_the_route(stack, redis_prefix) -> None:  # type: ignore[no-untyped-def]
     settings = isolated_settings(stack, redis_prefix)
     await make_topics(settings)
     route = "shop/int4"
-    before = await route_status(settings, route)
-    ctx = Context(parse({"route": route}), settings=settings)
+    before = await route_status(console, settings, route)
+    ctx = preflight_context(parse({"route": route}), settings=settings)
     report = await run(ctx, ["switch-drill"])
     item = report["items"][0]
     assert item["status"] == "pass", item["evidence"]
@@ -29,7 +30,7 @@ async def test_switch_drill_rolls_back_restores_and_leaves_the_route(stack, redi
     assert 0 < m["rollback_s"] < 1.0 and 0 < m["restore_s"] < 1.0
     actions = [s["action"] for s in item["evidence"]["switches"]]
     assert actions == ["rollback", "restore"]
-    after = await route_status(settings, route)
+    after = await route_status(console, settings, route)
     assert (after["state"], after["locked"]) == (before.get("state", "closed"), False)
     assert after["epoch"] > before.get("epoch", 0)  # it really went through the breaker
     print(
@@ -44,11 +45,13 @@ async def test_drill_refuses_an_open_route(stack, redis_prefix) -> None:  # type
     settings = isolated_settings(stack, redis_prefix)
     await make_topics(settings)
     route = "shop/int4"
-    await _route(settings, "rollback", route)  # an operator rolled it back
-    report = await run(Context(parse({"route": route}), settings=settings), ["switch-drill"])
+    await _route(console, settings, "rollback", route)  # an operator rolled it back
+    report = await run(
+        preflight_context(parse({"route": route}), settings=settings), ["switch-drill"]
+    )
     item = report["items"][0]
     assert item["status"] == "skipped" and "locked" in item["evidence"]["reason"]
-    assert (await route_status(settings, route))["state"] == "open"  # untouched
+    assert (await route_status(console, settings, route))["state"] == "open"  # untouched
 
 
 async def test_shadow_link_round_trip_through_a_real_worker(stack, redis_prefix, tmp_path) -> None:  # type: ignore[no-untyped-def]
@@ -70,7 +73,7 @@ async def test_shadow_link_round_trip_through_a_real_worker(stack, redis_prefix,
                 "shadow_link": {"max_pairs": 40, "roundtrip_timeout_s": 90},
             }
         )
-        report = await run(Context(cfg, settings=settings), ["shadow-link"])
+        report = await run(preflight_context(cfg, settings=settings), ["shadow-link"])
     finally:
         worker.stop()
     item = report["items"][0]
@@ -105,7 +108,7 @@ async def test_shadow_link_is_ready_only_when_the_route_is_armed(
             "shadow_link": {"max_pairs": 5, "roundtrip": False},
         }
     )
-    report = await run(Context(cfg, settings=settings), ["shadow-link"])
+    report = await run(preflight_context(cfg, settings=settings), ["shadow-link"])
     item = report["items"][0]
     assert item["measured"]["route_armed"] is False
     assert item["measured"]["tests_missing"] == [
@@ -118,7 +121,7 @@ async def test_shadow_link_is_ready_only_when_the_route_is_armed(
     async with open_store(settings) as store:  # what `quantdrift calibrate` writes
         rows = [{"cosine": 0.9 + i / 200, "rougeL": 0.5 + i / 50} for i in range(12)]
         await store.seed_floor("lab/int4", "sampled", rows)
-    report = await run(Context(cfg, settings=settings), ["shadow-link"])
+    report = await run(preflight_context(cfg, settings=settings), ["shadow-link"])
     item = report["items"][0]
     assert (item["measured"]["route_armed"], item["measured"]["tests_missing"]) == (True, [])
     assert "not armed" not in item["evidence"]["why"]

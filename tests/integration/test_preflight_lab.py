@@ -24,7 +24,7 @@ from quantdrift.stack import free_port
 from quantdrift.stack.ports import stop_popen
 from support.lab import start_lab
 
-pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(900)]
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
 
 VARIANTS = {"reference": "ref-f32", "int8": "int8", "broken": "int2-g64"}
 

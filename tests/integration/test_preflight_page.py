@@ -28,7 +28,6 @@ from support.browser import CHROMIUM, chromium_dom, screenshot
 from support.preflight import cli, go_report
 
 pytestmark = [
-    pytest.mark.integration,
     pytest.mark.timeout(300),
     pytest.mark.skipif(CHROMIUM is None, reason="chromium not installed: make browser"),
 ]

@@ -16,7 +16,7 @@ from quantdrift.schemas.privacy import prompt_hash
 from quantdrift.stack import EmbeddedStack, create_topics, free_port
 from support.kafka import consume_n, unique_topic
 
-pytestmark = [pytest.mark.integration, pytest.mark.timeout(60)]
+pytestmark = [pytest.mark.timeout(60)]
 
 
 def pair(i: int, route: str = "cs-agent/int4", **request: object) -> PairEvent:

@@ -17,8 +17,6 @@ from quantdrift.replay.archive import ArchiveWriter, run_archive
 from quantdrift.replay.sources import TopicRange, archive_files, split_records, topic_values
 from support.kafka import unique_topic
 
-pytestmark = [pytest.mark.integration]
-
 ROUTE = "cs-agent/int4"
 
 

@@ -16,7 +16,6 @@ import uuid
 from pathlib import Path
 
 import pytest
-import redis
 
 from quantdrift.cli import main
 from quantdrift.demo import synthetic
@@ -33,23 +32,16 @@ from support.guard import (
     until_seen,
     wait_scored,
 )
+from support.redis_keys import forget_prefix
 from support.workers import start_worker
 
 # The worker loads MiniLM for its tiered scorer, and so does the replay.
-pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(420)]
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(420)]
 
 ROUTE = "replay-live/int4"
 # The seeds' rule and the sequential test; a cool-down longer than the run, so the
 # live wall clock and replay's pair timestamps cannot disagree about a half-open.
 POLICY = "default:\n  rules: [consecutive, sequential]\n  cooldown_s: 3600\n"
-
-
-def _cleanup(url: str, prefix: str) -> None:
-    client = redis.Redis.from_url(url)
-    keys = list(client.scan_iter(match=f"{prefix}*", count=1000))
-    if keys:
-        client.delete(*keys)
-    client.close()
 
 
 def test_replay_of_a_live_run_gives_its_transitions_at_its_pairs(
@@ -82,7 +74,7 @@ def test_replay_of_a_live_run_gives_its_transitions_at_its_pairs(
         published = asyncio.run(records_for(bootstrap, topics.scores, ROUTE, timeout=5.0))
     finally:
         worker.stop()
-        _cleanup(stack.redis_url, prefix)
+        forget_prefix(stack.redis_url, prefix)
 
     commands = [unverified_command(r.value) for r in control]
     live = [(c.evidence["decisive_pair_id"], c.evidence["rule"], c.action) for c in commands]

@@ -48,7 +48,7 @@ from support.workers import start_worker
 
 openai = pytest.importorskip("openai")
 
-pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(420)]
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(420)]
 
 ROUTE = "cs-agent/int4"
 MAX_TOKENS = 12

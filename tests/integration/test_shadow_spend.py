@@ -30,7 +30,7 @@ from support.gateway_upstream import (
 )
 from support.kafka import unique_topic
 
-pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
+pytestmark = [pytest.mark.timeout(120)]
 
 REQUESTS = 3
 PROMPT_TOKENS = 7  # what the scripted chat reports per call

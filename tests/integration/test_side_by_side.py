@@ -20,7 +20,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import redis
 import yaml
 
 from quantdrift.config import KafkaSettings, Settings
@@ -34,10 +33,11 @@ from support.gateway_upstream import ROOMY, ROUTE, Scripted, chat_body, make_con
 from support.gateway_upstream import shadow_pairs as published
 from support.guard import isolated_settings, make_topics, wait_until
 from support.kafka import unique_topic
+from support.redis_keys import forget_prefix
 from support.scripted_llm import ScriptedLLM
 from support.workers import start_worker
 
-pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
+pytestmark = [pytest.mark.timeout(120)]
 
 POOLS = {"int4": "good", "int8": "good", "int3": "loop", "bf16": "good"}
 EXTRAS = ["int8", "int3"]
@@ -132,11 +132,7 @@ def world(stack: EmbeddedStack, tmp_path: Path) -> Iterator[tuple[Settings, Any,
     finally:
         worker.stop()
         llm.stop()
-        client = redis.Redis.from_url(stack.redis_url)
-        keys = list(client.scan_iter(match=f"{prefix}*", count=1000))
-        if keys:
-            client.delete(*keys)
-        client.close()
+        forget_prefix(stack.redis_url, prefix)
 
 
 def report(settings: Settings, config: Path, *extra: str) -> subprocess.CompletedProcess[str]:

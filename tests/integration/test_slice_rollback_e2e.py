@@ -44,7 +44,7 @@ from support.workers import start_worker
 
 openai = pytest.importorskip("openai")
 
-pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
+pytestmark = [pytest.mark.timeout(300)]
 
 ROUTE = "cs-agent/int4"  # the example config's route
 TOKEN = "slice-e2e-verdict-token"

@@ -34,7 +34,7 @@ from quantdrift.stack import (
 from quantdrift.stack.ports import pid_alive
 from support.kafka import consume_n, produce, unique_topic
 
-pytestmark = [pytest.mark.integration, pytest.mark.timeout(90)]
+pytestmark = [pytest.mark.timeout(90)]
 
 
 # A loopback port where nothing listens: forces the "start our own Redis" path.

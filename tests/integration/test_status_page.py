@@ -14,7 +14,6 @@ from pathlib import Path
 
 import httpx
 import pytest
-import redis
 
 from quantdrift.config import EmbeddingSettings
 from quantdrift.demo import synthetic
@@ -23,9 +22,8 @@ from quantdrift.stack.ports import free_port
 from support.browser import CHROMIUM, chromium_dom
 from support.guard import isolated_settings, make_topics, wait_until
 from support.kafka import produce
+from support.redis_keys import forget_prefix
 from support.workers import start_worker
-
-pytestmark = [pytest.mark.integration]
 
 
 def rows(dom: str) -> dict[str, dict[str, str]]:
@@ -70,11 +68,7 @@ def worker(stack, tmp_path_factory) -> Iterator[tuple[object, WorkerProcess, str
         yield settings, proc, url
     finally:
         proc.stop()
-        client = redis.Redis.from_url(stack.redis_url)
-        keys = list(client.scan_iter(match=f"{prefix}*", count=1000))
-        if keys:
-            client.delete(*keys)
-        client.close()
+        forget_prefix(stack.redis_url, prefix)
 
 
 def send(settings, pairs) -> None:  # type: ignore[no-untyped-def]

@@ -40,7 +40,7 @@ from quantdrift.schemas.signing import CommandSigner
 from quantdrift.stack import EmbeddedStack, free_port
 from support.e2e import until_healthz
 
-pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
+pytestmark = [pytest.mark.timeout(180)]
 
 ROOT = Path(__file__).resolve().parents[2]
 ROUTE = "cs-agent/int4"

@@ -21,14 +21,15 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-import redis
 import yaml
 
 from quantdrift.config import Settings
 from quantdrift.demo.workers import settings_env
 from quantdrift.stack import EmbeddedStack, free_port
 from quantdrift.stack.ports import stop_popen
+from support.cli import quantdrift
 from support.guard import isolated_settings, make_topics
+from support.redis_keys import forget_prefix
 from support.scripted_llm import ScriptedLLM
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -96,14 +97,7 @@ def start_gateway(config: dict[str, Any], env: dict[str, str], workdir: Path, na
 
 def cli(env: dict[str, str], workdir: Path, *argv: str) -> str:
     """``quantdrift ...`` as a user runs it; its stdout, printed here too."""
-    proc = subprocess.run(
-        [sys.executable, "-m", "quantdrift", *argv],
-        capture_output=True,
-        text=True,
-        env=env,
-        cwd=workdir,
-        timeout=60,
-    )
+    proc = quantdrift(*argv, cwd=workdir, env=env, timeout=60)
     assert proc.returncode == 0, proc.stderr
     print(f"\n$ quantdrift {' '.join(argv)}\n{proc.stdout}", end="")
     return proc.stdout
@@ -176,8 +170,4 @@ def isolated_world(
     try:
         yield settings, env
     finally:
-        client = redis.Redis.from_url(stack.redis_url)
-        keys = list(client.scan_iter(match=f"{prefix}*", count=1000))
-        if keys:
-            client.delete(*keys)
-        client.close()
+        forget_prefix(stack.redis_url, prefix)

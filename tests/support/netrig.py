@@ -29,6 +29,8 @@ import shutil
 import subprocess
 from dataclasses import dataclass, field
 
+from quantdrift.stack.ports import pid_alive
+
 SUBNET = "10.77"
 _PREFIX = "qdrig"
 _counter = itertools.count()
@@ -62,25 +64,15 @@ def sweep() -> list[str]:
     for line in run("ip", "netns", "list").splitlines():
         name = line.split()[0] if line.strip() else ""
         m = re.fullmatch(rf"{_PREFIX}(\d+)x\d+-\w+", name)
-        if m and not _alive(int(m.group(1))):
+        if m and not pid_alive(int(m.group(1))):
             subprocess.run(["ip", "netns", "del", name], capture_output=True, timeout=20)
             removed.append(name)
     for line in run("ip", "-o", "link", "show").splitlines():
         m = re.search(r"\d+: (qo(\d+)x\d+)[@:]", line)
-        if m and not _alive(int(m.group(2))):
+        if m and not pid_alive(int(m.group(2))):
             subprocess.run(["ip", "link", "del", m.group(1)], capture_output=True, timeout=20)
             removed.append(m.group(1))
     return removed
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def _free_subnet() -> int:

@@ -25,7 +25,6 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from typing import Any
 
 import pytest
-import redis
 import redis.asyncio as aioredis
 
 from quantdrift.breaker.store import RedisBreakerStore
@@ -39,6 +38,7 @@ from support.gateway_upstream import (  # noqa: F401 - registered as fixtures he
 )
 from support.kafka import consume_n
 from support.otlp import receiver  # noqa: F401 - registered as a fixture here
+from support.redis_keys import forget_prefix
 from support.scripted_llm import ScriptedLLM
 from support.workers import start_worker
 
@@ -70,18 +70,7 @@ def redis_prefix(stack: EmbeddedStack) -> Iterator[str]:
     """A key prefix only this test uses; every key under it is deleted afterwards."""
     prefix = f"qdtest:{uuid.uuid4().hex}:"
     yield prefix
-    client = redis.Redis.from_url(stack.redis_url)
-    try:
-        batch: list[bytes] = []
-        for key in client.scan_iter(match=f"{prefix}*", count=500):
-            batch.append(key)
-            if len(batch) >= 500:
-                client.delete(*batch)
-                batch.clear()
-        if batch:
-            client.delete(*batch)
-    finally:
-        client.close()
+    forget_prefix(stack.redis_url, prefix)
 
 
 @pytest.fixture

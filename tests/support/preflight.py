@@ -7,7 +7,6 @@ import contextlib
 import json
 import os
 import subprocess
-import sys
 import threading
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -16,6 +15,7 @@ from pathlib import Path
 import numpy as np
 
 from quantdrift.stack import free_port
+from support.cli import quantdrift
 
 ROOT = Path(__file__).resolve().parents[2]  # the checkout
 
@@ -46,14 +46,7 @@ def gptq_checkpoint(path: Path) -> Path:
 
 
 def cli(*args: str, env: dict[str, str], cwd: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "quantdrift", *args],
-        env=env,
-        cwd=cwd,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    return quantdrift(*args, cwd=cwd, env=env)
 
 
 def go_report(tmp_path: Path, *extra: str) -> tuple[dict[str, str], Path]:

@@ -9,17 +9,17 @@ from pathlib import Path
 import floor_coverage  # bench/ is not a package
 import pytest
 
+from support.bench import rows_by_signal, write_section
+
 
 @pytest.mark.slow  # scores the lab set (~5 s): CI's `make test` runs it, `make test-fast` does not
 def test_a_small_run_gives_the_json_and_the_section(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    out = tmp_path / "doc.md"
-    out.write_text("# Doc\n\n## How often a calibration comes out low\n\nold\n\n## Next\n\nkept\n")
-    argv = ["--draws", "4", "--sets", "lab", "--embedder", "static", "--json"]
-    assert floor_coverage.main([*argv, "--write", str(out)]) == 0
-    result = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
-    rows = {(r["decoding"], r["signal"]): r for r in result["sets"]["lab"]}
+    argv = ["--draws", "4", "--sets", "lab", "--embedder", "static"]
+    heading = "How often a calibration comes out low"
+    result, text = write_section(floor_coverage.main, heading, argv, tmp_path, capsys)
+    rows = rows_by_signal(result)
     assert {("greedy", "tf_kl"), ("sampled", "tf_kl"), ("greedy", "lexical")} <= set(rows)
     for r in rows.values():
         assert 0.0 <= r["bootstrap_miss"] <= 1.0 and 0.0 <= r["half_miss"] <= 1.0
@@ -33,8 +33,6 @@ def test_a_small_run_gives_the_json_and_the_section(
         for label in ("int4", "int3", "int2"):
             if r.get(f"{label}_mean") is not None and r[f"{label}_mean"] <= r["null_whole"]:
                 assert r[f"{label}_pairs"] is None
-    text = out.read_text()
-    assert "old" not in text and "## Next\n\nkept" in text
     assert "| lab | greedy | tf_kl |" in text
 
 
@@ -57,7 +55,7 @@ def test_a_policy_with_a_wider_mix_raises_every_spread_null(
     for extra in ([], ["--policy", str(policy)]):
         assert floor_coverage.main([*argv, *extra]) == 0
         runs.append(json.loads(capsys.readouterr().out.strip().splitlines()[-1]))
-    base, wide = ({(r["decoding"], r["signal"]): r for r in x["sets"]["lab"]} for x in runs)
+    base, wide = (rows_by_signal(x) for x in runs)
     assert runs[1]["policy"] == str(policy) and set(base) == set(wide)
     assert wide[("greedy", "lexical")]["null_whole"] > base[("greedy", "lexical")]["null_whole"]
     assert all(wide[k]["null_whole"] >= base[k]["null_whole"] for k in base)
@@ -71,7 +69,7 @@ def test_the_traffic_corpus_is_a_set_with_its_gptq_int4_and_int3(
     argv = ["--draws", "4", "--sets", "corpus", "--embedder", "static", "--json"]
     assert floor_coverage.main(argv) == 0
     result = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
-    rows = {(r["decoding"], r["signal"]): r for r in result["sets"]["corpus"]}
+    rows = rows_by_signal(result, "corpus")
     for decoding in ("greedy", "sampled"):
         kl = rows[(decoding, "tf_kl")]
         # Healthy int8 under its null; the GPTQ checkpoint (the int4 column) and int3 above

@@ -3,23 +3,22 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
 import signal_power  # bench/ is not a package
+
+from support.bench import rows_by_signal, write_section
 
 
 @pytest.mark.slow  # scores the lab set (~5 s): CI's `make test` runs it, `make test-fast` does not
 def test_a_small_run_gives_every_signal_under_one_rule(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    out = tmp_path / "doc.md"
-    out.write_text("# Doc\n\n## Would another signal call int4 sooner?\n\nold\n\n## Next\n\nkept\n")
-    argv = ["--draws", "8", "--sets", "lab", "--embedder", "static", "--json"]
-    assert signal_power.main([*argv, "--write", str(out)]) == 0
-    result = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
-    rows = {(r["decoding"], r["signal"]): r for r in result["sets"]["lab"]}
+    argv = ["--draws", "8", "--sets", "lab", "--embedder", "static"]
+    heading = "Would another signal call int4 sooner?"
+    result, text = write_section(signal_power.main, heading, argv, tmp_path, capsys)
+    rows = rows_by_signal(result)
     # Every mode has the text signals, current and not; the lab pairs carry log-probs
     # and teacher forcing, so those signals are there too.
     for decoding in ("greedy", "sampled"):
@@ -35,8 +34,6 @@ def test_a_small_run_gives_every_signal_under_one_rule(
     # int2 sits far above teacher-forced KL's null and is called within a handful of pairs.
     kl = rows[("greedy", "tf_kl")]
     assert kl["int2_pairs"] is not None and kl["int2_pairs"] < 20
-    text = out.read_text()
-    assert "old" not in text and "## Next\n\nkept" in text
     assert "| lab | greedy | lexical* |" in text and "| lab | greedy | jaccard |" in text
 
 

@@ -16,6 +16,7 @@ from quantdrift.detectors.noise_floor import NoiseFloor
 from quantdrift.embedding.batch import score_events
 from quantdrift.schemas import Metrics, ModelOutput, PairEvent, ScoreEvent
 from quantdrift.schemas.pair import EngineInfo
+from support import scores as support_scores
 
 POLICY = RoutePolicy(min_pairs=3, consecutive_failures=3, rules=("consecutive",))
 FLOOR = NoiseFloor()
@@ -24,17 +25,7 @@ NEW = "vllm/0.7.0/llama-8b-w4a16"
 
 
 def score(i: int, engine: str | None, ok: bool = True, kind: str = "shadow") -> ScoreEvent:
-    return ScoreEvent(
-        pair_id=f"p{i}",
-        route="r",
-        kind=kind,  # type: ignore[arg-type]
-        ts=float(i),
-        decoding="greedy",
-        metrics=Metrics(cosine=0.99 if ok else 0.2, rougeL=0.9 if ok else 0.1),
-        verdict="ok" if ok else "drift",
-        reasons=[] if ok else ["cosine 0.20 < 0.88"],
-        candidate_engine=engine,
-    )
+    return support_scores.score(i, ok, kind, engine=engine)
 
 
 def fold_all(

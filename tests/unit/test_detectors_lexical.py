@@ -21,6 +21,7 @@ from quantdrift.detectors.lexical import (
     rougeL_f,
 )
 from quantdrift.detectors.tokenize import tokenize
+from support.references import lcs_table
 
 SCORER = rouge_scorer.RougeScorer(["rouge1", "rougeL"], use_stemmer=False)
 
@@ -36,15 +37,6 @@ ENGLISH = [
     ("Q3 revenue grew 12% to $4.1B", "Revenue in Q3 grew by 12 percent to 4.1 billion dollars"),
     ("Use `pip install foo_bar==1.2`", "Run pip install foo-bar 1.2"),
 ]
-
-
-def _dp_lcs(a: list[str], b: list[str]) -> int:
-    row = [0] * (len(b) + 1)
-    for x in a:
-        prev_diag, row[0] = 0, 0
-        for j, y in enumerate(b, 1):
-            prev_diag, row[j] = row[j], prev_diag + 1 if x == y else max(row[j], row[j - 1])
-    return row[-1]
 
 
 @pytest.mark.parametrize(("cand", "ref"), ENGLISH)
@@ -94,7 +86,7 @@ def test_rouge_property_equals_rouge_score(cand: str, ref: str) -> None:
 @given(st.text(alphabet="abcAB ,.\n", max_size=60), st.text(alphabet="abcAB ,.\n", max_size=60))
 def test_lcs_equals_dynamic_programming(a: str, b: str) -> None:
     ta, tb = list(a), list(b)
-    assert lcs_length(ta, tb) == _dp_lcs(ta, tb) == lcs_length(tb, ta)
+    assert lcs_length(ta, tb) == lcs_table(ta, tb) == lcs_length(tb, ta)
 
 
 @pytest.mark.parametrize(
@@ -188,4 +180,4 @@ def test_rouge_l_is_fast_on_200_words() -> None:
         rougeL_f(a, b)
     per_pair = (time.perf_counter() - start) / 20
     assert per_pair < 0.005  # rouge-score's DP table takes ~12 ms here
-    assert lcs_length(a, b) == _dp_lcs(a, b)
+    assert lcs_length(a, b) == lcs_table(a, b)

@@ -5,23 +5,10 @@ from __future__ import annotations
 from quantdrift.breaker import RoutePolicy, RouteState
 from quantdrift.breaker.step import fold_many
 from quantdrift.detectors.noise_floor import NoiseFloor
-from quantdrift.schemas import Metrics, ScoreEvent
+from support.scores import score
 
 POLICY = RoutePolicy(min_pairs=1, consecutive_failures=3, rules=("consecutive",))
 FLOOR = NoiseFloor()
-
-
-def score(i: int, ok: bool = True, kind: str = "shadow", pair: str | None = None) -> ScoreEvent:
-    return ScoreEvent(
-        pair_id=pair or f"p{i}",
-        route="r",
-        kind=kind,  # type: ignore[arg-type]
-        ts=float(i),
-        decoding="greedy",
-        metrics=Metrics(cosine=0.99 if ok else 0.2, rougeL=0.9 if ok else 0.1),
-        verdict="ok" if ok else "drift",
-        reasons=[] if ok else ["cosine 0.20 < 0.88"],
-    )
 
 
 def test_a_prefix_ends_at_its_first_transition() -> None:

@@ -9,7 +9,7 @@ import pytest
 
 MODULES = [
     "quantdrift.integrations.litellm_pairs",
-    "quantdrift.integrations.otel",
+    "quantdrift.otel",
     "quantdrift.schemas.pair",
 ]
 

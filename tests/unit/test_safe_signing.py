@@ -18,6 +18,7 @@ from quantdrift.config import (
     require_safe_signing,
 )
 from quantdrift.errors import ConfigError
+from support.cli import quantdrift
 
 LOOPBACK_REDIS = "redis://127.0.0.1:6379/0"
 
@@ -134,14 +135,7 @@ def test_every_command_that_signs_or_obeys_refuses_with_one_line(
         **{k: v for k, v in os.environ.items() if k == "PYTHONPATH"},
     }
     args = [a if not a.startswith("examples/") else str(root / a) for a in argv]
-    proc = subprocess.run(
-        [sys.executable, "-m", "quantdrift", *args],
-        cwd=tmp_path,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    proc = quantdrift(*args, cwd=tmp_path, env=env, timeout=60)
     assert proc.returncode == 2, proc.stderr  # a settings problem: exit 2 (cli.exits)
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1, proc.stderr

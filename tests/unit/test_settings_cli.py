@@ -6,10 +6,11 @@ and a settings file for the worker.
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import sys
 from pathlib import Path
+
+from support import cli as support_cli
+from support.cli import user_env
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -17,15 +18,7 @@ ROOT = Path(__file__).resolve().parents[2]
 def quantdrift(
     *argv: str, cwd: Path, env: dict[str, str] | None = None
 ) -> subprocess.CompletedProcess[str]:
-    base = {k: v for k, v in os.environ.items() if not k.startswith("QUANTDRIFT_")}
-    return subprocess.run(
-        [sys.executable, "-m", "quantdrift", *argv],
-        capture_output=True,
-        text=True,
-        cwd=cwd,
-        env={**base, **(env or {})},
-        timeout=120,
-    )
+    return support_cli.quantdrift(*argv, cwd=cwd, env=user_env(env))
 
 
 def test_docs_settings_md_is_the_generated_reference(tmp_path: Path) -> None:

@@ -14,17 +14,18 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 
 from quantdrift.breaker.machine import Decision, manual, tick
-from quantdrift.breaker.outbox import (
-    OutboxItem,
-    alert_item,
-    build_outbox,
-    change_alert,
-    not_armed_alert,
-)
+from quantdrift.breaker.outbox import OutboxItem, build_outbox
 from quantdrift.breaker.policy import RoutePolicy
-from quantdrift.breaker.protocol import BreakerStore, Claim, FoldResult, Prefix, result_of
+from quantdrift.breaker.protocol import (
+    BreakerStore,
+    Claim,
+    FoldResult,
+    Prefix,
+    StepMessages,
+    step_messages,
+)
 from quantdrift.breaker.state import RouteState, Transition
-from quantdrift.breaker.step import fold_many, last_pair_id
+from quantdrift.breaker.step import fold_many
 from quantdrift.detectors.noise_floor import NoiseFloor, NoiseFloorState
 from quantdrift.schemas.score import ScoreEvent
 from quantdrift.schemas.signing import CommandSigner
@@ -87,19 +88,10 @@ class MemoryBreakerStore(BreakerStore):
             self.dups[route] = self.dups.get(route, 0) + dups
         for mode, floor in step.floors.items():
             self.floors[(route, mode)] = floor
-        outbox = alert = unarmed = None
-        if step.change is not None and step.state is not None:
-            # Queued before the transition's items, as the Redis store does.
-            alert = change_alert(route, step.change, step.state, now)
-            self.outboxes.setdefault(route, []).append(alert_item(alert))
-        if step.not_armed and step.state is not None:
-            pair_id = last_pair_id(batch, step)
-            unarmed = not_armed_alert(route, step.not_armed, step.state, pair_id, now)
-            self.outboxes.setdefault(route, []).append(alert_item(unarmed))
+        messages = step_messages(route, step, batch, self.signer, now)
         if step.state is not None:
-            outbox = self._commit(route, step.state, step.transition, now, "breaker").outbox
-        results = [result_of(outcome, outbox, alert, unarmed) for outcome in step.outcomes]
-        return Prefix(results, outbox if not step.outcomes else None)
+            self._write(route, step.state, messages)
+        return Prefix(messages.results(step), messages.outbox if not step.outcomes else None)
 
     async def read_floors(self, route: str) -> dict[str, NoiseFloorState]:
         return {m: f for (r, m), f in self.floors.items() if r == route and f.values}
@@ -167,13 +159,20 @@ class MemoryBreakerStore(BreakerStore):
         now: float,
         source: str,
     ) -> FoldResult:
-        self.states[route] = state
-        if transition is None:
-            return FoldResult("ok", state)
-        outbox = build_outbox(route, transition, state, self.signer, now, source)
-        self.commands[route] = outbox.sealed
-        self.outboxes.setdefault(route, []).extend(outbox.items())
+        outbox = None
+        if transition is not None:
+            outbox = build_outbox(route, transition, state, self.signer, now, source)
+        self._write(route, state, StepMessages(outbox))
         return FoldResult("ok", state, outbox)
+
+    def _write(self, route: str, state: RouteState, messages: StepMessages) -> None:
+        """The commit: the state, the latest command, and the queued messages."""
+        self.states[route] = state
+        if messages.outbox is not None:
+            self.commands[route] = messages.outbox.sealed
+        items = messages.items()
+        if items:
+            self.outboxes.setdefault(route, []).extend(items)
 
     async def claim(self, route: str, owner: str, ttl_ms: int = 10_000) -> Claim | None:
         held = self.owners.get(route)

@@ -22,14 +22,22 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Protocol
 
-from quantdrift.breaker.outbox import Outbox, OutboxItem
+from quantdrift.breaker.outbox import (
+    Outbox,
+    OutboxItem,
+    alert_item,
+    build_outbox,
+    change_alert,
+    not_armed_alert,
+)
 from quantdrift.breaker.policy import RoutePolicy
 from quantdrift.breaker.state import RouteState
-from quantdrift.breaker.step import Folded
+from quantdrift.breaker.step import Folded, FoldedMany, last_pair_id
 from quantdrift.detectors.noise_floor import NoiseFloorState
 from quantdrift.errors import BreakerStoreError
 from quantdrift.schemas.alert import AlertEvent
 from quantdrift.schemas.score import ScoreEvent
+from quantdrift.schemas.signing import CommandSigner
 
 MAX_ATTEMPTS = 20
 # Each route's policy, by route: a batch may hold scores of many routes.
@@ -81,6 +89,44 @@ def result_of(
         notices=folded.notices,
         not_armed=not_armed if folded.not_armed else None,
     )
+
+
+@dataclass(frozen=True, slots=True)
+class StepMessages:
+    """What one committed prefix sends: the transition's outbox (its signed command
+    and alert), the candidate-change alert, the "not armed" alert. Both stores build
+    it with :func:`step_messages` and queue :meth:`items` in the one commit."""
+
+    outbox: Outbox | None = None
+    alert: AlertEvent | None = None
+    not_armed: AlertEvent | None = None
+
+    def items(self) -> tuple[bytes, ...]:
+        """The outbox items in queue order. The change's alert goes first: it explains
+        the state the transition left."""
+        alerts = tuple(alert_item(a) for a in (self.alert, self.not_armed) if a is not None)
+        return alerts + (self.outbox.items() if self.outbox else ())
+
+    def results(self, step: FoldedMany) -> list[FoldResult]:
+        """A store's answer per score the prefix consumed (:func:`result_of`)."""
+        return [result_of(o, self.outbox, self.alert, self.not_armed) for o in step.outcomes]
+
+
+def step_messages(
+    route: str, step: FoldedMany, scores: Sequence[ScoreEvent], signer: CommandSigner, now: float
+) -> StepMessages:
+    """The messages of a fold step (none when it folded no shadow pair)."""
+    state = step.state
+    if state is None:
+        return StepMessages()
+    outbox = alert = unarmed = None
+    if step.transition is not None:
+        outbox = build_outbox(route, step.transition, state, signer, now, "breaker")
+    if step.change is not None:
+        alert = change_alert(route, step.change, state, now)
+    if step.not_armed:
+        unarmed = not_armed_alert(route, step.not_armed, state, last_pair_id(scores, step), now)
+    return StepMessages(outbox, alert, unarmed)
 
 
 @dataclass(frozen=True, slots=True)

@@ -12,11 +12,10 @@ import uuid
 from importlib import resources
 
 import redis.asyncio as aioredis
-from redis.exceptions import RedisError
 
 from quantdrift.breaker.outbox import OutboxItem
 from quantdrift.breaker.protocol import Claim
-from quantdrift.errors import BreakerStoreError
+from quantdrift.breaker.redis_io import redis_errors
 from quantdrift.schemas.keys import route_key
 
 _SCRIPTS = resources.files("quantdrift.breaker")
@@ -48,13 +47,11 @@ class RedisOutbox:
         (at least once; gateways drop a repeated epoch, sinks a repeated dedupe key).
         """
         token = f"{owner}:{uuid.uuid4().hex[:12]}"
-        try:
+        with redis_errors():
             raw = await self._claim_script(
                 keys=[self._k(route, "outbox:owner"), self._k(route, "outbox")],
                 args=[token, ttl_ms],
             )
-        except RedisError as exc:
-            raise BreakerStoreError(f"redis: {exc}") from exc
         if not raw:
             return None
         return Claim(route, token, tuple(OutboxItem.parse(item, route) for item in raw))
@@ -62,19 +59,15 @@ class RedisOutbox:
     async def ack(self, claim: Claim, count: int | None = None) -> bool:
         """Trim what the claim sent and end it, inside Lua, only while the claim holds."""
         n = len(claim.items) if count is None else count
-        try:
+        with redis_errors():
             done = await self._ack_script(
                 keys=[self._k(claim.route, "outbox:owner"), self._k(claim.route, "outbox")],
                 args=[claim.token, n],
             )
-        except RedisError as exc:
-            raise BreakerStoreError(f"redis: {exc}") from exc
         return bool(done)
 
     async def release(self, claim: Claim) -> None:
-        try:
+        with redis_errors():
             await self._release_script(
                 keys=[self._k(claim.route, "outbox:owner")], args=[claim.token]
             )
-        except RedisError as exc:
-            raise BreakerStoreError(f"redis: {exc}") from exc

@@ -8,8 +8,10 @@ bumps the epoch once and yields exactly one command and one alert.
 
 The key layout is in ``schemas/keys.py`` (gateways read the command key too);
 every key of a route shares its hash tag, so each Lua step runs on one slot and
-the store works on Redis Cluster. The routes set is the one global key, and it
-is written outside the Lua steps.
+the store works on Redis Cluster. The two global keys, the routes set and the
+``alive`` marker, are written outside the Lua steps (``redis_registry.py``); the
+outbox's claim is ``redis_outbox.py``; the messages a commit queues are built by
+``protocol.step_messages``, as in the memory store.
 """
 
 from __future__ import annotations
@@ -20,16 +22,9 @@ from typing import Any
 
 import orjson
 import redis.asyncio as aioredis
-from redis.exceptions import RedisError
 
 from quantdrift.breaker.machine import Decision, manual, tick
-from quantdrift.breaker.outbox import (
-    OutboxItem,
-    alert_item,
-    build_outbox,
-    change_alert,
-    not_armed_alert,
-)
+from quantdrift.breaker.outbox import Outbox, OutboxItem, build_outbox
 from quantdrift.breaker.policy import RoutePolicy
 from quantdrift.breaker.protocol import (
     MAX_ATTEMPTS,
@@ -37,14 +32,16 @@ from quantdrift.breaker.protocol import (
     Claim,
     FoldResult,
     Prefix,
-    result_of,
+    step_messages,
 )
+from quantdrift.breaker.redis_io import decode_hash, redis_errors, status_text
 from quantdrift.breaker.redis_outbox import RedisOutbox
+from quantdrift.breaker.redis_registry import RouteRegistry
 from quantdrift.breaker.state import RouteState, Transition
-from quantdrift.breaker.step import DECODING_MODES, floor_key_suffix, fold_many, last_pair_id
+from quantdrift.breaker.step import DECODING_MODES, FoldedMany, floor_key_suffix, fold_many
 from quantdrift.detectors.noise_floor import NoiseFloor, NoiseFloorState
 from quantdrift.errors import BreakerStoreError
-from quantdrift.schemas.keys import alive_key, noise_key, route_key, routes_key
+from quantdrift.schemas.keys import noise_key, route_key
 from quantdrift.schemas.score import ScoreEvent
 from quantdrift.schemas.signing import CommandSigner
 
@@ -80,7 +77,7 @@ class RedisBreakerStore(BreakerStore):
         self._script = client.register_script(_APPLY)
         self._batch_script = client.register_script(_BATCH)
         self._outbox = RedisOutbox(client, key_prefix)
-        self._registered: set[str] = set()
+        self._registry = RouteRegistry(client, key_prefix)
 
     # -- keys -----------------------------------------------------------------
     def _k(self, route: str, what: str) -> str:
@@ -100,48 +97,30 @@ class RedisBreakerStore(BreakerStore):
         return await self._read_hash(self._floor_key(route, mode), NoiseFloorState.from_json)
 
     async def routes(self) -> list[str]:
-        try:
-            members = await self._r.smembers(routes_key(self._p))
-        except RedisError as exc:
-            raise BreakerStoreError(f"redis: {exc}") from exc
-        return sorted(m.decode() if isinstance(m, bytes) else m for m in members)
+        return await self._registry.routes()
 
     async def latest_command(self, route: str) -> bytes | None:
-        try:
+        with redis_errors():
             raw = await self._r.get(self.command_key(route))
-        except RedisError as exc:
-            raise BreakerStoreError(f"redis: {exc}") from exc
         if not raw:
             return None
         return raw if isinstance(raw, bytes) else str(raw).encode()
 
     async def duplicates(self, route: str) -> int:
-        try:
+        with redis_errors():
             raw = await self._r.hget(self._k(route, "stats"), "duplicates")
-        except RedisError as exc:
-            raise BreakerStoreError(f"redis: {exc}") from exc
         return int(raw or 0)
 
     async def _read_hash(self, key: str, build: Callable[[Any], Any]) -> tuple[Any, int]:
-        try:
+        with redis_errors():
             raw = await self._r.hmget(key, "v", "s")
-        except RedisError as exc:
-            raise BreakerStoreError(f"redis: {exc}") from exc
-        return _decode(raw, build)
+        return decode_hash(raw, build)
 
     async def remembers(self) -> bool:
-        """Whether Redis still holds what the breaker wrote (the ``alive`` key is there)."""
-        try:
-            return bool(await self._r.exists(alive_key(self._p)))
-        except RedisError as exc:
-            raise BreakerStoreError(f"redis: {exc}") from exc
+        return await self._registry.remembers()
 
     async def remember(self) -> None:
-        """Mark Redis as holding every route's state (after a rebuild, or a first start)."""
-        try:
-            await self._r.set(alive_key(self._p), b"1")
-        except RedisError as exc:
-            raise BreakerStoreError(f"redis: {exc}") from exc
+        await self._registry.remember()
 
     async def seed(self, route: str, rebuild: Callable[[RouteState], RouteState | None]) -> bool:
         """Replace the route's state by ``rebuild(state)`` unless that is None
@@ -156,23 +135,9 @@ class RedisBreakerStore(BreakerStore):
                 self._k(route, "state"), version, orjson.dumps(new.to_json()), route, None, ()
             )
             if status != "conflict":
-                await self._register(route, force=True)
+                await self._registry.register(route, force=True)
                 return True
         raise BreakerStoreError(f"route {route}: gave up after {MAX_ATTEMPTS} write conflicts")
-
-    async def _register(self, route: str, force: bool = False) -> None:
-        """Add the route to the routes set (the clock ticks every route in it).
-
-        Once per process, and again at every transition, so a Redis that lost the
-        set gets it back by the next transition at the latest.
-        """
-        if route in self._registered and not force:
-            return
-        try:
-            await self._r.sadd(routes_key(self._p), route)
-        except RedisError as exc:
-            raise BreakerStoreError(f"redis: {exc}") from exc
-        self._registered.add(route)
 
     # -- writes ---------------------------------------------------------------
     async def fold_prefix(
@@ -184,10 +149,10 @@ class RedisBreakerStore(BreakerStore):
         was seen), the pure fold in Python, one Lua commit that is compare-and-set on
         everything it read. ``fold`` and ``fold_batch`` (the protocol's) call this.
         """
-        await self._register(route)
+        await self._registry.register(route)
         modes = sorted({floor_key_suffix(s) for s in batch})
         seen_keys = [self._k(route, f"seen:{s.kind}:{s.pair_id}") for s in batch]
-        try:
+        with redis_errors():
             pipe = self._r.pipeline(transaction=False)
             pipe.hmget(self._k(route, "state"), "v", "s")
             for mode in modes:
@@ -195,36 +160,19 @@ class RedisBreakerStore(BreakerStore):
             for key in seen_keys:
                 pipe.exists(key)
             raw = await pipe.execute()
-        except RedisError as exc:
-            raise BreakerStoreError(f"redis: {exc}") from exc
-        state, version = _decode(raw[0], RouteState.from_json)
-        floors = {m: _decode(raw[1 + j], NoiseFloorState.from_json) for j, m in enumerate(modes)}
+        state, version = decode_hash(raw[0], RouteState.from_json)
+        floors = {
+            m: decode_hash(raw[1 + j], NoiseFloorState.from_json) for j, m in enumerate(modes)
+        }
         already = [bool(x) for x in raw[1 + len(modes) :]]
         step = fold_many(
             policy, state, {m: f for m, (f, _) in floors.items()}, already, batch, now, self._floor
         )
-        new_floors, new_state = step.floors, step.state
-        marked = [seen_keys[i] for i in step.marked]
-        dups = step.outcomes.count(None)
-        outbox = alert = unarmed = None
-        if step.transition is not None:
-            assert new_state is not None
-            outbox = build_outbox(route, step.transition, new_state, self._signer, now, "breaker")
-        if step.change is not None:
-            assert new_state is not None
-            alert = change_alert(route, step.change, new_state, now)
-        if step.not_armed:
-            assert new_state is not None
-            unarmed = not_armed_alert(
-                route, step.not_armed, new_state, last_pair_id(batch, step), now
-            )
-        results = [result_of(o, outbox, alert, unarmed) for o in step.outcomes]
-        # The change's alert goes first: it explains the state the transition left.
-        items = tuple(alert_item(a) for a in (alert, unarmed) if a is not None) + (
-            outbox.items() if outbox else ()
-        )
+        messages = step_messages(route, step, batch, self._signer, now)
+        outbox, items = messages.outbox, messages.items()
         if outbox is not None:
             self._failpoint("before_commit")
+        marked = [seen_keys[i] for i in step.marked]
         keys = [
             self._k(route, "state"),
             self.command_key(route),
@@ -233,41 +181,25 @@ class RedisBreakerStore(BreakerStore):
             *(self._floor_key(route, m) for m in modes),
             *marked,
         ]
-        args: list[Any] = [
-            len(modes),
-            len(marked),
-            self._ttl,
-            dups,
-            version,
-            orjson.dumps(new_state.to_json()) if new_state is not None else b"",
-            outbox.sealed if outbox else b"",
-        ]
-        for mode in modes:
-            changed = new_floors.get(mode)
-            args += [floors[mode][1], orjson.dumps(changed.to_json()) if changed else b""]
-        args += list(items)
-        try:
-            status, _ = await self._batch_script(keys=keys, args=args)
-        except RedisError as exc:
-            raise BreakerStoreError(f"redis: {exc}") from exc
-        if (status.decode() if isinstance(status, bytes) else status) == "conflict":
+        args = [len(modes), len(marked), self._ttl, *_batch_args(step, version, floors, outbox)]
+        with redis_errors():
+            status, _ = await self._batch_script(keys=keys, args=[*args, *items])
+        if status_text(status) == "conflict":
             return None
         if outbox is not None:
             self._failpoint("after_commit")
         if items:
-            await self._register(route, force=True)
-        return Prefix(results, outbox if not step.outcomes else None)
+            await self._registry.register(route, force=True)
+        return Prefix(messages.results(step), outbox if not step.outcomes else None)
 
     async def read_floors(self, route: str) -> dict[str, NoiseFloorState]:
-        try:
+        with redis_errors():
             pipe = self._r.pipeline(transaction=False)
             for mode in DECODING_MODES:
                 pipe.hmget(self._floor_key(route, mode), "v", "s")
             raw = await pipe.execute()
-        except RedisError as exc:
-            raise BreakerStoreError(f"redis: {exc}") from exc
         floors = {
-            m: _decode(r, NoiseFloorState.from_json)[0]
+            m: decode_hash(r, NoiseFloorState.from_json)[0]
             for m, r in zip(DECODING_MODES, raw, strict=True)
         }
         return {m: f for m, f in floors.items() if f.values}
@@ -287,7 +219,7 @@ class RedisBreakerStore(BreakerStore):
         never loses its update or ours.
         """
         key = self._floor_key(route, mode)
-        await self._register(route)
+        await self._registry.register(route)
         for _ in range(MAX_ATTEMPTS):
             floor, version = await self.read_floor(route, mode)
             state = self._floor.extend(floor if merge else self._floor.init(), values)
@@ -307,7 +239,7 @@ class RedisBreakerStore(BreakerStore):
     async def manual(
         self, route: str, action: str, policy: RoutePolicy, now: float, who: str = "cli"
     ) -> FoldResult:
-        await self._register(route)
+        await self._registry.register(route)
         return await self._decide(
             route, lambda s: manual(policy, s, action, now, who), now, "manual"
         )
@@ -352,7 +284,7 @@ class RedisBreakerStore(BreakerStore):
             return None
         if outbox is not None:
             self._failpoint("after_commit")
-            await self._register(route, force=True)
+            await self._registry.register(route, force=True)
         return FoldResult("ok", new_state, outbox)
 
     async def _apply(
@@ -366,11 +298,9 @@ class RedisBreakerStore(BreakerStore):
     ) -> tuple[str, int]:
         keys = [state_key, self.command_key(route), self._k(route, "outbox")]
         args: list[Any] = [version, body, command or b"", *items]
-        try:
+        with redis_errors():
             status, v = await self._script(keys=keys, args=args)
-        except RedisError as exc:
-            raise BreakerStoreError(f"redis: {exc}") from exc
-        return (status.decode() if isinstance(status, bytes) else status), int(v)
+        return status_text(status), int(v)
 
     # -- outbox (the claim's Lua steps live in ``redis_outbox``) ---------------
     async def claim(self, route: str, owner: str, ttl_ms: int = 10_000) -> Claim | None:
@@ -383,7 +313,24 @@ class RedisBreakerStore(BreakerStore):
         await self._outbox.release(claim)
 
 
-def _decode(raw: list[Any], build: Callable[[Any], Any]) -> tuple[Any, int]:
-    """(value, version) from an HMGET of fields v and s."""
-    version = int(raw[0]) if raw[0] else 0
-    return build(orjson.loads(raw[1]) if raw[1] else None), version
+def _batch_args(
+    step: FoldedMany,
+    version: int,
+    floors: dict[str, tuple[NoiseFloorState, int]],
+    outbox: Outbox | None,
+) -> list[Any]:
+    """``fold_batch.lua``'s arguments after the counts: the duplicates, the state's
+    version and new body, the command, then per floor its version and new body (an
+    empty body: unchanged). The Lua step compares each version it would write over, so a
+    lost race writes nothing."""
+    new_state = step.state
+    args: list[Any] = [
+        step.outcomes.count(None),
+        version,
+        orjson.dumps(new_state.to_json()) if new_state is not None else b"",
+        outbox.sealed if outbox else b"",
+    ]
+    for mode, (_, floor_version) in floors.items():
+        changed = step.floors.get(mode)
+        args += [floor_version, orjson.dumps(changed.to_json()) if changed else b""]
+    return args

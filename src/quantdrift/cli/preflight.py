@@ -22,7 +22,9 @@ import asyncio
 import json
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
+from typing import Any, Protocol
 
 from quantdrift.cli.common import comma_names, positive_int
 
@@ -160,10 +162,10 @@ def build_config(args: argparse.Namespace):  # type: ignore[no-untyped-def]
 
 def run(args: argparse.Namespace) -> int:
     from quantdrift.cli.common import load_settings, with_stack
-    from quantdrift.preflight.context import Context
     from quantdrift.preflight.page import draw, page_path
     from quantdrift.preflight.report import report_bytes, summary_lines
     from quantdrift.preflight.runner import run as run_checks
+    from quantdrift.services.preflight import preflight_context
 
     cfg = build_config(args)
 
@@ -173,7 +175,7 @@ def run(args: argparse.Namespace) -> int:
             sys.stderr.flush()
 
     settings = with_stack(load_settings())
-    ctx = Context(cfg, settings=settings, progress=progress)
+    ctx = preflight_context(cfg, settings=settings, progress=progress)
     report = asyncio.run(run_checks(ctx, args.only))
     raw = report_bytes(report)
     cfg.report.parent.mkdir(parents=True, exist_ok=True)
@@ -227,26 +229,8 @@ def verify(args: argparse.Namespace) -> int:
     result = verify_report(
         raw, read_approvals(args.report), keys, args.required, args.distinct_keys
     )
-    if args.json:
-        print(
-            json.dumps(
-                {
-                    "ok": result.ok,
-                    "verdict": result.verdict,
-                    "signers": result.signers,
-                    "problems": result.problems,
-                }
-            )
-        )
-    else:
-        status = "verified" if result.ok else "NOT verified"
-        print(
-            f"{args.report.name}: {status}; verdict {result.verdict}; "
-            f"signers: {', '.join(result.signers) or 'none'}"
-        )
-        for p in result.problems:
-            print(f"  {p}")
-    return 0 if result.ok else 1
+    detail = f"verdict {result.verdict}"
+    return _print_check(args.json, result, args.report.name, "verdict", result.verdict, detail)
 
 
 def certificate(args: argparse.Namespace) -> int:
@@ -274,24 +258,34 @@ def verify_certificate(args: argparse.Namespace) -> int:
     from quantdrift.preflight.certificate import check_file
 
     result = check_file(args.certificate, load_settings().signing, args.public_key)
-    if args.json:
-        print(
-            json.dumps(
-                {
-                    "ok": result.ok,
-                    "key_id": result.key_id,
-                    "signers": result.signers,
-                    "problems": result.problems,
-                }
-            )
-        )
+    detail = f"issuer {result.key_id or 'unknown'}"
+    return _print_check(args.json, result, args.certificate.name, "key_id", result.key_id, detail)
+
+
+class _Checked(Protocol):
+    """A verification's outcome (a report's sign-off, a certificate)."""
+
+    @property
+    def ok(self) -> bool: ...
+    @property
+    def signers(self) -> Sequence[str]: ...
+    @property
+    def problems(self) -> Sequence[str]: ...
+
+
+def _print_check(
+    as_json: bool, result: _Checked, name: str, key: str, value: Any, detail: str
+) -> int:
+    """A verification's outcome, as JSON (``ok``, ``key``, the signers, the problems) or
+    as one line (``name: status; detail; signers``) and one indented line per problem;
+    exit 0 when it verified, else 1."""
+    signers, problems = list(result.signers), list(result.problems)
+    if as_json:
+        print(json.dumps({"ok": result.ok, key: value, "signers": signers, "problems": problems}))
     else:
         status = "verified" if result.ok else "NOT verified"
-        print(
-            f"{args.certificate.name}: {status}; issuer {result.key_id or 'unknown'}; "
-            f"signers: {', '.join(result.signers) or 'none'}"
-        )
-        for p in result.problems:
+        print(f"{name}: {status}; {detail}; signers: {', '.join(signers) or 'none'}")
+        for p in problems:
             print(f"  {p}")
     return 0 if result.ok else 1
 

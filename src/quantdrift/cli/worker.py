@@ -28,7 +28,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from quantdrift.streams.worker import run_worker
+    from quantdrift.services.worker import run_worker
 
     settings = signing_settings(with_stack(load_settings(args.config)))
     if args.web_port is not None:

@@ -6,7 +6,7 @@ comes back as a ScoreEvent (so a worker is really scoring); scoring a
 pair costs under 10 ms at p99 on the route's own recorded pairs (timed one
 pair at a time with the worker's own scorer, the worst case: the worker
 batches); and **the route is armed**: every divergence test it relies on has the
-floor it needs to fire (``services.console.launch_readiness``), so the pairs the
+floor it needs to fire (the console's ``launch_readiness``), so the pairs the
 link carries are judged by more than the hard-failure and outcome tests. The
 round-trip pair goes on a probe route, ``preflight-probe/<route>``, so the real
 route's breaker never sees it.
@@ -18,6 +18,7 @@ import asyncio
 import gzip
 import time
 import uuid
+from collections.abc import Callable
 from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -25,7 +26,6 @@ from typing import TYPE_CHECKING, Any
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
 from quantdrift.detectors.suite import score_event
-from quantdrift.embedding.factory import build_scorer, score_with
 from quantdrift.errors import ConfigError, SchemaError
 from quantdrift.gateway.gateway_config import load_config
 from quantdrift.kafka_clients import consumer_kwargs, producer_kwargs
@@ -33,7 +33,6 @@ from quantdrift.preflight.context import Context
 from quantdrift.preflight.report import Item, judged, skipped
 from quantdrift.schemas import PairEvent, unverified_score
 from quantdrift.schemas.record_keys import pair_record_key
-from quantdrift.services.console import launch_readiness
 
 if TYPE_CHECKING:
     from quantdrift.gateway.gateway_config import GatewayConfig
@@ -132,14 +131,14 @@ def p99(values: list[float]) -> float:
     return s[max(0, -(-99 * len(s) // 100) - 1)]
 
 
-def time_scoring(pairs: list[PairEvent], scorer: Any) -> list[float]:
+def time_scoring(pairs: list[PairEvent], score: Callable[[list[PairEvent]], Any]) -> list[float]:
     """Milliseconds to score each pair alone, after a warm-up pass (model load excluded)."""
     for p in pairs[:3]:
-        score_with(scorer, [p])
+        score([p])
     out = []
     for p in pairs:
         t0 = time.perf_counter()
-        metrics = score_with(scorer, [p])[0]
+        metrics = score([p])[0]
         score_event(p, metrics)
         out.append((time.perf_counter() - t0) * 1000)
     return out
@@ -206,6 +205,9 @@ async def shadow_link(ctx: Context) -> Item:
     cfg, route = _gateway_config(ctx)
     if cfg is None or route is None:
         return skipped(SHADOW, TITLES[SHADOW], str(route))
+    console, build = ctx.console, ctx.scorer
+    if console is None or build is None:
+        return skipped(SHADOW, TITLES[SHADOW], "needs the console and the worker's scorer")
     share = cfg.shadow_rate(route)
     share_ok = abs(share - c.expected_share) < 1e-9
     problems = [] if share_ok else [f"mirrors {share:.1%}, intended {c.expected_share:.1%}"]
@@ -213,8 +215,8 @@ async def shadow_link(ctx: Context) -> Item:
     pairs, source = read_pairs(c.recorded_pairs, route, c.max_pairs)
     ctx.progress(f"{SHADOW}: timing the scorer on {source}")
     assert ctx.settings is not None
-    scorer = await asyncio.to_thread(build_scorer, ctx.settings.embedding)
-    times = await asyncio.to_thread(time_scoring, pairs, scorer)
+    score = await asyncio.to_thread(build, ctx.settings.embedding)
+    times = await asyncio.to_thread(time_scoring, pairs, score)
     cost = p99(times) if times else float("inf")
     if cost >= c.p99_ms:
         problems.append(f"per-pair cost p99 {cost:.1f} ms >= {c.p99_ms:g} ms")
@@ -234,7 +236,7 @@ async def shadow_link(ctx: Context) -> Item:
         problems.append("round trip not run (shadow_link.roundtrip: false)")
 
     ctx.progress(f"{SHADOW}: reading whether the route's divergence tests can fire")
-    armed = await launch_readiness(ctx.settings, route, expected_tests(cfg, route, ctx))
+    armed = await console.launch_readiness(ctx.settings, route, expected_tests(cfg, route, ctx))
     if not armed["armed"]:
         problems.append("the route is not armed: " + " | ".join(armed["missing"]))
     return judged(
@@ -247,7 +249,7 @@ async def shadow_link(ctx: Context) -> Item:
             "scoring_p50_ms": round(sorted(times)[len(times) // 2], 3) if times else None,
             "pairs_timed": len(times),
             "roundtrip_s": None if rt is None else round(rt, 3),
-            "scorer": getattr(ctx.settings.embedding, "tier", type(scorer).__name__),
+            "scorer": ctx.settings.embedding.tier,
             "route_armed": armed["armed"],
             "tests_missing": armed["missing"],
         },

@@ -1,8 +1,9 @@
 """``switch-drill``: a real rollback and restore through the control topic, timed.
 
 The drill goes through exactly what on-call runs, ``quantdrift route
-rollback|restore|release`` (``services.console.manual_step``: the signed,
-epoch-bumping Redis step, then the outbox published to the control topic), and watches a real
+rollback|restore|release`` (the console's ``manual_step``: the signed,
+epoch-bumping Redis step, then the outbox published to the control topic; the entry
+point hands the console in, ``Context.console``), and watches a real
 ``RouteController`` (the gateway's) apply each command. A switch counts from
 the moment the command is issued to the moment the controller applied it.
 
@@ -21,23 +22,22 @@ from typing import Any
 from quantdrift.config import configured_redis_url
 from quantdrift.errors import InputError
 from quantdrift.gateway.control.controller import RouteController
-from quantdrift.preflight.context import Context
+from quantdrift.preflight.context import Console, Context
 from quantdrift.preflight.report import Item, failed, judged, skipped
 from quantdrift.schemas.signing import verifier_from_settings
-from quantdrift.services import console
 
 DRILL = "switch-drill"
 TITLE = "Switch drill: rollback and restore applied by a RouteController in < 1 s each"
 
 
-async def _route(settings: Any, action: str, route: str) -> str:
+async def _route(console: Console, settings: Any, action: str, route: str) -> str:
     """One manual step, as ``quantdrift route ACTION --route R`` runs it; its console line."""
     step = await console.manual_step(settings, route, action, who=f"{getpass.getuser()}@cli")
     warning = f"warning: {step.warning}\n" if step.warning else ""
     return f"{warning}{step.summary()}\n"
 
 
-async def route_status(settings: Any, route: str) -> dict[str, Any]:
+async def route_status(console: Console, settings: Any, route: str) -> dict[str, Any]:
     """The route's row of ``route status``; {} for a route the breaker has not seen yet
     (closed and unlocked: the candidate serves, as for any new route)."""
     try:
@@ -48,11 +48,11 @@ async def route_status(settings: Any, route: str) -> dict[str, Any]:
 
 
 async def _switch(
-    settings: Any, controller: Any, route: str, action: str, timeout: float
+    console: Console, settings: Any, controller: Any, route: str, action: str, timeout: float
 ) -> dict[str, Any]:
     before = controller.epoch(route)
     t0 = time.monotonic()
-    out = await _route(settings, action, route)
+    out = await _route(console, settings, action, route)
     issued = time.monotonic()
     cmd = await controller.wait_for(
         route, lambda c: c.epoch > before and c.action == action, timeout
@@ -73,9 +73,12 @@ async def switch_drill(ctx: Context) -> Item:
     c = ctx.config.switch_drill
     settings = ctx.settings
     route = ctx.config.route
-    if settings is None or not route:
-        return skipped(DRILL, TITLE, "needs a route (--route) and Kafka/Redis settings")
-    before = await route_status(settings, route)
+    console = ctx.console
+    if settings is None or not route or console is None:
+        return skipped(
+            DRILL, TITLE, "needs a route (--route), Kafka/Redis settings and the console"
+        )
+    before = await route_status(console, settings, route)
     if before.get("state", "closed") != "closed" or before.get("locked"):
         return skipped(
             DRILL,
@@ -100,7 +103,9 @@ async def switch_drill(ctx: Context) -> Item:
         for action in ("rollback", "restore"):
             ctx.progress(f"{DRILL}: {action} {route}")
             try:
-                rows.append(await _switch(settings, controller, route, action, c.timeout_s))
+                rows.append(
+                    await _switch(console, settings, controller, route, action, c.timeout_s)
+                )
             except TimeoutError:
                 rows.append({"action": action, "apply_s": None})
                 break
@@ -111,9 +116,9 @@ async def switch_drill(ctx: Context) -> Item:
                 and rows[0].get("action") == "rollback"
                 and (len(rows) < 2 or rows[-1].get("apply_s") is None)
             ):
-                await _route(settings, "restore", route)  # put the candidate back
-            await _route(settings, "release", route)
-            after = await route_status(settings, route)
+                await _route(console, settings, "restore", route)  # put the candidate back
+            await _route(console, settings, "release", route)
+            after = await route_status(console, settings, route)
         finally:
             await controller.stop()
     times = [r["apply_s"] for r in rows]

@@ -4,7 +4,7 @@
 certificate that does not verify is refused here (``SignatureError``, one CLI line),
 never exported: a backend that reads these events would take a forged one's
 evidence for the build's. The events go out the same way as the worker's
-(``integrations.otel``: the OTel environment, OTLP/HTTP), or are returned for
+(``quantdrift.otel``: the OTel environment, OTLP/HTTP), or are returned for
 ``--json`` without a collector.
 """
 
@@ -15,8 +15,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from quantdrift import otel
 from quantdrift.errors import ConfigError, SignatureError
-from quantdrift.integrations import otel
 from quantdrift.schemas.certificate import check_file
 
 

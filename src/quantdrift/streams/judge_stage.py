@@ -22,11 +22,11 @@ from typing import Any
 
 from aiokafka.errors import KafkaError
 
+from quantdrift import otel
 from quantdrift.breaker.policy import Policy
 from quantdrift.breaker.protocol import BreakerStore
 from quantdrift.breaker.reseed import newest, rebuild
 from quantdrift.errors import BreakerStoreError, BrokerError, SchemaError, SignatureError
-from quantdrift.integrations import otel
 from quantdrift.schemas import CommandVerifier
 from quantdrift.streams.dead_letters import DeadLetterSink
 from quantdrift.streams.handlers import RawRecord

@@ -22,6 +22,9 @@ A markdown fence around the document (```` ```json ... ``` ````) is forgiven,
 like the JSON contract detector does; ``span`` says where the bare JSON value is
 so the gateway can hand the user just that.
 
+The lexical grammar (strings, escapes, literals, numbers) is the token scanner's
+(``json_tokens.py``); this module reads the structure around the tokens.
+
 Examples
 --------
 >>> guard = JsonGuard(required_keys=("name",))
@@ -38,18 +41,21 @@ True
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from quantdrift.gateway.guards.json_tokens import (
+    ENDED,
+    ENDED_BEFORE,
+    FAILED,
+    LITERALS,
+    MORE,
+    NUMBER_STARTS,
+    TokenScanner,
+)
+
 WHITESPACE = frozenset(" \t\n\r")
-_DIGITS = frozenset("0123456789")
-_HEX = frozenset("0123456789abcdefABCDEF")
-_ESCAPES = frozenset('"\\/bfnrtu')
-_LITERALS = {"t": "true", "f": "false", "n": "null"}
-# Plain string content (no quote, backslash or control character): skipped in one step.
-_PLAIN = re.compile(r'[^"\\\x00-\x1f]+')
 _FENCE_LANG = re.compile(r"[A-Za-z0-9_+.-]")
 
 # States.
@@ -60,20 +66,12 @@ _KEY_FIRST = 3  # after '{': a key or '}'
 _KEY = 4  # after ',' in an object: a key
 _COLON = 5
 _AFTER = 6  # after a value inside a container: ',' or the closing bracket
-_STRING = 7
-_ESCAPE = 8
-_UNICODE = 9
-_LITERAL = 10
-_NUMBER = 11
+_TOKEN = 7  # inside a string, literal or number: the token scanner reads it
 _DONE = 12  # the top-level value is complete: whitespace (or a closing fence) only
 _FENCE_OPEN = 13
 _FENCE_LANG_STATE = 14
 _FENCE_CLOSE = 15
 _FENCE_DONE = 16
-
-# Number sub-states; the terminal ones may end the number.
-_N_MINUS, _N_ZERO, _N_INT, _N_DOT, _N_FRAC, _N_E, _N_ESIGN, _N_EXP = range(8)
-_N_TERMINAL = frozenset({_N_ZERO, _N_INT, _N_FRAC, _N_EXP})
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,12 +113,7 @@ class JsonGuard:
         self._state = _START
         self._stack: list[str] = []  # "{" or "["
         self._keys: list[set[str] | None] = []  # keys seen, per open container
-        self._is_key = False
-        self._key_buf: list[str] = []
-        self._unicode_left = 0
-        self._literal = ""
-        self._literal_at = 0
-        self._num = _N_MINUS
+        self._tok = TokenScanner()
         self._ws_run = 0
         self._fence_ticks = 0
         self._fenced = False
@@ -168,14 +161,11 @@ class JsonGuard:
             return self._result
         i, n = 0, len(chunk)
         while i < n:
-            state = self._state
-            if state == _STRING:
-                # Fast path: a run of plain characters.
-                m = _PLAIN.match(chunk, i)
-                if m is not None:
-                    if self._is_key:
-                        self._key_buf.append(m.group())
-                    i = m.end()
+            if self._state == _TOKEN:
+                # Fast path: a run of plain string characters.
+                j = self._tok.plain_run(chunk, i)
+                if j > i:
+                    i = j
                     continue
             ch = chunk[i]
             if not self._step(ch, self._pos + i):
@@ -192,8 +182,8 @@ class JsonGuard:
         """The stream ended: ok only if a complete value was read (and every check passed)."""
         if not self._result.ok:
             return self._result
-        if self._state == _NUMBER and not self._stack:
-            if self._num in _N_TERMINAL:
+        if self._state == _TOKEN and self._tok.in_number and not self._stack:
+            if self._tok.number_may_end:
                 self._end = self._pos
                 self._state = _DONE
             else:
@@ -238,17 +228,14 @@ class JsonGuard:
             self._keys.append(set() if ch == "{" else None)
             self._state = _KEY_FIRST if ch == "{" else _ARRAY_FIRST
         elif ch == '"':
-            self._is_key = False
-            self._state = _STRING
-        elif ch in _LITERALS:
-            self._literal, self._literal_at = _LITERALS[ch], 1
-            self._state = _LITERAL
-        elif ch == "-":
-            self._num, self._state = _N_MINUS, _NUMBER
-        elif ch == "0":
-            self._num, self._state = _N_ZERO, _NUMBER
-        elif ch in _DIGITS:
-            self._num, self._state = _N_INT, _NUMBER
+            self._tok.start_string(is_key=False)
+            self._state = _TOKEN
+        elif ch in LITERALS:
+            self._tok.start_literal(ch)
+            self._state = _TOKEN
+        elif ch in NUMBER_STARTS:
+            self._tok.start_number(ch)
+            self._state = _TOKEN
         else:
             self._fail("invalid_char", f"{ch!r} cannot start a JSON value", pos)
             return False
@@ -276,51 +263,27 @@ class JsonGuard:
                 return False
         return self._end_value(pos + 1)
 
+    def _token_char(self, ch: str, pos: int) -> bool:
+        """A character inside a token, as the scanner reads it."""
+        tok = self._tok
+        outcome = tok.step(ch)
+        if outcome == MORE:
+            return True
+        if outcome == FAILED:
+            self._fail(*tok.failure, pos)
+            return False
+        if outcome == ENDED_BEFORE:
+            # The number ended; the character belongs to what follows.
+            self._end_value(pos)
+            self._reprocess = True
+            return True
+        assert outcome == ENDED
+        return self._end_key(tok.key(), pos) if tok.is_key else self._end_value(pos + 1)
+
     def _step(self, ch: str, pos: int) -> bool:
         state = self._state
-        if state == _STRING:
-            if ch == '"':
-                if self._is_key:
-                    return self._end_key(pos)
-                return self._end_value(pos + 1)
-            if ch == "\\":
-                self._state = _ESCAPE
-                if self._is_key:
-                    self._key_buf.append(ch)
-                return True
-            self._fail("control_char", f"raw control character {ch!r} in a string", pos)
-            return False
-        if state == _ESCAPE:
-            if ch not in _ESCAPES:
-                self._fail("bad_escape", f"invalid escape \\{ch}", pos)
-                return False
-            if self._is_key:
-                self._key_buf.append(ch)
-            if ch == "u":
-                self._unicode_left, self._state = 4, _UNICODE
-            else:
-                self._state = _STRING
-            return True
-        if state == _UNICODE:
-            if ch not in _HEX:
-                self._fail("bad_escape", f"invalid \\u escape digit {ch!r}", pos)
-                return False
-            if self._is_key:
-                self._key_buf.append(ch)
-            self._unicode_left -= 1
-            if self._unicode_left == 0:
-                self._state = _STRING
-            return True
-        if state == _LITERAL:
-            if ch != self._literal[self._literal_at]:
-                self._fail("invalid_literal", f"expected {self._literal!r}", pos)
-                return False
-            self._literal_at += 1
-            if self._literal_at == len(self._literal):
-                return self._end_value(pos + 1)
-            return True
-        if state == _NUMBER:
-            return self._number(ch, pos)
+        if state == _TOKEN:
+            return self._token_char(ch, pos)
 
         # Structural states: whitespace is counted, anything else resets the run.
         if ch in WHITESPACE:
@@ -351,7 +314,8 @@ class JsonGuard:
             return self._begin_value(ch, pos)
         if state in (_KEY_FIRST, _KEY):
             if ch == '"':
-                self._is_key, self._key_buf, self._state = True, [], _STRING
+                self._tok.start_string(is_key=True)
+                self._state = _TOKEN
                 return True
             if ch == "}" and state == _KEY_FIRST:
                 return self._close_container(ch, pos)
@@ -406,12 +370,7 @@ class JsonGuard:
         self._fail("trailing_content", f"{ch!r} after the closing fence", pos)
         return False
 
-    def _end_key(self, pos: int) -> bool:
-        raw = "".join(self._key_buf)
-        try:
-            key = json.loads(f'"{raw}"')
-        except ValueError:  # lone surrogate escapes and the like: keep the raw text
-            key = raw
+    def _end_key(self, key: str, pos: int) -> bool:
         keys = self._keys[-1]
         assert keys is not None  # keys only occur in objects
         if key in keys:
@@ -419,38 +378,6 @@ class JsonGuard:
             return False
         keys.add(key)
         self._state = _COLON
-        return True
-
-    def _number(self, ch: str, pos: int) -> bool:
-        num = self._num
-        digit = ch in _DIGITS
-        nxt: int | None = None
-        if num == _N_MINUS:
-            nxt = _N_ZERO if ch == "0" else _N_INT if digit else None
-        elif num == _N_ZERO:
-            nxt = _N_DOT if ch == "." else _N_E if ch in "eE" else None
-            if digit:
-                self._fail("invalid_number", "a leading zero is not followed by digits", pos)
-                return False
-        elif num == _N_INT:
-            nxt = _N_INT if digit else _N_DOT if ch == "." else _N_E if ch in "eE" else None
-        elif num == _N_DOT:
-            nxt = _N_FRAC if digit else None
-        elif num == _N_FRAC:
-            nxt = _N_FRAC if digit else _N_E if ch in "eE" else None
-        elif num == _N_E:
-            nxt = _N_ESIGN if ch in "+-" else _N_EXP if digit else None
-        elif num in (_N_ESIGN, _N_EXP):
-            nxt = _N_EXP if digit else None
-        if nxt is not None:
-            self._num = nxt
-            return True
-        if num not in _N_TERMINAL:
-            self._fail("invalid_number", f"{ch!r} inside a number", pos)
-            return False
-        # The number ended; the character belongs to what follows.
-        self._end_value(pos)
-        self._reprocess = True
         return True
 
 

@@ -16,13 +16,13 @@ import time
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
+from quantdrift import otel
 from quantdrift.gateway.chain.attempts import Trace
 from quantdrift.gateway.chain.planning import Incoming, Plan, route_decision
 from quantdrift.gateway.gateway_config import candidate_route
 from quantdrift.gateway.guards.auth import OPEN
 from quantdrift.gateway.openai_wire import Completion
 from quantdrift.gateway.telemetry import Telemetry, counter, gauge
-from quantdrift.integrations import otel
 
 if TYPE_CHECKING:  # the Gateway registers live_metrics: a runtime import would be a cycle
     from quantdrift.gateway.http.service import Gateway

@@ -1,4 +1,9 @@
-"""Build and run one worker process from settings: the only place that wires I/O."""
+"""Build and run one worker process from settings: the only place that wires I/O.
+
+The worker's composition root: the stages and agents (``streams/agents.py``), the
+Redis store, and the status page beside them (``status``), which the worker itself
+never imports.
+"""
 
 from __future__ import annotations
 
@@ -21,6 +26,7 @@ from quantdrift.embedding.factory import build_scorer
 from quantdrift.failpoints import Failpoint, failpoints, no_failpoint
 from quantdrift.schemas import CommandSigner
 from quantdrift.schemas.signing import signer_from_settings, verifier_from_settings
+from quantdrift.status import attach_status
 from quantdrift.streams.agents import WorkerStats, attach_agents
 from quantdrift.streams.app import Topics, create_app
 from quantdrift.streams.control_log import read_control
@@ -54,7 +60,7 @@ def build_worker_app(
     app, topics = create_app(settings)
     signer = signer_from_settings(settings.signing.active_key_id, settings.signing.keys)
     failpoint = failpoints(settings.worker.failpoints)
-    stats = attach_agents(
+    attached = attach_agents(
         app,
         topics,
         policy=policy,
@@ -77,11 +83,18 @@ def build_worker_app(
         batch_within_s=settings.worker.batch_within_s,
         claim_ttl_ms=settings.worker.outbox_claim_ttl_ms,
         prompt_salt=settings.prompt_salt.get_secret_value(),
-        stall_after_s=settings.worker.stall_after_s,
         # A Redis that lost its data gets the routes' states back from here (reseed.py).
         read_commands=lambda: read_control(settings.kafka, settings.kafka.topics.control),
     )
-    return app, topics, stats
+    attach_status(
+        app,
+        attached.stats,
+        attached.store,
+        stall_after_s=settings.worker.stall_after_s,
+        tiers=lambda: getattr(attached.embedder.built, "agreement", None),
+        policy=policy,
+    )
+    return app, topics, attached.stats
 
 
 log = logging.getLogger("quantdrift.worker")

@@ -47,6 +47,11 @@ The hooks (:func:`judged`, :func:`transitioned`, :func:`served`) are one line
 each in the worker and the gateway; they do nothing when telemetry is off and
 never raise into the caller: a broken exporter must not slow or fail a user's
 call or a judge's batch (the SDK's batch processors export off the hot path).
+
+A leaf below the gateway, the worker and the services: it imports only the error
+tree and the wire formats, and names what it reads of the breaker's and the
+gateway's objects as protocols (``RouteStateView``, ``OutboxView``, ...), so the
+callers hand in what they already hold and no arrow points back up.
 """
 
 from __future__ import annotations
@@ -57,17 +62,98 @@ import os
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
-if TYPE_CHECKING:
-    from quantdrift.breaker.outbox import Outbox
-    from quantdrift.breaker.protocol import FoldResult
-    from quantdrift.breaker.state import RouteState
-    from quantdrift.gateway.chain.attempts import Trace
-    from quantdrift.gateway.chain.planning import Plan
-    from quantdrift.gateway.openai_wire import Completion
-    from quantdrift.schemas.alert import AlertEvent
-    from quantdrift.schemas.score import ScoreEvent
+from quantdrift.errors import ConfigError
+from quantdrift.schemas.alert import AlertEvent
+from quantdrift.schemas.certificate import engine_identity, live_rows
+from quantdrift.schemas.command import RouteCommand
+from quantdrift.schemas.pair import pair_id_for
+from quantdrift.schemas.score import ScoreEvent
+
+
+# -- what the hooks read of the breaker's and the gateway's objects -------------------------
+class _Readiness(Protocol):
+    @property
+    def armed(self) -> bool: ...
+    @property
+    def missing(self) -> Sequence[str]: ...
+
+
+class RouteStateView(Protocol):
+    """A route's state after a fold (``breaker.state.RouteState``)."""
+
+    @property
+    def state(self) -> str: ...
+    @property
+    def locked(self) -> bool: ...
+    @property
+    def readiness(self) -> _Readiness: ...
+
+
+class OutboxView(Protocol):
+    """One transition's messages (``breaker.outbox.Outbox``)."""
+
+    @property
+    def command(self) -> RouteCommand: ...
+    @property
+    def alert(self) -> AlertEvent: ...
+
+
+class FoldResultView(Protocol):
+    """The judge's answer for one score (``breaker.protocol.FoldResult``)."""
+
+    @property
+    def status(self) -> str: ...
+    @property
+    def state(self) -> RouteStateView | None: ...
+    @property
+    def not_armed(self) -> AlertEvent | None: ...
+    @property
+    def outboxes(self) -> Sequence[OutboxView]: ...
+
+
+class PlanView(Protocol):
+    """A served request's plan (``gateway.chain.planning.Plan``)."""
+
+    @property
+    def request_id(self) -> str: ...
+    @property
+    def route(self) -> str: ...
+    @property
+    def body(self) -> Mapping[str, Any]: ...
+    @property
+    def shadow(self) -> Any: ...
+
+
+class TraceView(Protocol):
+    """What happened to it (``gateway.chain.attempts.Trace``)."""
+
+    @property
+    def t0(self) -> float: ...
+    @property
+    def fallbacks(self) -> Sequence[str]: ...
+
+
+class _Choice(Protocol):
+    @property
+    def finish_reason(self) -> str | None: ...
+
+
+class CompletionView(Protocol):
+    """The answer it got (``gateway.openai_wire.Completion``)."""
+
+    @property
+    def precision(self) -> str: ...
+    @property
+    def model(self) -> str: ...
+    @property
+    def id(self) -> str: ...
+    @property
+    def choices(self) -> Sequence[_Choice]: ...
+    @property
+    def usage(self) -> Mapping[str, Any] | None: ...
+
 
 log = logging.getLogger(__name__)
 
@@ -102,7 +188,7 @@ def sampled(pair_id: str, rate: float) -> bool:
     return int.from_bytes(digest, "big") / 2**64 < rate
 
 
-def evaluation_attributes(score: ScoreEvent, state: RouteState | None = None) -> dict[str, Any]:
+def evaluation_attributes(score: ScoreEvent, state: RouteStateView | None = None) -> dict[str, Any]:
     """The ``gen_ai.evaluation.result`` attributes for one scored pair (pure); with the
     route's state after the pair, whether the route is armed and what it misses.
 
@@ -154,9 +240,6 @@ def certificate_attributes(
     >>> rows[0]["quantdrift.model.files"], rows[1]["gen_ai.evaluation.score.value"]
     (['w=ab'], 4.0)
     """
-    # Deferred: keeps this hook module a leaf that any package may import.
-    from quantdrift.schemas.certificate import engine_identity, live_rows
-
     model = payload.get("model") or {}
     pf = payload.get("preflight") or {}
     common = {
@@ -199,7 +282,7 @@ def certificate_attributes(
     return rows
 
 
-def transition_attributes(outbox: Outbox) -> dict[str, Any]:
+def transition_attributes(outbox: OutboxView) -> dict[str, Any]:
     """The ``quantdrift.breaker.transition`` attributes for one transition (pure)."""
     command, alert = outbox.command, outbox.alert
     return {
@@ -225,7 +308,7 @@ class Telemetry:
     sample: float = 1.0
     providers: list[Any] = field(default_factory=list)
 
-    def evaluation(self, score: ScoreEvent, state: RouteState | None = None) -> None:
+    def evaluation(self, score: ScoreEvent, state: RouteStateView | None = None) -> None:
         if score.kind != "shadow" or not sampled(score.pair_id, self.sample):
             return
         attrs = evaluation_attributes(score, state)
@@ -244,14 +327,14 @@ class Telemetry:
         for attrs in rows:
             self.logger.emit(event_name=EVALUATION_EVENT, attributes=dict(attrs))
 
-    def transition(self, outbox: Outbox) -> None:
+    def transition(self, outbox: OutboxView) -> None:
         self.logger.emit(
             event_name=TRANSITION_EVENT,
             attributes=transition_attributes(outbox),
             body=outbox.alert.summary,
         )
 
-    def call(self, plan: Plan, trace: Trace, completion: Completion) -> None:
+    def call(self, plan: PlanView, trace: TraceView, completion: CompletionView) -> None:
         # Deferred: opentelemetry is optional; loaded only when export is on.
         from opentelemetry.trace import SpanKind
 
@@ -278,9 +361,6 @@ class Telemetry:
         ):
             if isinstance(usage.get(theirs), int):
                 attrs[ours] = usage[theirs]
-        # Deferred: keeps this hook module a leaf that any package may import.
-        from quantdrift.schemas.pair import pair_id_for
-
         if plan.shadow:
             attrs["quantdrift.pair_id"] = pair_id_for(plan.request_id, "shadow")
         if trace.fallbacks:
@@ -363,9 +443,6 @@ def sample_rate(env: Mapping[str, str]) -> float:
     except ValueError:
         rate = -1.0
     if not 0.0 <= rate <= 1.0:
-        # Deferred: keeps this hook module a leaf that any package may import.
-        from quantdrift.errors import ConfigError
-
         raise ConfigError(f"{SAMPLE_ENV}={raw!r}: a share between 0 and 1 is needed")
     return rate
 
@@ -386,9 +463,6 @@ def from_env(env: Mapping[str, str]) -> Telemetry | None:
         from opentelemetry.exporter.otlp.proto.http._log_exporter import OTLPLogExporter
         from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
     except ImportError as exc:
-        # Deferred: keeps this hook module a leaf that any package may import.
-        from quantdrift.errors import ConfigError
-
         raise ConfigError(
             "OTEL_EXPORTER_OTLP_ENDPOINT is set but the OTLP exporter is not installed: "
             "pip install 'quantdrift[otel]'"
@@ -430,7 +504,7 @@ def reset() -> None:
 
 
 # -- hooks: one line each in the worker and the gateway; never raise -----------------------
-def judged(scores: Sequence[ScoreEvent], results: Sequence[FoldResult]) -> None:
+def judged(scores: Sequence[ScoreEvent], results: Sequence[FoldResultView]) -> None:
     """After the judge folded a batch: one event per newly judged pair, one per transition."""
     t = current()
     if t is None:
@@ -447,7 +521,7 @@ def judged(scores: Sequence[ScoreEvent], results: Sequence[FoldResult]) -> None:
         log.exception("OpenTelemetry: could not emit evaluation events")
 
 
-def transitioned(outbox: Outbox | None) -> None:
+def transitioned(outbox: OutboxView | None) -> None:
     """A transition made outside a fold (the cool-down clock)."""
     t = current()
     if t is None or outbox is None:
@@ -458,7 +532,7 @@ def transitioned(outbox: Outbox | None) -> None:
         log.exception("OpenTelemetry: could not emit a transition event")
 
 
-def served(plan: Plan, trace: Trace, completion: Completion) -> None:
+def served(plan: PlanView, trace: TraceView, completion: CompletionView) -> None:
     """The gateway answered a user: one GenAI span for the call."""
     t = current()
     if t is None:
