@@ -94,6 +94,19 @@ CASES: tuple[Case, ...] = (
         "delay", "gateway", "redis", drift=True,
     ),
     Case(
+        "delay-worker-broker",
+        "300 ms on each round trip between the worker and the broker (its connections "
+        "redirected through the proxy, the broker and the gateway untouched): judging "
+        "slows, nothing lost or doubled, the decision lands once",
+        "delay", "worker", "broker", drift=True,
+    ),
+    Case(
+        "delay-gateway-broker",
+        "300 ms between the gateway and the broker (its connections redirected through "
+        "the proxy): pairs still sent, commands arrive later; users unaffected",
+        "delay", "gateway", "broker", drift=True,
+    ),
+    Case(
         "delay-gateway-upstream",
         "300 ms on the users' own path: every answer 200, pairs flow",
         "delay", "gateway", "upstream",

@@ -35,8 +35,8 @@ from support.delay_proxy import DelayProxy
 from support.fault_cases import Case
 from support.fault_oracle import Run, check, judged_ids, route_state
 from support.gateway_process import GatewayProcess
-from support.netrig import Partition, Rig, sweep
-from support.rig_stack import REDIS_PORT, ROUTE, Load, RigStack, wait
+from support.netrig import Partition, Redirect, Rig, sweep
+from support.rig_stack import KAFKA_PORT, REDIS_PORT, ROUTE, Load, RigStack, wait
 
 HOSTS = ["redis", "broker", "worker", "worker2", "gateway"]
 STALE_S = 3.0
@@ -99,6 +99,38 @@ class Delay(Fault):
 
 
 @dataclass
+class KafkaDelay(Delay):
+    """The delay on one client's links to the broker, whose every connection its own
+    namespace redirects through the proxy (``Rig.redirect``): the broker and every
+    other client untouched. Proven by one Kafka request's round trip timed from the
+    client's namespace before, at the start and at the end of the window, and by the
+    proxy having served that client's address only."""
+
+    rs: RigStack
+    client: str
+    other: str  # another client of the broker, not slowed
+    redirect: Redirect
+    before: float
+    at_start: float
+
+    def proof(self) -> str:
+        held = super().proof()
+        at_end = self.rs.broker_round_trip(self.client)
+        other = self.rs.broker_round_trip(self.other)
+        mine = {self.rs.rig.addr(self.client)}
+        assert self.proxy.peers == mine, f"the proxy served {self.proxy.peers}, not only {mine}"
+        slowest = min(self.at_start, at_end)
+        assert slowest >= DELAY_S, f"a round trip to the broker took {slowest:.3f}s under delay"
+        ms = [f"{v * 1000:.1f}" for v in (self.before, self.at_start, at_end, other)]
+        return (
+            f"{held}; {self.redirect.connections()} connections of the {self.client} "
+            f"redirected, no other host's; one Kafka request {self.client}->broker "
+            f"{ms[0]} ms before, {ms[1]} ms at the start, {ms[2]} ms at the end; "
+            f"{self.other}->broker {ms[3]} ms"
+        )
+
+
+@dataclass
 class Exited(Fault):
     """A part killed by SIGKILL: its exit status, and the line that says where."""
 
@@ -128,6 +160,7 @@ class Bench:
     rs: RigStack
     gw: GatewayProcess
     proxy: DelayProxy | None
+    redirect: Redirect | None = None  # the slowed client's connections to the broker
     load: Load | None = None
     opened_epoch: int = 0  # the rollback's epoch, for a case that opens the route first
     direct: redis.Redis = field(init=False)
@@ -167,9 +200,13 @@ def start(case: Case, rs: RigStack) -> Bench:
     worker_env: dict[str, str] = {}
     gw_env: dict[str, str] = {}
     gw_extra: dict[str, Any] = {}
-    proxy = None
+    proxy, redirect = None, None
     observer = rs.rig.addr("observer")
-    if case.fault == "delay":
+    if case.fault == "delay" and case.b == "broker":
+        # Before the client starts: a redirect only takes connections opened after it.
+        proxy = DelayProxy(observer, rs.rig.addr("broker"), KAFKA_PORT).start()
+        redirect = rs.rig.redirect(case.a, "broker", KAFKA_PORT, (observer, proxy.port))
+    elif case.fault == "delay":
         to_redis = case.b == "redis"
         target = (rs.rig.addr("redis"), REDIS_PORT) if to_redis else (observer, rs.upstream.port)
         proxy = DelayProxy(observer, *target).start()
@@ -181,7 +218,7 @@ def start(case: Case, rs: RigStack) -> Bench:
             gw_extra["precisions"] = {"int4": [f"{base}/int4"], "bf16": [f"{base}/bf16"]}
     rs.start_worker(**worker_env)
     gw = rs.start_gateway(env=gw_env, shadow_sample_rate=1.0, control_stale_s=STALE_S, **gw_extra)
-    bench = Bench(case, rs, gw, proxy)
+    bench = Bench(case, rs, gw, proxy, redirect)
     wait(lambda: gw.health()["kafka_connected"], 60, "the gateway's publisher")
     bench.load = Load(gw.url, temperature=0.0).start()
     wait(lambda: bench.judged() >= 10, 180, f"the worker judging\n{rs.log('worker-worker')}")
@@ -206,8 +243,14 @@ def inject(bench: Bench) -> Fault:
         return Cut([rs.rig.lossy(case.a, case.b, LOSS_PERCENT)])
     if case.fault == "delay":
         assert bench.proxy is not None
+        if bench.redirect is None:
+            bench.proxy.delay_s = DELAY_S
+            return Delay(bench.proxy)
+        before = rs.broker_round_trip(case.a)
         bench.proxy.delay_s = DELAY_S
-        return Delay(bench.proxy)
+        at_start = rs.broker_round_trip(case.a)
+        other = "gateway" if case.a == "worker" else "worker"
+        return KafkaDelay(bench.proxy, rs, case.a, other, bench.redirect, before, at_start)
     if case.fault == "redis_restart":
         status = rs.restart_redis()
         return Exited("Redis", lambda: status)
@@ -234,6 +277,7 @@ def hold(bench: Bench, fault: Fault, hold_s: float, rng: random.Random, row: Row
     modes: set[str] = set()  # what the gateway did with the route during the window
     stale_seen = False
     dropped0 = bench.gw.metric("quantdrift_gateway_shadow_dropped_total", stage="publish")
+    sent0 = bench.gw.metric("quantdrift_gateway_pairs_sent_total")
     load_start = _answers(bench)[0][0] if _answers(bench) else begin
     row.observed.append(f"fault on at +{begin - load_start:.1f}s of load for {hold_s:.0f}s")
     while (now := time.monotonic()) < begin + hold_s:
@@ -267,6 +311,11 @@ def hold(bench: Bench, fault: Fault, hold_s: float, rng: random.Random, row: Row
         row.observed.append(f"{grew} pairs judged during the fault")
         if case.fault != "redis_restart" and grew <= 0:
             assert_("no pair judged during a fault that should only slow judging")
+    if case.fault == "delay" and case.a == "gateway" and case.b == "broker":
+        sent = bench.gw.metric("quantdrift_gateway_pairs_sent_total") - sent0
+        row.observed.append(f"{sent:.0f} pairs sent through the slowed link")
+        if sent <= 0:
+            assert_("no pair reached the broker through a link that was only slow")
     if case.fails_closed:
         answers = [a for a in _answers(bench) if begin + STALE_S + 3 <= a[0] <= begin + hold_s]
         kinds = sorted({p for _, s, p in answers if s == 200})

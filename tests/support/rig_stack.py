@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import subprocess
 import sys
 import tempfile
 import threading
@@ -35,6 +36,27 @@ from support.netrig import Rig
 from support.scripted_llm import ScriptedLLM
 
 REDIS_PORT, KAFKA_PORT, GATEWAY_PORT = 6379, 9092, 8080
+
+# One Kafka Metadata (v0) round trip, timed from inside a host's namespace: the
+# connection is opened first, so only the request and its answer are timed.
+_ROUND_TRIP = """
+import socket, struct, sys, time
+body = struct.pack(">hhih", 3, 0, 7, 5) + b"probe" + struct.pack(">i", 0)
+with socket.create_connection((sys.argv[1], int(sys.argv[2])), timeout=10) as s:
+    s.settimeout(10)
+    t = time.perf_counter()
+    s.sendall(struct.pack(">i", len(body)) + body)
+    need = None
+    got = b""
+    while need is None or len(got) < need + 4:
+        chunk = s.recv(65536)
+        if not chunk:
+            raise SystemExit("closed")
+        got += chunk
+        if need is None and len(got) >= 4:
+            need = struct.unpack(">i", got[:4])[0]
+    print(time.perf_counter() - t)
+"""
 ROUTE = "rig/int4"
 SIGNING_KEY = "rig-signing-key-0123456789abcdef-0123456789"
 
@@ -120,6 +142,17 @@ class RigStack:
         self.settings = isolated_settings(stack, prefix, partitions)  # type: ignore[arg-type]
         asyncio.run(make_topics(self.settings))
         return self
+
+    def broker_round_trip(self, host: str) -> float:
+        """Seconds one Kafka request takes from ``host`` to the broker's address, measured
+        in ``host``'s namespace, so through whatever that namespace does to the link."""
+        argv = [sys.executable, "-c", _ROUND_TRIP, self.rig.addr("broker"), str(KAFKA_PORT)]
+        done = subprocess.run(
+            self.rig.exec_argv(host, argv), capture_output=True, text=True, timeout=60
+        )
+        if done.returncode != 0:
+            raise AssertionError(f"round trip from {host}: {done.stderr.strip()[-300:]}")
+        return float(done.stdout)
 
     def start_upstream(self) -> RigStack:
         """The scripted LLM on the observer: ``int4`` and ``bf16`` answer different texts."""
