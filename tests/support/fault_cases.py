@@ -20,7 +20,7 @@ from dataclasses import dataclass
 class Case:
     name: str
     expected: str
-    fault: str  # partition | loss | delay | redis_restart | worker_kill
+    fault: str  # partition | loss | delay | redis_restart | broker_restart | worker_kill
     a: str = ""  # the link's side whose namespace holds the rule (or the proxy's client)
     b: str = ""  # the other side: a host, or "upstream" (the observer's scripted LLM)
     drift: bool = False  # the candidate turns bad halfway through the fault
@@ -76,6 +76,15 @@ CASES: tuple[Case, ...] = (
         "the reference, and the breaker still knows the route is open, so it half-opens "
         "after the cool-down as it would have without the loss",
         "redis_restart", "redis", open_first=True,
+    ),
+    Case(
+        "broker-restart",
+        "the broker SIGKILLed under load, down 5 s, back empty (its storage is memory): "
+        "users served throughout; pairs sent while it was down are on the new broker or "
+        "dropped stage=publish; what the dead broker held unjudged is lost with it, "
+        "within what it acknowledged; the worker judges the new broker's pairs; no "
+        "decision twice",
+        "broker_restart", "broker", drift=True,
     ),
     Case(
         "worker-kill",

@@ -37,6 +37,7 @@ from support.fault_oracle import Run, check, judged_ids, route_state
 from support.gateway_process import GatewayProcess
 from support.netrig import Partition, Redirect, Rig, sweep
 from support.rig_stack import KAFKA_PORT, REDIS_PORT, ROUTE, Load, RigStack, wait
+from support.topic_tap import TopicTap
 
 HOSTS = ["redis", "broker", "worker", "worker2", "gateway"]
 STALE_S = 3.0
@@ -44,6 +45,7 @@ APPLY_BOUND_S = 2.0  # the issue's target: the newest command within 2 s of the 
 DELAY_S = 0.3
 LOSS_PERCENT = 5
 COOLDOWN_S = 60.0  # the policy's default cool-down (open -> half_open)
+BROKER_DOWN_S = 5.0  # how long a restarted broker stays down, under load
 HEALTHY = "The capital of France is Paris, on the Seine."
 DRIFTED = "Bananas grow in bunches; twelve of them weigh about two kilos."
 
@@ -145,6 +147,26 @@ class Exited(Fault):
         return f"{self.what} exited by SIGKILL"
 
 
+@dataclass
+class BrokerRestarted(Exited):
+    """The broker killed and back empty: what it had acknowledged, what the tap kept."""
+
+    bench: Bench | None = None
+    back_s: float = 0.0
+
+    def proof(self) -> str:
+        bench = self.bench
+        assert bench is not None and bench.tap is not None and bench.sent_at_loss is not None
+        assert bench.rs.settings is not None
+        pairs, tap = bench.rs.settings.kafka.topics.pairs, bench.tap
+        return (
+            f"{super().proof()}; back with its topics made again {self.back_s:.1f}s after; "
+            f"{bench.sent_at_loss:.0f} pairs acknowledged before the death, "
+            f"{tap.count(pairs, 0)} of them read by the tap; "
+            f"{tap.count(pairs, tap.generation)} pairs on the new broker by the window's end"
+        )
+
+
 def wait_for(get: Callable[[], Any], timeout: float, what: str) -> Any:
     """Poll ``get`` until it returns something other than None."""
     found: list[Any] = []
@@ -162,6 +184,9 @@ class Bench:
     proxy: DelayProxy | None
     redirect: Redirect | None = None  # the slowed client's connections to the broker
     load: Load | None = None
+    tap: TopicTap | None = None  # the topics kept as they land (a broker restart forgets)
+    sent_at_loss: float | None = None  # the gateway's acknowledged sends at the broker's death
+    judged_at_loss: int = 0
     opened_epoch: int = 0  # the rollback's epoch, for a case that opens the route first
     direct: redis.Redis = field(init=False)
 
@@ -194,7 +219,10 @@ class Bench:
 
 def start(case: Case, rs: RigStack) -> Bench:
     """Redis, broker, upstream, (proxy), worker, gateway, load; judging under way."""
-    rs.start_redis().start_broker().start_upstream()
+    restarts = case.fault == "broker_restart"
+    # 4 partitions where the broker restarts: what it makes of a topic a client asks for
+    # before the topics are made again.
+    rs.start_redis().start_broker(4 if restarts else 2).start_upstream()
     assert rs.upstream is not None
     rs.upstream.texts.update({"int4": HEALTHY, "bf16": HEALTHY})
     worker_env: dict[str, str] = {}
@@ -219,6 +247,10 @@ def start(case: Case, rs: RigStack) -> Bench:
     rs.start_worker(**worker_env)
     gw = rs.start_gateway(env=gw_env, shadow_sample_rate=1.0, control_stale_s=STALE_S, **gw_extra)
     bench = Bench(case, rs, gw, proxy, redirect)
+    if restarts:
+        assert rs.settings is not None
+        bench.tap = TopicTap(rs.bootstrap, list(rs.settings.kafka.topics.model_dump().values()))
+        bench.tap.start()
     wait(lambda: gw.health()["kafka_connected"], 60, "the gateway's publisher")
     bench.load = Load(gw.url, temperature=0.0).start()
     wait(lambda: bench.judged() >= 10, 180, f"the worker judging\n{rs.log('worker-worker')}")
@@ -254,6 +286,8 @@ def inject(bench: Bench) -> Fault:
     if case.fault == "redis_restart":
         status = rs.restart_redis()
         return Exited("Redis", lambda: status)
+    if case.fault == "broker_restart":
+        return restart_broker(bench)
     if case.fault == "worker_kill":
         proc = rs.start_worker(host="worker2", QUANTDRIFT_WORKER__FAILPOINTS='["send_score"]')
         return Exited(
@@ -262,6 +296,26 @@ def inject(bench: Bench) -> Fault:
             lambda: "failpoint send_score: SIGKILL" in rs.log("worker-worker2", 100_000),
         )
     raise ValueError(f"unknown fault {case.fault!r}")
+
+
+def restart_broker(bench: Bench) -> Fault:
+    """SIGKILL the broker under load, keep it down ``BROKER_DOWN_S``, start it empty."""
+    tap = bench.tap
+    assert tap is not None
+
+    def while_down() -> None:
+        down = time.monotonic()
+        tap.restarted()
+        time.sleep(0.5)  # an acknowledgement received before the death is counted by now
+        bench.sent_at_loss = bench.gw.metric("quantdrift_gateway_pairs_sent_total")
+        bench.judged_at_loss = bench.judged()
+        time.sleep(max(0.0, BROKER_DOWN_S - (time.monotonic() - down)))
+
+    killed = time.monotonic()
+    status = bench.rs.restart_broker(while_down)
+    tap.wait_reading()
+    back = time.monotonic() - killed
+    return BrokerRestarted("the broker", lambda: status, bench=bench, back_s=back)
 
 
 def hold(bench: Bench, fault: Fault, hold_s: float, rng: random.Random, row: Row) -> float | None:
@@ -306,7 +360,9 @@ def hold(bench: Bench, fault: Fault, hold_s: float, rng: random.Random, row: Row
         row.observed.append(f"{moved} pairs judged in the cut's last {hold_s - grace:.0f}s")
         if moved:
             assert_(f"the worker judged {moved} pairs while cut off")
-    elif case.fault in ("loss", "delay", "worker_kill", "redis_restart") and case.a != "gateway":
+    elif case.fault in ("loss", "delay", "worker_kill", "redis_restart", "broker_restart") and (
+        case.a != "gateway"
+    ):
         grew = judged_at_end - max(judged_at_start, 0)
         row.observed.append(f"{grew} pairs judged during the fault")
         if case.fault != "redis_restart" and grew <= 0:
@@ -366,7 +422,16 @@ def recover(bench: Bench, row: Row, resumed_s: float | None) -> None:
     ``resumed_s`` (from the restart to the first pair folded on the empty Redis) is it."""
     healed = time.monotonic()
     sent = bench.gw.metric("quantdrift_gateway_pairs_sent_total")
-    if resumed_s is None:
+    if resumed_s is None and bench.sent_at_loss is not None:
+        # Pairs the dead broker held unjudged are gone with it: every pair sent since.
+        after = sent - bench.sent_at_loss
+        try:
+            wait(lambda: bench.judged() - bench.judged_at_loss >= after, 90, "the new broker")
+        except AssertionError as exc:
+            got = bench.judged() - bench.judged_at_loss
+            raise AssertionError(f"{exc}: {got} of {after:.0f} pairs sent since judged") from exc
+        resumed_s = time.monotonic() - healed
+    elif resumed_s is None:
         wait(lambda: bench.judged() >= sent, 90, f"judging caught up after {bench.case.name}")
         resumed_s = time.monotonic() - healed
     wait(lambda: not bench.gw.health()["control_stale"], 30, "the control state verified")
@@ -418,9 +483,11 @@ def drain(bench: Bench) -> None:
 
         wait(settled, 120, "judging settled")
         return
-    sent = gw.metric("quantdrift_gateway_pairs_sent_total")
+    sent, base = gw.metric("quantdrift_gateway_pairs_sent_total"), 0
+    if bench.sent_at_loss is not None:  # what the dead broker held unjudged is gone with it
+        sent, base = sent - bench.sent_at_loss, bench.judged_at_loss
     with contextlib.suppress(AssertionError):  # the checker says which pairs are missing
-        wait(lambda: bench.judged() >= sent, 120, "the judge catching up")
+        wait(lambda: bench.judged() - base >= sent, 120, "the judge catching up")
 
 
 def run_case(case: Case, hold_s: float, seed: int) -> Row:
@@ -456,6 +523,8 @@ def run_case(case: Case, hold_s: float, seed: int) -> Row:
                     locked_at=locked_at,
                     apply_bound_s=APPLY_BOUND_S,
                     state_lost=case.fault == "redis_restart",
+                    tap=bench.tap,
+                    sent_at_loss=bench.sent_at_loss,
                 )
             )
             row.accounted = audit.accounted
@@ -476,6 +545,8 @@ def run_case(case: Case, hold_s: float, seed: int) -> Row:
                 bench.load.stop()
             if bench is not None and bench.proxy is not None:
                 bench.proxy.stop()
+            if bench is not None and bench.tap is not None:
+                bench.tap.stop()
             rs.close()
             if not row.violations:  # a failed case keeps its parts' logs for reading
                 shutil.rmtree(rs.workdir, ignore_errors=True)

@@ -82,6 +82,8 @@ class RigStack:
     upstream: ScriptedLLM | None = None
     settings: Settings | None = None
     redis_proc: Popen[bytes] | None = None
+    broker_proc: Popen[bytes] | None = None
+    partitions: int = 2
 
     @property
     def redis_url(self) -> str:
@@ -131,17 +133,36 @@ class RigStack:
         return status
 
     def start_broker(self, partitions: int = 2) -> RigStack:
-        url = f"tcp://{self.bootstrap}"
-        argv = [resolve_tansu_bin(), "broker", "--listener-url", url]
-        argv += ["--advertised-listener-url", url, "--storage-engine", "memory://tansu/"]
-        self._spawn("broker", argv, "broker")
-        host = self.rig.addr("broker")
-        wait(lambda: kafka_metadata_ok(host, KAFKA_PORT, timeout=0.5), 15, "broker on its host")
+        self.partitions = partitions
+        self._broker_up()
         prefix = f"qdrig:{uuid.uuid4().hex}:"
         stack = SimpleNamespace(bootstrap=self.bootstrap, redis_url=self.redis_url)
         self.settings = isolated_settings(stack, prefix, partitions)  # type: ignore[arg-type]
         asyncio.run(make_topics(self.settings))
         return self
+
+    def _broker_up(self) -> None:
+        url = f"tcp://{self.bootstrap}"
+        argv = [resolve_tansu_bin(), "broker", "--listener-url", url]
+        argv += ["--advertised-listener-url", url, "--storage-engine", "memory://tansu/"]
+        self.broker_proc = self._spawn("broker", argv, "broker")
+        host = self.rig.addr("broker")
+        wait(lambda: kafka_metadata_ok(host, KAFKA_PORT, timeout=0.5), 15, "broker on its host")
+
+    def restart_broker(self, while_down: Any = None) -> int:
+        """SIGKILL the broker and start it again on the same address. Its storage is
+        memory: the new one starts with no topic, record or group, and the topics are made
+        again as they were. ``while_down()`` runs between the death and the new start.
+        Returns the killed broker's exit status."""
+        assert self.broker_proc is not None and self.settings is not None, "start it first"
+        self.broker_proc.kill()
+        status = self.broker_proc.wait(10)
+        self.procs.remove(self.broker_proc)
+        if while_down is not None:
+            while_down()
+        self._broker_up()
+        asyncio.run(make_topics(self.settings))
+        return status
 
     def broker_round_trip(self, host: str) -> float:
         """Seconds one Kafka request takes from ``host`` to the broker's address, measured
