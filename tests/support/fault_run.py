@@ -490,13 +490,31 @@ def drain(bench: Bench) -> None:
         wait(lambda: bench.judged() - base >= sent, 120, "the judge catching up")
 
 
-def run_case(case: Case, hold_s: float, seed: int) -> Row:
+def latency_line(bench: Bench, healed_at: float) -> str:
+    """The users' latency over the run and in the 30 s after healing, when a worker
+    catches up its backlog on the cores the gateway shares."""
+    assert bench.load is not None
+    whole = [d for _, d in list(bench.load.latency)]
+    after = [d for t, d in list(bench.load.latency) if healed_at <= t <= healed_at + 30]
+
+    def cut(xs: list[float]) -> str:
+        if not xs:
+            return "none"
+        xs = sorted(xs)
+        p = [xs[min(len(xs) - 1, int(q * len(xs)))] * 1000 for q in (0.5, 0.99)]
+        return f"p50 {p[0]:.0f} ms, p99 {p[1]:.0f} ms, max {xs[-1] * 1000:.0f} ms ({len(xs)})"
+
+    nice = f" (worker nice {bench.rs.worker_nice})" if bench.rs.worker_nice else ""
+    return f"user latency{nice}: {cut(whole)}; 30 s after healing: {cut(after)}"
+
+
+def run_case(case: Case, hold_s: float, seed: int, worker_nice: int = 0) -> Row:
     """The whole case on a fresh rig; the row of the fault table."""
     rng = random.Random(f"{seed}:{case.name}")
     row, started = Row(case.name, case.expected), time.monotonic()
     sweep()
     with Rig(HOSTS) as rig:
-        rs = RigStack(rig)
+        rs = RigStack(rig, worker_nice=worker_nice)
         bench: Bench | None = None
         fault: Fault | None = None
         try:
@@ -506,6 +524,7 @@ def run_case(case: Case, hold_s: float, seed: int) -> Row:
             fault = inject(bench)
             resumed = hold(bench, fault, hold_s, rng, row)
             fault.heal()
+            healed_at = time.monotonic()
             recover(bench, row, resumed)
             locked_at = lock(bench, row)
             drain(bench)
@@ -527,6 +546,7 @@ def run_case(case: Case, hold_s: float, seed: int) -> Row:
                     sent_at_loss=bench.sent_at_loss,
                 )
             )
+            row.observed.append(latency_line(bench, healed_at))
             row.accounted = audit.accounted
             row.violations += audit.violations
             row.observed.append(

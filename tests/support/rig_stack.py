@@ -84,6 +84,7 @@ class RigStack:
     redis_proc: Popen[bytes] | None = None
     broker_proc: Popen[bytes] | None = None
     partitions: int = 2
+    worker_nice: int = 0  # the workers' niceness: catching up a backlog, they share the cores
 
     @property
     def redis_url(self) -> str:
@@ -224,9 +225,12 @@ class RigStack:
         return gw.wait_up()
 
     def start_worker(self, host: str = "worker", **env: str) -> Popen[bytes]:
+        """A worker on ``host``, at the rig's ``worker_nice`` (the gateway keeps 0)."""
         extra = {"TOKENIZERS_PARALLELISM": "false", "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
         extra |= {"QUANTDRIFT_EMBEDDING__TIER": "none", **env}
         argv = [sys.executable, "-m", "quantdrift", "worker", "--log-level", "info"]
+        if self.worker_nice:
+            argv = ["nice", "-n", str(self.worker_nice), *argv]
         return self._spawn(host, argv, f"worker-{host}", {**self.env(), **extra})
 
     def close(self) -> None:
@@ -252,6 +256,7 @@ class Load:
     temperature: float | None = None  # 0: greedy, judged by similarity (None: sampled)
     seen: list[tuple[float, int, str]] = field(default_factory=list)
     errors: list[tuple[float, int, str]] = field(default_factory=list)  # what each failure said
+    latency: list[tuple[float, float]] = field(default_factory=list)  # (sent at, seconds) of 200s
     _stop: threading.Event = field(default_factory=threading.Event)
     _thread: threading.Thread | None = None
 
@@ -278,6 +283,7 @@ class Load:
                         raw.headers.get("x-quantdrift-precision", ""),
                     )
                 )
+                self.latency.append((t, time.monotonic() - t))
             except openai.APIStatusError as exc:
                 self.seen.append((t, exc.status_code, ""))
                 self.errors.append((t, exc.status_code, str(exc)[:300]))
