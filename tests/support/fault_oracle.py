@@ -298,7 +298,7 @@ def _gateway_pairs(run: Run, audit: Audit, on_topic: int, old: int = 0) -> None:
         if offered != m("quantdrift_gateway_pairs_sent_total") + drops["publish"]:
             audit.violations.append(f"{gw.host}: offered {offered} != sent + dropped {drops}")
     unacked = audit.dropped.get("publish", 0.0)
-    if run.sent_at_loss is not None:
+    if run.gateways and run.sent_at_loss is not None:
         # What the new broker holds: every send acknowledged after the death. The old
         # one held at most what it acknowledged; the rest of that, no one read.
         after, new = sent - run.sent_at_loss, on_topic - old
