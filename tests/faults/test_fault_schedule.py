@@ -65,7 +65,8 @@ def test_fault_case_leaves_every_pair_and_command_accounted_for(
 ) -> None:
     config = request.config
     hold = hold_of(config)
-    row = run_case(BY_NAME[name], hold, config.getoption("--fault-seed"))
+    nice = config.getoption("--fault-worker-nice")
+    row = run_case(BY_NAME[name], hold, config.getoption("--fault-seed"), worker_nice=nice)
     print(
         f"\n{row.case}: {row.seconds}s; recover {row.recover_s}s; {row.accounted}\n  "
         + "\n  ".join(row.observed)

@@ -6,7 +6,8 @@ address instead of the part's. While ``delay_s`` is above zero every chunk waits
 half of it in each direction, so each round trip gets ``delay_s`` longer, in order
 (a chunk never overtakes the one before it, as on a real link). ``delay_s = 0`` is
 a plain pipe: the fault starts and stops by setting it, and ``delayed`` counts the
-chunks that were held, so a test proves the fault met traffic.
+chunks that were held, so a test proves the fault met traffic, and ``peers`` the
+addresses its clients came from, so a test proves whose link it slowed.
 
 It runs on its own event loop in a thread; ``stop`` closes it and every connection.
 """
@@ -30,6 +31,7 @@ class DelayProxy:
     delay_s: float = 0.0
     port: int = field(default_factory=free_port)
     delayed: int = 0
+    peers: set[str] = field(default_factory=set)
     _loop: asyncio.AbstractEventLoop | None = None
     _thread: threading.Thread | None = None
     _server: asyncio.AbstractServer | None = None
@@ -61,6 +63,9 @@ class DelayProxy:
             self._loop.close()
 
     async def _client(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        peer = writer.get_extra_info("peername")
+        if peer:
+            self.peers.add(str(peer[0]))
         try:
             up_r, up_w = await asyncio.open_connection(self.target_host, self.target_port)
         except OSError:

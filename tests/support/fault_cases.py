@@ -20,7 +20,7 @@ from dataclasses import dataclass
 class Case:
     name: str
     expected: str
-    fault: str  # partition | loss | delay | redis_restart | worker_kill
+    fault: str  # partition | loss | delay | redis_restart | broker_restart | worker_kill
     a: str = ""  # the link's side whose namespace holds the rule (or the proxy's client)
     b: str = ""  # the other side: a host, or "upstream" (the observer's scripted LLM)
     drift: bool = False  # the candidate turns bad halfway through the fault
@@ -78,6 +78,15 @@ CASES: tuple[Case, ...] = (
         "redis_restart", "redis", open_first=True,
     ),
     Case(
+        "broker-restart",
+        "the broker SIGKILLed under load, down 5 s, back empty (its storage is memory): "
+        "users served throughout; pairs sent while it was down are on the new broker or "
+        "dropped stage=publish; what the dead broker held unjudged is lost with it, "
+        "within what it acknowledged; the worker judges the new broker's pairs; no "
+        "decision twice",
+        "broker_restart", "broker", drift=True,
+    ),
+    Case(
         "worker-kill",
         "a second worker SIGKILLed while it holds a scored batch: the first takes its "
         "partitions back, each redelivered pair judged once, exactly one transition",
@@ -92,6 +101,19 @@ CASES: tuple[Case, ...] = (
         "delay-gateway-redis",
         "300 ms to Redis: the topic carries commands; users unaffected",
         "delay", "gateway", "redis", drift=True,
+    ),
+    Case(
+        "delay-worker-broker",
+        "300 ms on each round trip between the worker and the broker (its connections "
+        "redirected through the proxy, the broker and the gateway untouched): judging "
+        "slows, nothing lost or doubled, the decision lands once",
+        "delay", "worker", "broker", drift=True,
+    ),
+    Case(
+        "delay-gateway-broker",
+        "300 ms between the gateway and the broker (its connections redirected through "
+        "the proxy): pairs still sent, commands arrive later; users unaffected",
+        "delay", "gateway", "broker", drift=True,
     ),
     Case(
         "delay-gateway-upstream",

@@ -11,6 +11,11 @@ the wire formats the docs define (docs/messages.md, ``schemas/keys.py``'s layout
 * each gateway's ``/metrics`` counters and ``/health``;
 * what the users saw (the SDK load's (time, status, precision) answers).
 
+When the run restarted the broker, whose storage is memory, the topics are what a
+tap (``topic_tap.py``) kept of both of the broker's lives plus a last read of the
+live one; what the dead broker held and no one judged is accounted for as lost with
+it, by life, and bounded by the gateways' acknowledged sends at its death.
+
 And proves, returning every breach as one line (``Audit.violations``):
 
 1. every mirrored request is a pair on the topic, or a drop the gateway counted
@@ -20,7 +25,11 @@ And proves, returning every breach as one line (``Audit.violations``):
    dead-lettered with a reason. After a Redis that lost its state, a pair judged
    before the loss is accounted for by its score on the scores topic. A send the
    broker did not acknowledge is counted dropped, yet may have landed: the topic
-   holds between the acknowledged sends and those plus the unacknowledged ones;
+   holds between the acknowledged sends and those plus the unacknowledged ones.
+   After a broker restart that lost its storage: every pair the new broker holds was
+   judged or dead-lettered, and it holds every pair acknowledged after the death; a
+   pair on the old broker left unjudged is lost with it, and so is one it acknowledged
+   that no one read (at most the sends acknowledged before its death);
 2. no route changed state twice for one decision: distinct commands have distinct
    epochs, epochs only grow, no decisive pair decided two transitions, and the
    state's ``trips`` equals the breaker's rollbacks on the topic;
@@ -45,6 +54,7 @@ import redis
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
 from support.gateway_process import GatewayProcess
+from support.topic_tap import TopicTap
 
 Answer = tuple[float, int, str]  # (monotonic time, HTTP status or 0/-1, precision served)
 
@@ -61,6 +71,8 @@ class Audit:
     mirrored: float = 0.0
     topic_duplicates: int = 0
     landed_unacked: int = 0  # counted dropped at publish, found on the topic (and judged)
+    lost_read: int = 0  # on the broker that died, read by the tap, never judged
+    lost_unread: int = 0  # acknowledged by the broker that died, read by no one
     scores_duplicates: int = 0
     commands: int = 0
     republished: int = 0
@@ -77,9 +89,14 @@ class Audit:
             if self.landed_unacked
             else ""
         )
+        lost = (
+            f", lost with the broker {self.lost_read} read + {self.lost_unread} unread"
+            if self.lost_read or self.lost_unread
+            else ""
+        )
         return (
             f"{self.mirrored:.0f} mirrored: {self.judged} judged{before}, "
-            f"{self.dead_lettered} dead-lettered, dropped {drops or '0'}{landed}"
+            f"{self.dead_lettered} dead-lettered, dropped {drops or '0'}{lost}{landed}"
         )
 
 
@@ -165,6 +182,14 @@ class Run:
     locked_at: float | None = None  # monotonic time the lock was issued
     apply_bound_s: float = 2.0
     state_lost: bool = False  # Redis lost its data during the run
+    tap: TopicTap | None = None  # the topics as a tap kept them (the broker may forget)
+    sent_at_loss: float | None = None  # the gateways' acknowledged sends when the broker died
+
+
+def _read(run: Run, topic: str) -> list[Any]:
+    """Every record of ``topic``: the live broker to its end, plus what the tap kept."""
+    now = read_topic(run.bootstrap, topic)
+    return run.tap.merged(topic, now) if run.tap is not None else now
 
 
 def check(run: Run) -> Audit:
@@ -187,11 +212,13 @@ def _pairs(run: Run, audit: Audit, seen: dict[str, set[str]], state: dict[str, A
     """Property 1: mirrored = on the topic + counted drops; on the topic = judged once
     (or before a state loss) + dead-lettered."""
     by_kind: dict[str, list[str]] = {}
-    for record in read_topic(run.bootstrap, run.topics["pairs"]):
+    life: dict[str, int] = {}  # pair id -> the broker's life it was found in
+    for record in _read(run, run.topics["pairs"]):
         pair = _json(record.value)
         if pair is None or pair.get("route") != run.route:
             continue
         by_kind.setdefault(str(pair.get("kind")), []).append(str(pair.get("pair_id")))
+        life.setdefault(str(pair.get("pair_id")), getattr(record, "generation", 0))
     ids = {kind: set(v) for kind, v in by_kind.items()}
     on_topic = set().union(*ids.values()) if ids else set()
     audit.pairs_on_topic = len(on_topic)
@@ -201,16 +228,27 @@ def _pairs(run: Run, audit: Audit, seen: dict[str, set[str]], state: dict[str, A
     audit.dead_lettered = len(dead & on_topic)
     scored = Counter(
         str(s.get("pair_id"))
-        for r in read_topic(run.bootstrap, run.topics["scores"])
+        for r in _read(run, run.topics["scores"])
         if (s := _payload(r.value)) is not None and s.get("route") == run.route
     )
     audit.scores_duplicates = sum(n - 1 for n in scored.values() if n > 1)
     judged = set().union(*seen.values()) if seen else set()
     audit.judged = len(judged & on_topic)
     strangers = judged - on_topic
+    last = run.tap.generation if run.tap is not None else 0
+    if strangers and run.sent_at_loss is not None:
+        # The worker read them from the broker that died before the tap did.
+        on_topic |= strangers
+        life.update(dict.fromkeys(strangers, 0))
+        audit.judged = len(judged & on_topic)
+        strangers = set()
     if strangers:
         audit.violations.append(f"{len(strangers)} pairs judged that are not on the topic")
     missing = on_topic - judged - dead
+    if run.sent_at_loss is not None:
+        lost = {p for p in missing if life.get(p, last) < last}
+        audit.lost_read = len(lost)
+        missing -= lost
     if run.state_lost:
         before = {p for p in missing if scored[p] > 0}
         audit.judged_before_loss = len(before)
@@ -224,13 +262,14 @@ def _pairs(run: Run, audit: Audit, seen: dict[str, set[str]], state: dict[str, A
             f"pairs_seen {state.get('pairs_seen')} != {shadow_judged} distinct shadow pairs "
             "judged: a pair was folded twice (or lost)"
         )
-    _gateway_pairs(run, audit, len(on_topic))
+    old = sum(1 for p in on_topic if life.get(p, last) < last)
+    _gateway_pairs(run, audit, len(on_topic), old)
 
 
 def _dead_lettered(run: Run) -> set[str]:
     """The pair ids of the dead letters that carry a reason (a letter without one breaches)."""
     out = set()
-    for record in read_topic(run.bootstrap, run.topics["dlq"]):
+    for record in _read(run, run.topics["dlq"]):
         letter = _json(record.value) or {}
         original = _json(base64.b64decode(letter.get("original_b64") or b""))
         if original is not None and original.get("route") == run.route:
@@ -238,7 +277,8 @@ def _dead_lettered(run: Run) -> set[str]:
     return out
 
 
-def _gateway_pairs(run: Run, audit: Audit, on_topic: int) -> None:
+def _gateway_pairs(run: Run, audit: Audit, on_topic: int, old: int = 0) -> None:
+    """``old`` of the ``on_topic`` pairs were on a broker that died and forgot them."""
     sent = 0.0
     for gw in run.gateways:
         m = gw.metric
@@ -257,11 +297,28 @@ def _gateway_pairs(run: Run, audit: Audit, on_topic: int) -> None:
             audit.violations.append(f"{gw.host}: sampled {sampled} != offered {offered} + {drops}")
         if offered != m("quantdrift_gateway_pairs_sent_total") + drops["publish"]:
             audit.violations.append(f"{gw.host}: offered {offered} != sent + dropped {drops}")
+    unacked = audit.dropped.get("publish", 0.0)
+    if run.gateways and run.sent_at_loss is not None:
+        # What the new broker holds: every send acknowledged after the death. The old
+        # one held at most what it acknowledged; the rest of that, no one read.
+        after, new = sent - run.sent_at_loss, on_topic - old
+        if not after <= new <= after + unacked:
+            audit.violations.append(
+                f"the gateways sent {after:.0f} pairs after the broker's death (and "
+                f"{unacked:.0f} unacknowledged), the new broker holds {new}"
+            )
+        if old > run.sent_at_loss + unacked:
+            audit.violations.append(
+                f"the dead broker held {old} pairs, more than the {run.sent_at_loss:.0f} "
+                f"acknowledged (and {unacked:.0f} unacknowledged) before its death"
+            )
+        audit.lost_unread = max(0, int(run.sent_at_loss) - old)
+        on_topic += audit.lost_unread
     # A send the broker never acknowledged is counted dropped (stage=publish), yet under a
     # partition its request may have landed: the topic then holds it, judged like any
     # other. So the topic holds at least what was acknowledged, at most that plus those.
     audit.landed_unacked = int(on_topic - sent)
-    if run.gateways and not sent <= on_topic <= sent + audit.dropped.get("publish", 0.0):
+    if run.gateways and not sent <= on_topic <= sent + unacked:
         audit.violations.append(
             f"the gateways sent {sent:.0f} pairs (and {audit.dropped.get('publish', 0):.0f} "
             f"unacknowledged), the topic holds {on_topic}"
@@ -272,7 +329,7 @@ def _commands(run: Run, audit: Audit, state: dict[str, Any]) -> int:
     """Property 2; returns the newest epoch on the topic."""
     commands = [
         c
-        for r in read_topic(run.bootstrap, run.topics["control"])
+        for r in _read(run, run.topics["control"])
         if (c := _payload(r.value)) is not None and c.get("route") == run.route
     ]
     distinct: dict[str, dict[str, Any]] = {}

@@ -35,8 +35,9 @@ from support.delay_proxy import DelayProxy
 from support.fault_cases import Case
 from support.fault_oracle import Run, check, judged_ids, route_state
 from support.gateway_process import GatewayProcess
-from support.netrig import Partition, Rig, sweep
-from support.rig_stack import REDIS_PORT, ROUTE, Load, RigStack, wait
+from support.netrig import Partition, Redirect, Rig, sweep
+from support.rig_stack import KAFKA_PORT, REDIS_PORT, ROUTE, Load, RigStack, wait
+from support.topic_tap import TopicTap
 
 HOSTS = ["redis", "broker", "worker", "worker2", "gateway"]
 STALE_S = 3.0
@@ -44,6 +45,7 @@ APPLY_BOUND_S = 2.0  # the issue's target: the newest command within 2 s of the 
 DELAY_S = 0.3
 LOSS_PERCENT = 5
 COOLDOWN_S = 60.0  # the policy's default cool-down (open -> half_open)
+BROKER_DOWN_S = 5.0  # how long a restarted broker stays down, under load
 HEALTHY = "The capital of France is Paris, on the Seine."
 DRIFTED = "Bananas grow in bunches; twelve of them weigh about two kilos."
 
@@ -99,6 +101,38 @@ class Delay(Fault):
 
 
 @dataclass
+class KafkaDelay(Delay):
+    """The delay on one client's links to the broker, whose every connection its own
+    namespace redirects through the proxy (``Rig.redirect``): the broker and every
+    other client untouched. Proven by one Kafka request's round trip timed from the
+    client's namespace before, at the start and at the end of the window, and by the
+    proxy having served that client's address only."""
+
+    rs: RigStack
+    client: str
+    other: str  # another client of the broker, not slowed
+    redirect: Redirect
+    before: float
+    at_start: float
+
+    def proof(self) -> str:
+        held = super().proof()
+        at_end = self.rs.broker_round_trip(self.client)
+        other = self.rs.broker_round_trip(self.other)
+        mine = {self.rs.rig.addr(self.client)}
+        assert self.proxy.peers == mine, f"the proxy served {self.proxy.peers}, not only {mine}"
+        slowest = min(self.at_start, at_end)
+        assert slowest >= DELAY_S, f"a round trip to the broker took {slowest:.3f}s under delay"
+        ms = [f"{v * 1000:.1f}" for v in (self.before, self.at_start, at_end, other)]
+        return (
+            f"{held}; {self.redirect.connections()} connections of the {self.client} "
+            f"redirected, no other host's; one Kafka request {self.client}->broker "
+            f"{ms[0]} ms before, {ms[1]} ms at the start, {ms[2]} ms at the end; "
+            f"{self.other}->broker {ms[3]} ms"
+        )
+
+
+@dataclass
 class Exited(Fault):
     """A part killed by SIGKILL: its exit status, and the line that says where."""
 
@@ -111,6 +145,26 @@ class Exited(Fault):
         assert status == -9, f"{self.what} exited {status}, not by SIGKILL"
         assert self.line(), f"{self.what}: no line saying where it was killed"
         return f"{self.what} exited by SIGKILL"
+
+
+@dataclass
+class BrokerRestarted(Exited):
+    """The broker killed and back empty: what it had acknowledged, what the tap kept."""
+
+    bench: Bench | None = None
+    back_s: float = 0.0
+
+    def proof(self) -> str:
+        bench = self.bench
+        assert bench is not None and bench.tap is not None and bench.sent_at_loss is not None
+        assert bench.rs.settings is not None
+        pairs, tap = bench.rs.settings.kafka.topics.pairs, bench.tap
+        return (
+            f"{super().proof()}; back with its topics made again {self.back_s:.1f}s after; "
+            f"{bench.sent_at_loss:.0f} pairs acknowledged before the death, "
+            f"{tap.count(pairs, 0)} of them read by the tap; "
+            f"{tap.count(pairs, tap.generation)} pairs on the new broker by the window's end"
+        )
 
 
 def wait_for(get: Callable[[], Any], timeout: float, what: str) -> Any:
@@ -128,7 +182,11 @@ class Bench:
     rs: RigStack
     gw: GatewayProcess
     proxy: DelayProxy | None
+    redirect: Redirect | None = None  # the slowed client's connections to the broker
     load: Load | None = None
+    tap: TopicTap | None = None  # the topics kept as they land (a broker restart forgets)
+    sent_at_loss: float | None = None  # the gateway's acknowledged sends at the broker's death
+    judged_at_loss: int = 0
     opened_epoch: int = 0  # the rollback's epoch, for a case that opens the route first
     direct: redis.Redis = field(init=False)
 
@@ -161,15 +219,22 @@ class Bench:
 
 def start(case: Case, rs: RigStack) -> Bench:
     """Redis, broker, upstream, (proxy), worker, gateway, load; judging under way."""
-    rs.start_redis().start_broker().start_upstream()
+    restarts = case.fault == "broker_restart"
+    # 4 partitions where the broker restarts: what it makes of a topic a client asks for
+    # before the topics are made again.
+    rs.start_redis().start_broker(4 if restarts else 2).start_upstream()
     assert rs.upstream is not None
     rs.upstream.texts.update({"int4": HEALTHY, "bf16": HEALTHY})
     worker_env: dict[str, str] = {}
     gw_env: dict[str, str] = {}
     gw_extra: dict[str, Any] = {}
-    proxy = None
+    proxy, redirect = None, None
     observer = rs.rig.addr("observer")
-    if case.fault == "delay":
+    if case.fault == "delay" and case.b == "broker":
+        # Before the client starts: a redirect only takes connections opened after it.
+        proxy = DelayProxy(observer, rs.rig.addr("broker"), KAFKA_PORT).start()
+        redirect = rs.rig.redirect(case.a, "broker", KAFKA_PORT, (observer, proxy.port))
+    elif case.fault == "delay":
         to_redis = case.b == "redis"
         target = (rs.rig.addr("redis"), REDIS_PORT) if to_redis else (observer, rs.upstream.port)
         proxy = DelayProxy(observer, *target).start()
@@ -181,7 +246,11 @@ def start(case: Case, rs: RigStack) -> Bench:
             gw_extra["precisions"] = {"int4": [f"{base}/int4"], "bf16": [f"{base}/bf16"]}
     rs.start_worker(**worker_env)
     gw = rs.start_gateway(env=gw_env, shadow_sample_rate=1.0, control_stale_s=STALE_S, **gw_extra)
-    bench = Bench(case, rs, gw, proxy)
+    bench = Bench(case, rs, gw, proxy, redirect)
+    if restarts:
+        assert rs.settings is not None
+        bench.tap = TopicTap(rs.bootstrap, list(rs.settings.kafka.topics.model_dump().values()))
+        bench.tap.start()
     wait(lambda: gw.health()["kafka_connected"], 60, "the gateway's publisher")
     bench.load = Load(gw.url, temperature=0.0).start()
     wait(lambda: bench.judged() >= 10, 180, f"the worker judging\n{rs.log('worker-worker')}")
@@ -206,11 +275,19 @@ def inject(bench: Bench) -> Fault:
         return Cut([rs.rig.lossy(case.a, case.b, LOSS_PERCENT)])
     if case.fault == "delay":
         assert bench.proxy is not None
+        if bench.redirect is None:
+            bench.proxy.delay_s = DELAY_S
+            return Delay(bench.proxy)
+        before = rs.broker_round_trip(case.a)
         bench.proxy.delay_s = DELAY_S
-        return Delay(bench.proxy)
+        at_start = rs.broker_round_trip(case.a)
+        other = "gateway" if case.a == "worker" else "worker"
+        return KafkaDelay(bench.proxy, rs, case.a, other, bench.redirect, before, at_start)
     if case.fault == "redis_restart":
         status = rs.restart_redis()
         return Exited("Redis", lambda: status)
+    if case.fault == "broker_restart":
+        return restart_broker(bench)
     if case.fault == "worker_kill":
         proc = rs.start_worker(host="worker2", QUANTDRIFT_WORKER__FAILPOINTS='["send_score"]')
         return Exited(
@@ -219,6 +296,26 @@ def inject(bench: Bench) -> Fault:
             lambda: "failpoint send_score: SIGKILL" in rs.log("worker-worker2", 100_000),
         )
     raise ValueError(f"unknown fault {case.fault!r}")
+
+
+def restart_broker(bench: Bench) -> Fault:
+    """SIGKILL the broker under load, keep it down ``BROKER_DOWN_S``, start it empty."""
+    tap = bench.tap
+    assert tap is not None
+
+    def while_down() -> None:
+        down = time.monotonic()
+        tap.restarted()
+        time.sleep(0.5)  # an acknowledgement received before the death is counted by now
+        bench.sent_at_loss = bench.gw.metric("quantdrift_gateway_pairs_sent_total")
+        bench.judged_at_loss = bench.judged()
+        time.sleep(max(0.0, BROKER_DOWN_S - (time.monotonic() - down)))
+
+    killed = time.monotonic()
+    status = bench.rs.restart_broker(while_down)
+    tap.wait_reading()
+    back = time.monotonic() - killed
+    return BrokerRestarted("the broker", lambda: status, bench=bench, back_s=back)
 
 
 def hold(bench: Bench, fault: Fault, hold_s: float, rng: random.Random, row: Row) -> float | None:
@@ -234,6 +331,7 @@ def hold(bench: Bench, fault: Fault, hold_s: float, rng: random.Random, row: Row
     modes: set[str] = set()  # what the gateway did with the route during the window
     stale_seen = False
     dropped0 = bench.gw.metric("quantdrift_gateway_shadow_dropped_total", stage="publish")
+    sent0 = bench.gw.metric("quantdrift_gateway_pairs_sent_total")
     load_start = _answers(bench)[0][0] if _answers(bench) else begin
     row.observed.append(f"fault on at +{begin - load_start:.1f}s of load for {hold_s:.0f}s")
     while (now := time.monotonic()) < begin + hold_s:
@@ -262,11 +360,18 @@ def hold(bench: Bench, fault: Fault, hold_s: float, rng: random.Random, row: Row
         row.observed.append(f"{moved} pairs judged in the cut's last {hold_s - grace:.0f}s")
         if moved:
             assert_(f"the worker judged {moved} pairs while cut off")
-    elif case.fault in ("loss", "delay", "worker_kill", "redis_restart") and case.a != "gateway":
+    elif case.fault in ("loss", "delay", "worker_kill", "redis_restart", "broker_restart") and (
+        case.a != "gateway"
+    ):
         grew = judged_at_end - max(judged_at_start, 0)
         row.observed.append(f"{grew} pairs judged during the fault")
         if case.fault != "redis_restart" and grew <= 0:
             assert_("no pair judged during a fault that should only slow judging")
+    if case.fault == "delay" and case.a == "gateway" and case.b == "broker":
+        sent = bench.gw.metric("quantdrift_gateway_pairs_sent_total") - sent0
+        row.observed.append(f"{sent:.0f} pairs sent through the slowed link")
+        if sent <= 0:
+            assert_("no pair reached the broker through a link that was only slow")
     if case.fails_closed:
         answers = [a for a in _answers(bench) if begin + STALE_S + 3 <= a[0] <= begin + hold_s]
         kinds = sorted({p for _, s, p in answers if s == 200})
@@ -317,7 +422,16 @@ def recover(bench: Bench, row: Row, resumed_s: float | None) -> None:
     ``resumed_s`` (from the restart to the first pair folded on the empty Redis) is it."""
     healed = time.monotonic()
     sent = bench.gw.metric("quantdrift_gateway_pairs_sent_total")
-    if resumed_s is None:
+    if resumed_s is None and bench.sent_at_loss is not None:
+        # Pairs the dead broker held unjudged are gone with it: every pair sent since.
+        after = sent - bench.sent_at_loss
+        try:
+            wait(lambda: bench.judged() - bench.judged_at_loss >= after, 90, "the new broker")
+        except AssertionError as exc:
+            got = bench.judged() - bench.judged_at_loss
+            raise AssertionError(f"{exc}: {got} of {after:.0f} pairs sent since judged") from exc
+        resumed_s = time.monotonic() - healed
+    elif resumed_s is None:
         wait(lambda: bench.judged() >= sent, 90, f"judging caught up after {bench.case.name}")
         resumed_s = time.monotonic() - healed
     wait(lambda: not bench.gw.health()["control_stale"], 30, "the control state verified")
@@ -369,18 +483,38 @@ def drain(bench: Bench) -> None:
 
         wait(settled, 120, "judging settled")
         return
-    sent = gw.metric("quantdrift_gateway_pairs_sent_total")
+    sent, base = gw.metric("quantdrift_gateway_pairs_sent_total"), 0
+    if bench.sent_at_loss is not None:  # what the dead broker held unjudged is gone with it
+        sent, base = sent - bench.sent_at_loss, bench.judged_at_loss
     with contextlib.suppress(AssertionError):  # the checker says which pairs are missing
-        wait(lambda: bench.judged() >= sent, 120, "the judge catching up")
+        wait(lambda: bench.judged() - base >= sent, 120, "the judge catching up")
 
 
-def run_case(case: Case, hold_s: float, seed: int) -> Row:
+def latency_line(bench: Bench, healed_at: float) -> str:
+    """The users' latency over the run and in the 30 s after healing, when a worker
+    catches up its backlog on the cores the gateway shares."""
+    assert bench.load is not None
+    whole = [d for _, d in list(bench.load.latency)]
+    after = [d for t, d in list(bench.load.latency) if healed_at <= t <= healed_at + 30]
+
+    def cut(xs: list[float]) -> str:
+        if not xs:
+            return "none"
+        xs = sorted(xs)
+        p = [xs[min(len(xs) - 1, int(q * len(xs)))] * 1000 for q in (0.5, 0.99)]
+        return f"p50 {p[0]:.0f} ms, p99 {p[1]:.0f} ms, max {xs[-1] * 1000:.0f} ms ({len(xs)})"
+
+    nice = f" (worker nice {bench.rs.worker_nice})" if bench.rs.worker_nice else ""
+    return f"user latency{nice}: {cut(whole)}; 30 s after healing: {cut(after)}"
+
+
+def run_case(case: Case, hold_s: float, seed: int, worker_nice: int = 0) -> Row:
     """The whole case on a fresh rig; the row of the fault table."""
     rng = random.Random(f"{seed}:{case.name}")
     row, started = Row(case.name, case.expected), time.monotonic()
     sweep()
     with Rig(HOSTS) as rig:
-        rs = RigStack(rig)
+        rs = RigStack(rig, worker_nice=worker_nice)
         bench: Bench | None = None
         fault: Fault | None = None
         try:
@@ -390,6 +524,7 @@ def run_case(case: Case, hold_s: float, seed: int) -> Row:
             fault = inject(bench)
             resumed = hold(bench, fault, hold_s, rng, row)
             fault.heal()
+            healed_at = time.monotonic()
             recover(bench, row, resumed)
             locked_at = lock(bench, row)
             drain(bench)
@@ -407,8 +542,11 @@ def run_case(case: Case, hold_s: float, seed: int) -> Row:
                     locked_at=locked_at,
                     apply_bound_s=APPLY_BOUND_S,
                     state_lost=case.fault == "redis_restart",
+                    tap=bench.tap,
+                    sent_at_loss=bench.sent_at_loss,
                 )
             )
+            row.observed.append(latency_line(bench, healed_at))
             row.accounted = audit.accounted
             row.violations += audit.violations
             row.observed.append(
@@ -427,6 +565,8 @@ def run_case(case: Case, hold_s: float, seed: int) -> Row:
                 bench.load.stop()
             if bench is not None and bench.proxy is not None:
                 bench.proxy.stop()
+            if bench is not None and bench.tap is not None:
+                bench.tap.stop()
             rs.close()
             if not row.violations:  # a failed case keeps its parts' logs for reading
                 shutil.rmtree(rs.workdir, ignore_errors=True)

@@ -13,6 +13,13 @@ side's address, with a counter, so a test can prove the fault met traffic
 100 < P`` before the drop: P % of the packets, drawn by the kernel. Healing deletes
 the table. (Delay needs ``netem``, which this kernel lacks: ``delay_proxy.py``.)
 
+A redirect (``Rig.redirect``) is a ``nat`` table in one client's namespace whose
+output hook DNATs every new connection to a part's address and port to somewhere
+else (a delaying proxy on the observer). It slows one client's link to a part whose
+clients learn its address from the part itself, as Kafka's do from the broker's
+advertised listener: that address stays the one they dial, and only this namespace
+rewrites it, so every other host's link is untouched.
+
 Needs root, ``ip`` (iproute2) and ``nft`` (Debian's nftables): ``make netrig``.
 ``Rig.close`` deletes every namespace and link it made, whatever happened before;
 ``sweep`` removes what a killed run left behind (namespaces named after a dead pid).
@@ -113,6 +120,28 @@ class Partition:
 
 
 @dataclass
+class Redirect:
+    """New connections from ``a`` to ``b``'s ``port`` sent to ``to`` instead (DNAT)."""
+
+    rig: Rig
+    a: str
+    table: str
+
+    def connections(self) -> int:
+        """Connections redirected so far: a nat chain sees only each flow's first packet."""
+        out = run(*self.rig.exec_argv(self.a, ["nft", "-j", "list", "table", "ip", self.table]))
+        total = 0
+        for item in json.loads(out)["nftables"]:
+            for expr in item.get("rule", {}).get("expr", []):
+                if "counter" in expr:
+                    total += int(expr["counter"]["packets"])
+        return total
+
+    def remove(self) -> None:
+        run(*self.rig.exec_argv(self.a, ["nft", "delete", "table", "ip", self.table]))
+
+
+@dataclass
 class Rig:
     """Hosts on one bridge, each in its own namespace; the root namespace is the observer."""
 
@@ -159,6 +188,19 @@ class Rig:
         if not 0 < percent < 100:
             raise ValueError(f"loss must be in 1..99 %, got {percent}")
         return self._drop(a, b, f"loss_{b}", f"numgen random mod 100 < {percent} ")
+
+    def redirect(self, a: str, b: str, port: int, to: tuple[str, int]) -> Redirect:
+        """Every new TCP connection ``a`` opens to ``b``:``port`` goes to ``to`` instead.
+        Connections already open keep their path: redirect before ``a``'s client starts."""
+        table = f"redirect_{b}"
+        script = (
+            f"table ip {table} {{\n"
+            f"  chain out {{ type nat hook output priority -100; policy accept;\n"
+            f"    ip daddr {self.addr(b)} tcp dport {port} counter dnat to {to[0]}:{to[1]}\n"
+            "  }\n}\n"
+        )
+        run(*self.exec_argv(a, ["nft", "-f", "-"]), stdin=script)
+        return Redirect(self, a, table)
 
     def _drop(self, a: str, b: str, table: str, match: str) -> Partition:
         peer = self.addr(b)

@@ -16,6 +16,8 @@
 Options: ``--fault-schedule short|long``, ``--fault-hold S``, ``--fault-seed N`` and
 ``--fault-rows FILE`` choose the fault rig's schedule (``tests/faults/test_fault_schedule.py``):
 ``make test`` runs the short one, ``make bench-faults`` the long one.
+``--fault-worker-nice N`` starts the rig's workers at niceness N, to compare the
+users' latency while a worker catches up a backlog on the cores the gateway shares.
 """
 
 from __future__ import annotations
@@ -56,6 +58,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--fault-hold", type=float, default=None, help="seconds each fault lasts")
     group.addoption("--fault-seed", type=int, default=41, help="the long schedule's order")
     group.addoption("--fault-rows", default=None, help="append each case's row (JSONL) here")
+    group.addoption(
+        "--fault-worker-nice", type=int, default=0, help="run the rig's workers at this niceness"
+    )
 
 
 @pytest.fixture(scope="session")

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import subprocess
 import sys
 import tempfile
 import threading
@@ -35,6 +36,27 @@ from support.netrig import Rig
 from support.scripted_llm import ScriptedLLM
 
 REDIS_PORT, KAFKA_PORT, GATEWAY_PORT = 6379, 9092, 8080
+
+# One Kafka Metadata (v0) round trip, timed from inside a host's namespace: the
+# connection is opened first, so only the request and its answer are timed.
+_ROUND_TRIP = """
+import socket, struct, sys, time
+body = struct.pack(">hhih", 3, 0, 7, 5) + b"probe" + struct.pack(">i", 0)
+with socket.create_connection((sys.argv[1], int(sys.argv[2])), timeout=10) as s:
+    s.settimeout(10)
+    t = time.perf_counter()
+    s.sendall(struct.pack(">i", len(body)) + body)
+    need = None
+    got = b""
+    while need is None or len(got) < need + 4:
+        chunk = s.recv(65536)
+        if not chunk:
+            raise SystemExit("closed")
+        got += chunk
+        if need is None and len(got) >= 4:
+            need = struct.unpack(">i", got[:4])[0]
+    print(time.perf_counter() - t)
+"""
 ROUTE = "rig/int4"
 SIGNING_KEY = "rig-signing-key-0123456789abcdef-0123456789"
 
@@ -60,6 +82,9 @@ class RigStack:
     upstream: ScriptedLLM | None = None
     settings: Settings | None = None
     redis_proc: Popen[bytes] | None = None
+    broker_proc: Popen[bytes] | None = None
+    partitions: int = 2
+    worker_nice: int = 0  # the workers' niceness: catching up a backlog, they share the cores
 
     @property
     def redis_url(self) -> str:
@@ -109,17 +134,47 @@ class RigStack:
         return status
 
     def start_broker(self, partitions: int = 2) -> RigStack:
-        url = f"tcp://{self.bootstrap}"
-        argv = [resolve_tansu_bin(), "broker", "--listener-url", url]
-        argv += ["--advertised-listener-url", url, "--storage-engine", "memory://tansu/"]
-        self._spawn("broker", argv, "broker")
-        host = self.rig.addr("broker")
-        wait(lambda: kafka_metadata_ok(host, KAFKA_PORT, timeout=0.5), 15, "broker on its host")
+        self.partitions = partitions
+        self._broker_up()
         prefix = f"qdrig:{uuid.uuid4().hex}:"
         stack = SimpleNamespace(bootstrap=self.bootstrap, redis_url=self.redis_url)
         self.settings = isolated_settings(stack, prefix, partitions)  # type: ignore[arg-type]
         asyncio.run(make_topics(self.settings))
         return self
+
+    def _broker_up(self) -> None:
+        url = f"tcp://{self.bootstrap}"
+        argv = [resolve_tansu_bin(), "broker", "--listener-url", url]
+        argv += ["--advertised-listener-url", url, "--storage-engine", "memory://tansu/"]
+        self.broker_proc = self._spawn("broker", argv, "broker")
+        host = self.rig.addr("broker")
+        wait(lambda: kafka_metadata_ok(host, KAFKA_PORT, timeout=0.5), 15, "broker on its host")
+
+    def restart_broker(self, while_down: Any = None) -> int:
+        """SIGKILL the broker and start it again on the same address. Its storage is
+        memory: the new one starts with no topic, record or group, and the topics are made
+        again as they were. ``while_down()`` runs between the death and the new start.
+        Returns the killed broker's exit status."""
+        assert self.broker_proc is not None and self.settings is not None, "start it first"
+        self.broker_proc.kill()
+        status = self.broker_proc.wait(10)
+        self.procs.remove(self.broker_proc)
+        if while_down is not None:
+            while_down()
+        self._broker_up()
+        asyncio.run(make_topics(self.settings))
+        return status
+
+    def broker_round_trip(self, host: str) -> float:
+        """Seconds one Kafka request takes from ``host`` to the broker's address, measured
+        in ``host``'s namespace, so through whatever that namespace does to the link."""
+        argv = [sys.executable, "-c", _ROUND_TRIP, self.rig.addr("broker"), str(KAFKA_PORT)]
+        done = subprocess.run(
+            self.rig.exec_argv(host, argv), capture_output=True, text=True, timeout=60
+        )
+        if done.returncode != 0:
+            raise AssertionError(f"round trip from {host}: {done.stderr.strip()[-300:]}")
+        return float(done.stdout)
 
     def start_upstream(self) -> RigStack:
         """The scripted LLM on the observer: ``int4`` and ``bf16`` answer different texts."""
@@ -170,9 +225,12 @@ class RigStack:
         return gw.wait_up()
 
     def start_worker(self, host: str = "worker", **env: str) -> Popen[bytes]:
+        """A worker on ``host``, at the rig's ``worker_nice`` (the gateway keeps 0)."""
         extra = {"TOKENIZERS_PARALLELISM": "false", "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
         extra |= {"QUANTDRIFT_EMBEDDING__TIER": "none", **env}
         argv = [sys.executable, "-m", "quantdrift", "worker", "--log-level", "info"]
+        if self.worker_nice:
+            argv = ["nice", "-n", str(self.worker_nice), *argv]
         return self._spawn(host, argv, f"worker-{host}", {**self.env(), **extra})
 
     def close(self) -> None:
@@ -198,6 +256,7 @@ class Load:
     temperature: float | None = None  # 0: greedy, judged by similarity (None: sampled)
     seen: list[tuple[float, int, str]] = field(default_factory=list)
     errors: list[tuple[float, int, str]] = field(default_factory=list)  # what each failure said
+    latency: list[tuple[float, float]] = field(default_factory=list)  # (sent at, seconds) of 200s
     _stop: threading.Event = field(default_factory=threading.Event)
     _thread: threading.Thread | None = None
 
@@ -224,6 +283,7 @@ class Load:
                         raw.headers.get("x-quantdrift-precision", ""),
                     )
                 )
+                self.latency.append((t, time.monotonic() - t))
             except openai.APIStatusError as exc:
                 self.seen.append((t, exc.status_code, ""))
                 self.errors.append((t, exc.status_code, str(exc)[:300]))
