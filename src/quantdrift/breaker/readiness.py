@@ -376,7 +376,8 @@ def sureness(policy: RoutePolicy, state: RouteState) -> RouteState:
     over its threshold (``log`` of its run length), clipped to 0..1: near 1, a test is
     close to firing and more pairs settle it sooner. ``short_slices``: slice values the
     policy judges that still have fewer than ``slice_min_pairs`` pairs (insufficient
-    data), of ``slices`` judged. Pure; written into ``RouteState.readiness`` after each shadow pair's fold.
+    data), of ``slices`` judged. Pure; written into ``RouteState.readiness`` after each
+    shadow pair's fold.
     """
     arls = aggregate_arls(policy)
     progress = 0.0

@@ -32,8 +32,9 @@ class ReadinessState:
     abstention for want of a floor was reported once; ``alerted`` whether the one P2
     "not armed" alert was raised for this candidate. ``progress`` (the nearest
     tolerance test's log e over its threshold, 0 to 1) and ``short_slices`` (judged
-    slice values below ``slice_min_pairs``, of ``slices`` judged) say how sure the evidence is: gateways read
-    them to set an adaptive shadow share (``breaker/readiness.py:sureness``).
+    slice values below ``slice_min_pairs``, of ``slices`` judged) say how sure the
+    evidence is: gateways read them to set an adaptive shadow share
+    (``breaker/readiness.py:sureness``).
     """
 
     carried: dict[str, int] = field(default_factory=dict)

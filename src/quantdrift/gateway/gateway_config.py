@@ -98,15 +98,17 @@ class AdaptiveShareConfig(_Frozen):
     from the breaker's state every ``refresh_s``. ``cap_reference_tps``: reference
     tokens per second the route's shadowing (shadow, noise and teacher-forced calls) may
     spend above the floor, averaged by a bucket of ``burst_s`` seconds; none: no cap.
-    ``slice_want``: how much of the range an armed route gets while a judged slice has
-    too few pairs.
+    ``calm``: below this progress towards its threshold (log e over log threshold) a
+    test asks for no more pairs; ``slice_want``: how much of the range an armed route
+    gets while all its judged slices have too few pairs (in proportion when some do).
     """
 
     floor: float = Field(default=0.01, ge=0, le=1)
     max: float = Field(default=0.2, ge=0, le=1)
     cap_reference_tps: float | None = Field(default=None, gt=0)
     burst_s: float = Field(default=30.0, gt=0)
-    slice_want: float = Field(default=0.5, ge=0, le=1)
+    slice_want: float = Field(default=0.1, ge=0, le=1)
+    calm: float = Field(default=0.5, ge=0, le=1)
     window_s: float = Field(default=60.0, gt=0)
     refresh_s: float = Field(default=2.0, gt=0)
 

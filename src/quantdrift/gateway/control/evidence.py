@@ -49,6 +49,7 @@ def rule_of(cfg: AdaptiveShareConfig) -> ShareRule:
         cap_reference_tps=cfg.cap_reference_tps,
         burst_s=cfg.burst_s,
         slice_want=cfg.slice_want,
+        calm=cfg.calm,
         window_s=cfg.window_s,
     )
 

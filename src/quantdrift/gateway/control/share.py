@@ -15,8 +15,11 @@ The rule, in order (``decide``):
    pairs), or just after an engine change (the breaker restarts a route's evidence on a
    new candidate, so it is warming again).
 2. **An armed route wants what its evidence is unsure of:** ``want`` is the larger of
-   the nearest test's progress towards its threshold (``log e / log threshold``,
-   0 to 1: a statistic near its threshold wants more pairs to settle it) and
+   how near the nearest test is to its threshold and what its short slices ask. Near:
+   its progress ``p = log e / log threshold`` (0 to 1) past ``calm``, rescaled,
+   ``(p - calm) / (1 - calm)``; at the default ``calm`` of 0.5, a test wants more pairs
+   once its e-value passes the square root of its threshold (a healthy route's tests
+   wander below it: int8 on the traffic corpus sits near 0.2). And
    ``slice_want`` times the fraction of judged slice values that still have fewer than
    ``slice_min_pairs`` pairs (insufficient data). A fraction, not any one short value:
    a rare value fills at its own traffic share whatever the route's share, so one rare
@@ -116,10 +119,13 @@ class ShareRule:
     max: float
     cap_reference_tps: float | None = None
     burst_s: float = 30.0
-    slice_want: float = 0.5
+    slice_want: float = 0.1
+    calm: float = 0.5
     window_s: float = 60.0
 
     def __post_init__(self) -> None:
+        if not 0.0 <= self.calm <= 1.0:
+            raise ValueError(f"calm must be in [0, 1], got {self.calm}")
         if not 0.0 <= self.floor <= self.max <= 1.0:
             raise ValueError(f"need 0 <= floor <= max <= 1, got {self.floor}, {self.max}")
         if self.cap_reference_tps is not None and self.cap_reference_tps <= 0:
@@ -163,17 +169,18 @@ def want_of(rule: ShareRule, ev: Evidence) -> tuple[float, str]:
     >>> rule = ShareRule(floor=0.01, max=0.2)
     >>> want_of(rule, Evidence(state="closed", pairs=5))
     (1.0, 'warming')
-    >>> want_of(rule, Evidence(state="closed", pairs=50, armed=True, progress=0.1))
-    (0.1, 'quiet')
-    >>> want_of(rule, Evidence(state="closed", pairs=50, armed=True, short_slices=4, slices=4))
-    (0.5, 'evidence')
-    >>> want_of(rule, Evidence(state="closed", pairs=50, armed=True, short_slices=1, slices=5))
-    (0.1, 'quiet')
+    >>> want_of(rule, Evidence(state="closed", pairs=50, armed=True, progress=0.3))
+    (0.0, 'quiet')
+    >>> want_of(rule, Evidence(state="closed", pairs=50, armed=True, progress=0.8))
+    (0.6, 'evidence')
+    >>> want_of(rule, Evidence(state="closed", pairs=50, armed=True, short_slices=2, slices=4))
+    (0.05, 'quiet')
     """
     if ev.state != "closed" or not ev.armed:
         return 1.0, "warming"
     short = ev.short_slices / ev.slices if ev.slices else 0.0
-    want = max(ev.progress, rule.slice_want * min(1.0, short))
+    near = max(0.0, ev.progress - rule.calm) / (1.0 - rule.calm) if rule.calm < 1 else 0.0
+    want = round(max(near, rule.slice_want * min(1.0, short)), 6)
     return want, "evidence" if want >= 0.25 else "quiet"
 
 
