@@ -228,6 +228,26 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
+def matched(result: dict[str, Any]) -> dict[str, float] | None:
+    """The flat share that would catch int4 at the adaptive rule's median, and its spend.
+
+    Derived, not run: under a flat share the stream's pairs and their order do not depend
+    on the share, only the requests between them, so a flat share's delay in requests is
+    its delay in pairs over the share, and its spend per request is proportional to it.
+    From the ``--flat`` row: ``share * its median / the adaptive median``.
+    """
+    rows = result["rows"]
+    ad, fl = rows[0], rows[1]
+    a, f = ad[INT4 + "_p50"], fl[INT4 + "_p50"]
+    if not a or not f:
+        return None
+    share = float(fl["policy"].split()[1])
+    m = share * f / a
+    tokens = fl["healthy_reference_tokens_per_request"] * m / share
+    saved = 1 - ad["healthy_reference_tokens_per_request"] / tokens
+    return {"share": round(m, 4), "tokens_per_request": round(tokens, 1), "saved": round(saved, 3)}
+
+
 def _d(x: float | None) -> str:
     return "-" if x is None else f"{x:g}"
 
@@ -251,6 +271,16 @@ def markdown(result: dict[str, Any]) -> str:
             f"{_d(r[INT4 + '_p50'])} / {_d(r[INT4 + '_p90'])} ({r[INT4 + '_missed']}) | "
             f"{_d(r[INT3 + '_p50'])} / {_d(r[INT3 + '_p90'])} ({r[INT3 + '_missed']}) |"
         )
+    m = matched(result)
+    if m is not None:
+        lines += [
+            "",
+            f"A flat share catching int4 at the adaptive median would be {m['share']:g}, "
+            f"spending {m['tokens_per_request']:g} reference tokens per request on healthy "
+            f"traffic: the adaptive rule spends {100 * m['saved']:.0f} % less (derived from "
+            "the flat row: a flat share's delay in requests is its delay in pairs over the "
+            "share).",
+        ]
     return "\n".join(lines) + "\n"
 
 
