@@ -53,3 +53,28 @@ def test_time_passes_first_a_due_tick_is_a_prefix_of_its_own() -> None:
     probed = fold_many(POLICY, ticked.state, {}, [False, False], scores, 15.0, FLOOR)
     assert probed.transition is None and probed.consumed == 2
     assert probed.state is not None and probed.state.rules.half_open.passes == 2
+
+
+def test_the_fold_records_how_sure_the_evidence_is_for_the_gateways_share() -> None:
+    """``readiness.progress`` (the nearest tolerance test's log e over log threshold) grows
+    with hard failures and stays low on passing pairs; ``short_slices`` counts the judged
+    slice values still below ``slice_min_pairs`` (``breaker/readiness.py:sureness``)."""
+    policy = RoutePolicy(min_pairs=50, rules=("tolerance",), slice_min_pairs=5,
+                         slice_dimensions=("language",))  # fmt: skip
+
+    def hard(i: int, ok: bool) -> ScoreEvent:
+        s = score(i, ok)
+        m = s.metrics.model_copy(update={"repetition_run": 1 if ok else 12})
+        return s.model_copy(update={"metrics": m, "tags": {"language": "en" if i % 2 else "zh"}})
+
+    def progress(ok: bool, n: int) -> tuple[float, int, int]:
+        scores = [hard(i, ok) for i in range(n)]
+        step = fold_many(policy, RouteState(), {}, [False] * n, scores, 1.0, FLOOR)
+        assert step.state is not None and step.transition is None  # min_pairs holds alarms
+        r = step.state.readiness
+        return r.progress, r.short_slices, r.slices
+
+    good, bad = progress(True, 8), progress(False, 8)
+    assert good[0] < 0.25 < 0.5 < bad[0] <= 1.0, (good, bad)
+    assert good[1:] == (2, 2)  # en and zh, 4 pairs each: both short of 5
+    assert progress(True, 12)[1:] == (0, 2)

@@ -45,15 +45,22 @@ a candidate still not armed, the one P2 alert (``outbox.not_armed_alert``).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Literal
 
 from quantdrift.breaker.policy import RoutePolicy
-from quantdrift.breaker.rules.tolerance import signal_arl
+from quantdrift.breaker.rules.tolerance import aggregate_arls, signal_arl
 from quantdrift.breaker.state import RouteState
 from quantdrift.detectors.noise_floor import FLOOR_METRICS, NoiseFloorState, resolution
-from quantdrift.detectors.tolerance import BLESSED, DIVERGENCES, SIGNALS, informative
+from quantdrift.detectors.tolerance import (
+    BLESSED,
+    DIVERGENCES,
+    SIGNALS,
+    BettingState,
+    informative,
+)
 from quantdrift.schemas.score import Metrics, ScoreEvent
 
 Missing = Literal[
@@ -360,3 +367,32 @@ def observe(
         alerted=seen.alerted or alert,
     )
     return state.evolve(readiness=record), Observed(notices, ready.missing if alert else ())
+
+
+def sureness(policy: RoutePolicy, state: RouteState) -> RouteState:
+    """Record how sure the route's evidence is, for gateways' adaptive share.
+
+    ``progress``: the largest, over the tolerance tests, of the test's log e-statistic
+    over its threshold (``log`` of its run length), clipped to 0..1: near 1, a test is
+    close to firing and more pairs settle it sooner. ``short_slices``: slice values the
+    policy judges that still have fewer than ``slice_min_pairs`` pairs (insufficient
+    data), of ``slices`` judged. Pure; written into ``RouteState.readiness`` after each
+    shadow pair's fold.
+    """
+    arls = aggregate_arls(policy)
+    progress = 0.0
+    for signal, raw in state.rules.tolerance.tests.items():
+        arl = arls.get(signal)
+        test = BettingState.from_json(raw)
+        if arl is None or arl <= 1 or not test.log_r:
+            continue
+        progress = max(progress, max(test.log_r) / math.log(arl))
+    pairs = state.rules.slices.pairs
+    short = sum(1 for n in pairs.values() if n < policy.slice_min_pairs)
+    record = replace(
+        state.readiness,
+        progress=round(min(1.0, max(0.0, progress)), 4),
+        short_slices=short,
+        slices=len(pairs),
+    )
+    return state.evolve(readiness=record)

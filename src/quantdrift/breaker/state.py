@@ -30,7 +30,11 @@ class ReadinessState:
     found missing ("rule: reason", relied-on rules only) and ``armed`` whether every
     relied-on test could fire on it (``min_pairs`` included); ``noted`` the rules whose
     abstention for want of a floor was reported once; ``alerted`` whether the one P2
-    "not armed" alert was raised for this candidate.
+    "not armed" alert was raised for this candidate. ``progress`` (the nearest
+    tolerance test's log e over its threshold, 0 to 1) and ``short_slices`` (judged
+    slice values below ``slice_min_pairs``, of ``slices`` judged) say how sure the
+    evidence is: gateways read them to set an adaptive shadow share
+    (``breaker/readiness.py:sureness``).
     """
 
     carried: dict[str, int] = field(default_factory=dict)
@@ -39,6 +43,9 @@ class ReadinessState:
     armed: bool = False
     noted: tuple[str, ...] = ()
     alerted: bool = False
+    progress: float = 0.0
+    short_slices: int = 0
+    slices: int = 0
 
     @classmethod
     def from_json(cls, data: dict[str, Any] | None) -> ReadinessState:
@@ -50,6 +57,9 @@ class ReadinessState:
             armed=bool(data.get("armed", False)),
             noted=tuple(str(v) for v in data.get("noted") or ()),
             alerted=bool(data.get("alerted", False)),
+            progress=float(data.get("progress", 0.0)),
+            short_slices=int(data.get("short_slices", 0)),
+            slices=int(data.get("slices", 0)),
         )
 
 

@@ -23,6 +23,7 @@ from quantdrift.breaker.candidate import CandidateChange, observe
 from quantdrift.breaker.machine import Decision, judge, tick
 from quantdrift.breaker.policy import RoutePolicy
 from quantdrift.breaker.readiness import observe as observe_readiness
+from quantdrift.breaker.readiness import sureness
 from quantdrift.breaker.state import RouteState, Transition
 from quantdrift.detectors.noise_floor import NoiseFloor, NoiseFloorState, metric_values
 from quantdrift.schemas.score import ScoreEvent
@@ -66,7 +67,7 @@ def fold(
     decision: Decision = judge(policy, route_state, score, now, floor, noise_floor)
     state, seen = observe_readiness(policy, decision.state, score, floor)
     return Folded(
-        route_state=state,
+        route_state=sureness(policy, state),
         transition=decision.transition,
         notices=seen.notices,
         not_armed=seen.not_armed,

@@ -10,6 +10,9 @@ default_preference: cost_optimized   # or high_precision
 shadow_sample_rate: 0.05
 noise_sample_rate: 0.01
 noise_fill: {max_rate: 0.25, floor_pairs: 30}  # while a route's floor fills: at most 25 %
+# optional: the shadow share follows the evidence, 1 % (armed, quiet) to 20 % (warming),
+# never above 400 reference tokens/s beyond the floor
+# adaptive_share: {floor: 0.01, max: 0.2, cap_reference_tps: 400}
 routes:
   cs-agent/int4: {candidate: int4, reference: bf16, teacher_forced: true}
   # optional: until preflight.json verifies (go, two signers), at most 5 % on int4
@@ -86,6 +89,36 @@ class PreflightGateConfig(_Frozen):
     distinct_keys: bool = False
 
 
+class AdaptiveShareConfig(_Frozen):
+    """A shadow share that follows the route's evidence, under a cap (``control/share.py``).
+
+    Off unless set (globally or on a route; a route's replaces the global one). The
+    share runs from ``floor`` (an armed, quiet route) to ``max`` (a route warming, partly
+    armed, half-open, after an engine change, or with a test near its threshold), read
+    from the breaker's state every ``refresh_s``. ``cap_reference_tps``: reference
+    tokens per second the route's shadowing (shadow, noise and teacher-forced calls) may
+    spend above the floor, averaged by a bucket of ``burst_s`` seconds; none: no cap.
+    ``calm``: below this progress towards its threshold (log e over log threshold) a
+    test asks for no more pairs; ``slice_want``: how much of the range an armed route
+    gets while all its judged slices have too few pairs (in proportion when some do).
+    """
+
+    floor: float = Field(default=0.01, ge=0, le=1)
+    max: float = Field(default=0.2, ge=0, le=1)
+    cap_reference_tps: float | None = Field(default=None, gt=0)
+    burst_s: float = Field(default=30.0, gt=0)
+    slice_want: float = Field(default=0.1, ge=0, le=1)
+    calm: float = Field(default=0.5, ge=0, le=1)
+    window_s: float = Field(default=60.0, gt=0)
+    refresh_s: float = Field(default=2.0, gt=0)
+
+    @model_validator(mode="after")
+    def _ordered(self) -> AdaptiveShareConfig:
+        if self.floor > self.max:
+            raise ValueError(f"adaptive_share: floor {self.floor} is above max {self.max}")
+        return self
+
+
 class RouteConfig(_Frozen):
     """One route: which precision is the candidate, which the reference.
 
@@ -106,6 +139,8 @@ class RouteConfig(_Frozen):
     # the same one reference answer; each publishes its pairs under its own route id
     # (``candidate_route``) and gets its own evidence and verdict. They serve no user.
     extra_candidates: list[str] = Field(default_factory=list, max_length=8)
+    # A share that follows the evidence (replaces the gateway-wide ``adaptive_share``).
+    adaptive_share: AdaptiveShareConfig | None = None
 
 
 class SliceConfig(_Frozen):
@@ -283,6 +318,8 @@ class GatewayConfig(_Frozen):
     shadow_sample_rate: float = Field(default=0.05, ge=0, le=1)
     noise_sample_rate: float = Field(default=0.0, ge=0, le=1)
     noise_fill: NoiseFillConfig = NoiseFillConfig()
+    # Every route's shadow share follows its evidence, under a cap (off when unset).
+    adaptive_share: AdaptiveShareConfig | None = None
     slices: SliceConfig = SliceConfig()
     # Secret: mixed into the mirror decision and the prompt hash. Empty = a random
     # salt per process (sampling then differs across gateway replicas).
@@ -402,6 +439,10 @@ class GatewayConfig(_Frozen):
     def shadow_rate(self, route: str) -> float:
         r = self.routes[route].shadow_sample_rate
         return self.shadow_sample_rate if r is None else r
+
+    def adaptive(self, route: str) -> AdaptiveShareConfig | None:
+        """The route's adaptive share, if it has one (its own, else the gateway's)."""
+        return self.routes[route].adaptive_share or self.adaptive_share
 
     def noise_rate(self, route: str, filling: bool = False) -> float:
         """The route's noise share; ``filling``: its floor is short (``NoiseFillConfig``)."""

@@ -18,6 +18,7 @@ from quantdrift.config import Settings, configured_redis_url
 from quantdrift.errors import ConfigError
 from quantdrift.gateway.chain.slices import DIMENSIONS
 from quantdrift.gateway.control.controller import RouteController
+from quantdrift.gateway.control.evidence import EvidenceWatch
 from quantdrift.gateway.control.floors import FloorWatch
 from quantdrift.gateway.control.targets import resolver_for
 from quantdrift.gateway.foreign.follower import NginxFollower, reload_argv
@@ -53,9 +54,10 @@ def build_gateway(
         queue_size=config.shadow_queue,
         hash_prompts=settings.hash_prompts,
     )
-    controller = floors = None
+    controller = floors = evidence = None
     if control:
         floors = FloorWatch(config, configured_redis_url(settings), settings.redis.key_prefix)
+        evidence = EvidenceWatch(config, configured_redis_url(settings), settings.redis.key_prefix)
         controller = build_controller(config, settings)
     return Gateway(
         config,
@@ -64,6 +66,7 @@ def build_gateway(
         controller=controller,
         preflight_keys=trusted(settings.signing),
         floors=floors,
+        evidence=evidence,
         mirrored_share=config.collector.mirrored_share if collector else 1.0,
     )
 

@@ -60,6 +60,10 @@ def _no_cap(_route: str) -> float | None:
     return None
 
 
+def _flat(_route: str) -> float | None:
+    return None
+
+
 def _not_filling(_route: str) -> bool:
     return False
 
@@ -77,7 +81,8 @@ class Incoming:
     preflight cap, and whether its sampled noise floor is still filling
     (``control/floors.py``: its sampled requests then get ``noise_fill.max_rate``),
     and how a declared task becomes a bounded tag value (``slices.TaskVocabulary.admit``;
-    without one every declared task is ``other``).
+    without one every declared task is ``other``). ``share_of``: the route's adaptive
+    shadow share now (``control/share.py``), None for the configured flat share.
     """
 
     headers: Mapping[str, str]
@@ -87,6 +92,7 @@ class Incoming:
     cap_of: Callable[[str], float | None] = _no_cap
     filling: Callable[[str], bool] = _not_filling
     admit_task: Callable[[str], str | None] = _pool_tasks
+    share_of: Callable[[str], float | None] = _flat
 
 
 @dataclass(frozen=True, slots=True)
@@ -124,6 +130,8 @@ class Plan:
     private: bool
     dropped_fields: tuple[str, ...] = field(default=())
     tags: Mapping[str, str] = field(default_factory=dict)  # the pair's slice (slices.py)
+    # The shadow share this request was sampled at (adaptive or flat): its pair's rate.
+    shadow_rate: float | None = None
 
     @property
     def expects_json(self) -> bool:
@@ -330,9 +338,9 @@ def plan_request(
         task=None if task is None else incoming.admit_task(task),
     )
     decision = route_decision(cfg, route, preference, incoming, tags)
-    shadow = decision.pair_candidate is not None and sampled(
-        request_id, cfg.shadow_rate(route), sample_salt
-    )
+    adaptive = incoming.share_of(route)
+    rate = cfg.shadow_rate(route) if adaptive is None else adaptive
+    shadow = decision.pair_candidate is not None and sampled(request_id, rate, sample_salt)
     # A greedy request never fills a floor faster: two greedy reference runs agree.
     filling = body.get("temperature") != 0 and incoming.filling(route)
     noise = sampled(request_id, cfg.noise_rate(route, filling), NOISE_SALT + sample_salt)
@@ -359,4 +367,5 @@ def plan_request(
         private=_truthy(headers.get(PRIVATE_HEADER)),
         dropped_fields=tuple(unknown),
         tags=tags,
+        shadow_rate=rate,
     )

@@ -111,6 +111,7 @@ class Endpoints:
             self.preflight.cap,
             self.gateway.filling,
             self.gateway.tasks.admit,
+            self.gateway.share,
         )
         return body, incoming
 

@@ -69,6 +69,9 @@ def health(gateway: Gateway, private: bool = True) -> dict[str, Any]:
                 for pool in rc.extra_candidates
                 for sub in (candidate_route(route, pool),)
             }
+        share = gateway.shares.view(route)
+        if share is not None:  # adaptive: the share now, why, the cap and the evidence
+            routes[route]["shadow_share"] = share
         gate = gates.get(route)
         if gate is not None:
             routes[route]["preflight"] = gate
@@ -108,6 +111,12 @@ def live_metrics(gateway: Gateway) -> Iterator[Any]:
         "how late the event loop runs (smoothed); at overload.max_loop_lag_s requests are shed",
         [],
         {(): gateway.loop_lag.current(time.monotonic())},
+    )
+    yield gauge(
+        "shadow_share",
+        "each route's shadow share now (adaptive_share: follows the evidence, under a cap)",
+        ["route", "reason"],
+        {(r, s.reason): s.share for r, s in gateway.shares.last.items()},
     )
     dropped = {("queue", r): float(n) for r, n in gateway.shadow.dropped.items()}
     if gateway.publisher is not None:

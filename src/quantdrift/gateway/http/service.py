@@ -24,9 +24,11 @@ from quantdrift.gateway.chain.executor import FallbackExecutor
 from quantdrift.gateway.chain.routing import RouteDirective, SliceDirective
 from quantdrift.gateway.chain.slices import TaskVocabulary
 from quantdrift.gateway.control.controller import RouteController
+from quantdrift.gateway.control.evidence import EvidenceWatch, ShareGovernor
 from quantdrift.gateway.control.floors import FloorWatch
 from quantdrift.gateway.control.preflight_gate import PreflightGate
-from quantdrift.gateway.gateway_config import GatewayConfig
+from quantdrift.gateway.control.share import Evidence
+from quantdrift.gateway.gateway_config import GatewayConfig, candidate_route
 from quantdrift.gateway.guards.auth import Authenticator
 from quantdrift.gateway.guards.capacity import RetryBudget
 from quantdrift.gateway.guards.overload import LoopLag
@@ -66,11 +68,13 @@ class Gateway:
         shadow_upstreams: Upstreams | None = None,
         preflight_keys: Mapping[str, TrustedKey] | None = None,
         floors: FloorWatch | None = None,
+        evidence: EvidenceWatch | None = None,
         mirrored_share: float = 1.0,
         transport: Transport | None = None,
     ) -> None:
         self.config = config
         self.floors = floors
+        self.evidence = evidence
         self.publisher = publisher
         self.degradations = degradations
         self.controller = controller
@@ -115,12 +119,23 @@ class Gateway:
             cap_of=lambda route: self.preflight.cap(route),
         )
         self.shadow.upstreams.attribute_lag(self.loop_lag)
+        # Adaptive shadow shares (control/share.py): the breaker's evidence, read by
+        # ``evidence``, and the reference tokens shadowing spent, the route's and its
+        # extra candidates' (their teacher-forced passes are the same reference's).
+        self.shares = ShareGovernor(
+            config,
+            evidence.of if evidence is not None else (lambda _route: Evidence()),
+            lambda route: self.shadow.spend.reference(
+                (route, *(candidate_route(route, p) for p in config.routes[route].extra_candidates))
+            ),
+        )
         # Routes with a ``preflight:`` gate verify their report with the signing key ring.
         self.preflight = PreflightGate(config, dict(preflight_keys or {}))
         # One supervisor for every long-lived task: crashes counted in /metrics, and a
         # task given up on makes /health answer 503.
         self.supervisor = Supervisor()
-        for part in (self.shadow, self.preflight, publisher, degradations, controller, floors):
+        parts = (self.shadow, self.preflight, publisher, degradations, controller, floors, evidence)
+        for part in parts:
             if part is not None:
                 part.supervisor = self.supervisor
         self.metrics.live(lambda: live_metrics(self))
@@ -161,6 +176,8 @@ class Gateway:
             await self.controller.start()
         if self.floors is not None:
             await self.floors.start()
+        if self.evidence is not None:
+            await self.evidence.start()
 
     async def stop(self, timeout: float | None = None) -> None:
         """Stop everything; shadow jobs get ``shadow_drain_s`` (or ``timeout``) to finish."""
@@ -168,6 +185,8 @@ class Gateway:
         await self.preflight.stop()
         if self.floors is not None:
             await self.floors.stop()
+        if self.evidence is not None:
+            await self.evidence.stop()
         await self.shadow.stop(timeout)
         if self.controller is not None:
             await self.controller.stop()
@@ -200,8 +219,16 @@ class Gateway:
         return age is not None and age > self.config.control_stale_s
 
     def filling(self, route: str) -> bool:
-        """Whether the route's sampled noise floor is still filling (``noise_fill``)."""
+        """Whether the route's sampled noise floor is still filling (``noise_fill``); not
+        while its adaptive share's bucket is empty (the noise runs are reference spend too)."""
+        last = self.shares.last.get(route)
+        if last is not None and last.reason == "floor":
+            return False
         return self.floors is not None and self.floors.filling(route)
+
+    def share(self, route: str) -> float | None:
+        """The route's adaptive shadow share for one request, None for a flat route."""
+        return self.shares.share(route)
 
     def directive(self, route: str) -> RouteDirective | None:
         """The route's directive (``routing.RouteDirective``) as the controller knows it.

@@ -260,7 +260,9 @@ class ShadowCalls:
             kind,
             sides,
             tf,
-            rate=pair_rate(self.config, plan.route, kind, self.wiring.mirrored_share),
+            rate=pair_rate(
+                self.config, plan.route, kind, self.wiring.mirrored_share, plan.shadow_rate
+            ),
             salt=self.wiring.salt,
             identities=self.probe.identities,
             ts=time.time(),

@@ -71,9 +71,15 @@ def shadow_body(config: GatewayConfig, plan: Plan) -> dict[str, Any]:
     return body
 
 
-def pair_rate(config: GatewayConfig, route: str, kind: str, mirrored_share: float) -> float:
-    """A pair's share of the route's traffic (module docstring)."""
-    rate = config.shadow_rate(route) if kind == "shadow" else config.noise_rate(route)
+def pair_rate(
+    config: GatewayConfig, route: str, kind: str, mirrored_share: float, sampled_at: float | None
+) -> float:
+    """A pair's share of the route's traffic (module docstring); ``sampled_at``: the share
+    its request was sampled at (an adaptive share's, ``Plan.shadow_rate``)."""
+    if kind == "shadow":
+        rate = config.shadow_rate(route) if sampled_at is None else sampled_at
+    else:
+        rate = config.noise_rate(route)
     return max(rate * mirrored_share, 1e-9)
 
 

@@ -106,6 +106,27 @@ class SpendMeter:
             completion_tokens=None if tokens is None else 1,
         )
 
+    def reference(self, routes: tuple[str, ...]) -> tuple[int, int]:
+        """What ``routes`` spent on the reference (tokens, every purpose) and their shadow
+        jobs (one ``shadow`` call each, on whichever side answered it): the adaptive
+        share's cap reads them (``control/share.py``).
+
+        >>> meter = SpendMeter()
+        >>> meter.add("r", "reference", "shadow", 0.1, prompt_tokens=7, completion_tokens=3)
+        >>> meter.add("r@x", "reference", "teacher_forcing", 0.1, prompt_tokens=10)
+        >>> meter.reference(("r", "r@x"))
+        (20, 1)
+        """
+        tokens = jobs = 0
+        for (r, side, purpose), spent in self._spent.items():
+            if r not in routes:
+                continue
+            if side == "reference":
+                tokens += spent.prompt_tokens + spent.completion_tokens
+            if purpose == "shadow" and r == routes[0]:
+                jobs += spent.calls
+        return tokens, jobs
+
     def view(self, route: str) -> dict[str, dict[str, dict[str, Any]]]:
         """Per side and purpose, the route's totals (``/health``)."""
         out: dict[str, dict[str, dict[str, Any]]] = {}
