@@ -5,6 +5,7 @@ from __future__ import annotations
 from quantdrift.breaker import RoutePolicy, RouteState
 from quantdrift.breaker.step import fold_many
 from quantdrift.detectors.noise_floor import NoiseFloor
+from quantdrift.schemas import ScoreEvent
 from support.scores import score
 
 POLICY = RoutePolicy(min_pairs=1, consecutive_failures=3, rules=("consecutive",))
