@@ -272,8 +272,10 @@ def certificate(args: argparse.Namespace) -> int:
 def verify_certificate(args: argparse.Namespace) -> int:
     from quantdrift.cli.common import load_settings
     from quantdrift.preflight.certificate import check_file
+    from quantdrift.schemas.certificate_live import evidence_lines, evidence_of
 
     result = check_file(args.certificate, load_settings().signing, args.public_key)
+    evidence = evidence_of(result.payload)
     if args.json:
         print(
             json.dumps(
@@ -282,6 +284,7 @@ def verify_certificate(args: argparse.Namespace) -> int:
                     "key_id": result.key_id,
                     "signers": result.signers,
                     "problems": result.problems,
+                    "evidence": evidence,
                 }
             )
         )
@@ -293,6 +296,8 @@ def verify_certificate(args: argparse.Namespace) -> int:
         )
         for p in result.problems:
             print(f"  {p}")
+        for line in evidence_lines(evidence):
+            print(f"  {line}")
     return 0 if result.ok else 1
 
 

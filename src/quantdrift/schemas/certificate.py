@@ -36,7 +36,10 @@ language (``examples/verify_certificate.js`` does them with Node's built-in cryp
    ``subject.engines``: the certificate cannot name another build than the one
    the signed report measured;
 5. ``live.sha256`` is the SHA-256 of ``live.text``: the live evidence document
-   as it was given, embedded as a string (again, no re-serialisation).
+   as it was given, embedded as a string (again, no re-serialisation);
+6. when ``live.text`` is ``route status --json``, each route's time window,
+   calibration and worst pairs by hash are present and consistent
+   (``schemas.certificate_live``).
 
 Version 1 was HMAC-signed with the project's key ring: only a ring holder could
 check it, and any ring holder could have forged it, so it proved nothing to an
@@ -57,6 +60,7 @@ from typing import Any
 
 from quantdrift.errors import ConfigError
 from quantdrift.schemas import ed25519
+from quantdrift.schemas.certificate_live import live_problems
 from quantdrift.schemas.ed25519 import TrustedKey
 from quantdrift.schemas.signoff import digest, trusted, verify
 
@@ -188,6 +192,8 @@ def check(envelope_bytes: bytes, keys: Mapping[str, TrustedKey]) -> CertificateC
     live = payload.get("live")
     if live is not None and digest(str(live.get("text", "")).encode()) != live.get("sha256"):
         problems.append("the live evidence does not match its SHA-256")
+    if live is not None:
+        problems += live_problems(str(live.get("text", "")), float(payload.get("issued_at") or 0))
     return CertificateCheck(not problems, problems, v.signers, payload, key_id, True)
 
 
