@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
+import math
 import os
 import shutil
 import subprocess
@@ -150,6 +151,9 @@ def test_the_certificate_binds_the_engine_and_live_evidence_per_slice(launch: La
     (row,) = json.loads(payload["live"]["text"])
     slices = {s["slice"]: (s["pairs"], s["status"]) for s in row["slices"]}
     assert slices == {"language=en": (9, "testing"), "language=zh": (3, "insufficient_data")}
+    # The route's own verdict and its tests' e-values, as each slice has its own.
+    assert row["verdict"] == "pass" and {"hard", "outcomes"} <= set(row["tests"])
+    assert all(t["pairs"] == 12 and t["log_r_max"] > 0 for t in row["tests"].values())
     # The time window: the first and the last pair's own time.
     assert row["window"] == {"first_pair_at": T0, "last_pair_at": T0 + 660.0}
     # The calibration it was judged against: the floors `quantdrift calibrate` wrote, by
@@ -448,6 +452,10 @@ def test_the_certificate_page_in_a_browser(launch: Launch) -> None:
     assert rows == {(ROUTE, "all"), (ROUTE, "language=en"), (ROUTE, "language=zh")}
     assert '<td class="pairs">9</td><td class="status">testing</td>' in dom
     assert '<td class="pairs">3</td><td class="status">insufficient_data</td>' in dom
+    tests = json.loads(payload["live"]["text"])[0]["tests"].values()
+    e_value = format(round(math.exp(max(t["log_r_max"] for t in tests)), 3), "g")
+    assert f'<td class="pairs">12</td><td class="status">armed</td><td>{e_value}</td>' in dom
+    assert "<td>verdict pass: closed and armed" in dom
     approvals = [t["data-by"] for t in tags if t.get("class") == "approval"]
     assert approvals == ["alice", "bob"] and dom.count("<td>verifies</td>") == 2
     # What the evidence covers: its pairs' time window, its calibration, its worst pairs.

@@ -23,6 +23,7 @@ import hashlib
 from collections.abc import Mapping
 from typing import Any
 
+from quantdrift.breaker.rules.tolerance import summary
 from quantdrift.breaker.state import RouteState
 from quantdrift.detectors.noise_floor import NoiseFloorState
 from quantdrift.detectors.tolerance import BLESSED
@@ -81,8 +82,11 @@ def worst_pairs(state: RouteState) -> list[dict[str, Any]]:
 
 
 def live_evidence(state: RouteState, floors: Mapping[str, NoiseFloorState]) -> dict[str, Any]:
-    """The three fields ``route status --json`` adds to a route's row."""
+    """What ``route status --json`` adds to a route's row: the three fields, and the
+    route's own tolerance tests (``tests``: per signal its pairs, mean x and log
+    e-value, as each slice's row has them)."""
     return {
+        "tests": summary(state.rules.tolerance.tests),
         "window": window(state),
         "calibration": calibration(floors),
         "worst_pairs": worst_pairs(state),

@@ -120,7 +120,7 @@ def _bound(text: str) -> str:
         cal = "".join(
             f"<tr class='floor' data-mode='{escape(str(c.get('mode')))}'><td>{escape(str(c.get('mode')))}</td>"
             f"<td class='noise'>{c.get('noise_pairs')}</td><td class='blessed'>{c.get('blessed_pairs')}</td>"
-            f"<td>{escape(', '.join(map(str, c.get('metrics') or [])))}</td><td><code class='sha'>{escape(str(c.get('sha256')))}</code></td></tr>"
+            f"<td>{escape(', '.join(map(str, c.get('metrics') or [])) or 'none: the blessing only')}</td><td><code class='sha'>{escape(str(c.get('sha256')))}</code></td></tr>"
             for c in r["calibration"] or []
             if isinstance(c, Mapping)
         )

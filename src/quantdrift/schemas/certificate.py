@@ -228,8 +228,9 @@ def live_rows(live_text: str | None) -> list[dict[str, Any]]:
 
     Two documents are understood: ``quantdrift route status --json`` (one row per
     route, with its slices: pairs judged, ``testing`` or ``insufficient_data``, and
-    each test's log e-value) and ``quantdrift replay --json`` (pairs and trips per
-    route). Anything else yields no rows: the document is still bound, verbatim.
+    each test's log e-value; the route's own row has its tests and its verdict too)
+    and ``quantdrift replay --json`` (pairs and trips per route). Anything else
+    yields no rows: the document is still bound, verbatim.
     Each row: ``route``, ``slice`` (``"all"`` for the route), ``pairs``, ``status``,
     ``e_value`` (the largest of its tests, None without one) and ``detail``.
 
@@ -263,8 +264,9 @@ def live_rows(live_text: str | None) -> list[dict[str, Any]]:
                     "slice": "all",
                     "pairs": int(r.get("pairs_seen") or 0),
                     "status": str(r.get("readiness") or r.get("state") or "unknown"),
-                    "e_value": None,
-                    "detail": str(r.get("reason") or ""),
+                    "e_value": e_value(r.get("tests")),
+                    "detail": (f"verdict {r['verdict']}: " if r.get("verdict") else "")
+                    + str(r.get("reason") or ""),
                 }
             )
             for s in r.get("slices") or []:
