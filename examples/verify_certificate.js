@@ -5,7 +5,8 @@
 // Each argument is a trusted Ed25519 public key as a PEM file (`quantdrift preflight keygen`
 // writes KEY.pub; `openssl pkey -pubout` too). No secret is needed, so whoever verifies
 // cannot forge. Node's built-in crypto only; no network, no other file.
-// Prints {"ok", "key_id", "signers", "problems", "route", "model"} as JSON; exits 0 when it
+// Prints {"ok", "key_id", "signers", "problems", "route", "model", "evidence"} as JSON (evidence:
+// per route its pairs, time window, calibration and worst pairs by hash); exits 0 when it
 // verifies.
 //
 // The steps (docs/preflight.md, "Quantization certificate"; quantdrift.schemas.certificate):
@@ -19,6 +20,11 @@
 //    names (distinct key ids with distinct_keys).
 // 4. model == the report's subject.checkpoint, engine == its subject.engines.
 // 5. live.sha256 == SHA-256 of live.text (when live evidence is attached).
+// 6. When live.text is `quantdrift route status --json` (a list of route rows), each row
+//    carries window, calibration and worst_pairs; a route with pairs has a window whose
+//    start is not after its end and which ends before issued_at (300 s of clock skew
+//    allowed); every calibration sha256 and worst pair's pair_sha256 is 64 lowercase hex.
+//    (quantdrift.schemas.certificate_live, with the same words.)
 const crypto = require("crypto");
 const fs = require("fs");
 
@@ -69,6 +75,62 @@ function canonical(v) {
     return `{${Object.keys(v).sort().map((k) => `${JSON.stringify(k)}:${canonical(v[k])}`).join(",")}}`;
   }
   return JSON.stringify(v === undefined ? null : v);
+}
+
+const CLOCK_SKEW_S = 300;
+const FIELDS = ["window", "calibration", "worst_pairs"];
+const isObject = (v) => v !== null && typeof v === "object" && !Array.isArray(v);
+const isSha = (v) => typeof v === "string" && /^[0-9a-f]{64}$/.test(v);
+
+// Per route of a route status document: its pairs and the three fields; [] otherwise.
+function liveRoutes(text) {
+  let doc;
+  try {
+    doc = JSON.parse(text);
+  } catch (err) {
+    return [];
+  }
+  if (!Array.isArray(doc)) return [];
+  return doc
+    .filter((r) => isObject(r) && "route" in r)
+    .map((r) => ({
+      route: String(r.route),
+      pairs: Math.trunc(Number(r.pairs_seen || 0)),
+      window: r.window ?? null,
+      calibration: r.calibration ?? null,
+      worst_pairs: r.worst_pairs ?? null,
+      carried: FIELDS.filter((f) => f in r),
+    }));
+}
+
+function routeProblems(row, issuedAt) {
+  const where = `live evidence ${row.route}`;
+  const missing = FIELDS.filter((f) => !row.carried.includes(f));
+  if (missing.length) return [`${where}: carries no ${missing.join(", ")}`];
+  const problems = [];
+  const w = row.window;
+  const isTime = (v) => typeof v === "number" && Number.isFinite(v);
+  if (w === null) {
+    if (row.pairs > 0) problems.push(`${where}: no time window for its ${row.pairs} pairs`);
+  } else if (!(isObject(w) && isTime(w.first_pair_at) && isTime(w.last_pair_at))) {
+    problems.push(`${where}: its time window is not two times`);
+  } else {
+    if (w.first_pair_at > w.last_pair_at) problems.push(`${where}: its time window ends before it starts`);
+    if (w.last_pair_at > issuedAt + CLOCK_SKEW_S) {
+      problems.push(`${where}: its time window ends after the certificate was issued`);
+    }
+  }
+  for (const [name, key] of [["calibration", "sha256"], ["worst_pairs", "pair_sha256"]]) {
+    const items = row[name];
+    if (!Array.isArray(items)) {
+      problems.push(`${where}: ${name} is not a list`);
+      continue;
+    }
+    items.forEach((item, i) => {
+      if (!(isObject(item) && isSha(item[key]))) problems.push(`${where}: ${name} ${i + 1}: not a SHA-256`);
+    });
+  }
+  return problems;
 }
 
 function refused(why, keyId = "") {
@@ -127,9 +189,14 @@ function verify(text, keys) {
   if (payload.live && sha256hex(Buffer.from(String(payload.live.text), "utf8")) !== payload.live.sha256) {
     problems.push("the live evidence does not match its SHA-256");
   }
+  const routes = payload.live ? liveRoutes(String(payload.live.text)) : [];
+  for (const row of routes) problems.push(...routeProblems(row, Number(payload.issued_at || 0)));
+  const evidence = routes.map(({ carried, ...shown }) => shown);
   const ok = problems.length === 0;
   const signerNames = [...signers.keys()].sort();
-  return { ok, key_id: keyId, signers: signerNames, problems, route: payload.route, model: payload.model };
+  return {
+    ok, key_id: keyId, signers: signerNames, problems, route: payload.route, model: payload.model, evidence,
+  };
 }
 
 let result;

@@ -67,6 +67,7 @@ from typing import Any, Protocol
 from quantdrift.errors import ConfigError
 from quantdrift.schemas.alert import AlertEvent
 from quantdrift.schemas.certificate import engine_identity, live_rows
+from quantdrift.schemas.certificate_live import live_routes
 from quantdrift.schemas.command import RouteCommand
 from quantdrift.schemas.pair import pair_id_for
 from quantdrift.schemas.score import ScoreEvent
@@ -266,7 +267,9 @@ def certificate_attributes(
     if engine:
         head["quantdrift.candidate_engine"] = engine
     rows = [head]
-    for r in live_rows((payload.get("live") or {}).get("text")):
+    text = (payload.get("live") or {}).get("text")
+    bound = {r["route"]: r for r in live_routes(text if isinstance(text, str) else None)}
+    for r in live_rows(text):
         attrs = {
             "gen_ai.evaluation.name": CERTIFICATE_SLICE_NAME,
             "gen_ai.evaluation.score.value": float(r["pairs"]),
@@ -278,8 +281,30 @@ def certificate_attributes(
         }
         if r["e_value"] is not None:
             attrs["quantdrift.e_value"] = float(r["e_value"])
+        if r["slice"] == "all" and r["route"] in bound:
+            attrs.update(_bound_attributes(bound[r["route"]]))
         rows.append(attrs)
     return rows
+
+
+def _bound_attributes(route: Mapping[str, Any]) -> dict[str, Any]:
+    """A route's time window, calibration (per decoding mode's floor) and worst pairs by
+    hash, on its ``all`` row: ``quantdrift.evidence.first_pair_at`` / ``last_pair_at``,
+    ``quantdrift.calibration.MODE.sha256`` / ``.noise_pairs`` / ``.blessed_pairs``,
+    ``quantdrift.worst_pairs.sha256``. The certificate was verified, so the fields hold."""
+    attrs: dict[str, Any] = {}
+    window = route.get("window")
+    if isinstance(window, Mapping):
+        attrs["quantdrift.evidence.first_pair_at"] = float(window["first_pair_at"])
+        attrs["quantdrift.evidence.last_pair_at"] = float(window["last_pair_at"])
+    for c in route.get("calibration") or []:
+        mode = f"quantdrift.calibration.{c.get('mode')}"
+        attrs[f"{mode}.sha256"] = str(c.get("sha256"))
+        attrs[f"{mode}.noise_pairs"] = int(c.get("noise_pairs") or 0)
+        attrs[f"{mode}.blessed_pairs"] = int(c.get("blessed_pairs") or 0)
+    if worst := [str(p.get("pair_sha256")) for p in route.get("worst_pairs") or []]:
+        attrs["quantdrift.worst_pairs.sha256"] = worst
+    return attrs
 
 
 def transition_attributes(outbox: OutboxView) -> dict[str, Any]:

@@ -18,8 +18,11 @@ the verdict ``fail`` and the pre-rollout a "no".
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
+import math
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -27,6 +30,7 @@ import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from html.parser import HTMLParser
+from importlib import resources
 from pathlib import Path
 from typing import Any
 
@@ -44,7 +48,7 @@ from quantdrift.stack import EmbeddedStack, free_port
 from support.browser import CHROMIUM, chromium_dom, screenshot
 from support.e2e import until_healthz
 from support.otlp import Receiver
-from support.preflight import KEYS, certified, cli, public, vllm_says
+from support.preflight import KEYS, certified, cli, node_verify, public, resign, vllm_says
 from support.redis_keys import forget_prefix
 
 pytestmark = [pytest.mark.timeout(400)]
@@ -61,6 +65,13 @@ POLICY = {
 }  # fmt: skip
 
 
+# The launch's pairs: one a minute from T0 (the gateway's own stamps), two of them less
+# alike than the rest (still healthy): the worst pairs.
+T0 = 1_765_000_000.0
+LESS_ALIKE = {4: 0.93, 9: 0.95}
+LAB_PAIRS = resources.files("quantdrift.data").joinpath("lab_pairs.jsonl.gz")
+
+
 @dataclass
 class Launch:
     env: dict[str, str]
@@ -70,6 +81,7 @@ class Launch:
     prefix: str
     policy_file: Path
     workdir: Path
+    floors: dict[str, dict[str, Any]]  # what `quantdrift calibrate --json` wrote, by mode
 
 
 def score(i: int, engine: str, language: str) -> ScoreEvent:
@@ -78,9 +90,9 @@ def score(i: int, engine: str, language: str) -> ScoreEvent:
         pair_id=f"pair-{engine}-{i}",
         route=ROUTE,
         kind="shadow",
-        ts=float(i),
+        ts=T0 + 60.0 * i,
         decoding="greedy",
-        metrics=Metrics(cosine=0.99, rougeL=0.9),
+        metrics=Metrics(cosine=LESS_ALIKE.get(i, 0.99), rougeL=0.9),
         candidate_engine=engine,
         tags={"language": language},
     )
@@ -105,21 +117,27 @@ def launch(stack: EmbeddedStack, tmp_path_factory: pytest.TempPathFactory) -> It
     prefix = f"qdtest:{uuid.uuid4().hex}:"
     policy_file = tmp / "policy.yaml"
     policy_file.write_text(yaml.safe_dump(POLICY))
-    traffic = [score(i, OLD, "zh" if i % 4 == 3 else "en") for i in range(12)]
-    asyncio.run(fold(stack.redis_url, prefix, policy_file, traffic))
     status_env = {
         **os.environ,
         "QUANTDRIFT_REDIS__URL": stack.redis_url,
         "QUANTDRIFT_REDIS__KEY_PREFIX": prefix,
         "QUANTDRIFT_POLICY_FILE": str(policy_file),
     }
+    # The route's calibration: the lab's noise pairs and its int8 build blessed.
+    calibrated = cli("calibrate", str(LAB_PAIRS), "--route", ROUTE, "--blessed-label", "int8",
+                     "--embedder", "none", "--no-progress", "--json",
+                     env=status_env, cwd=tmp)  # fmt: skip
+    assert calibrated.returncode == 0, calibrated.stderr
+    floors = {r["mode"]: r for r in json.loads(calibrated.stdout)}
+    traffic = [score(i, OLD, "zh" if i % 4 == 3 else "en") for i in range(12)]
+    asyncio.run(fold(stack.redis_url, prefix, policy_file, traffic))
     status = cli("route", "status", "--route", ROUTE, "--json", env=status_env, cwd=tmp)
     assert status.returncode == 0, status.stderr
     live = tmp / "live.json"
     live.write_text(status.stdout)
     with vllm_says("0.31.0", BUILD) as engine:
         env, report, cert, keys = certified(tmp, live, "--candidate", engine)
-    yield Launch({**env, **status_env}, report, cert, keys, prefix, policy_file, tmp)
+    yield Launch({**env, **status_env}, report, cert, keys, prefix, policy_file, tmp, floors)
     forget_prefix(stack.redis_url, prefix)
 
 
@@ -129,6 +147,116 @@ def test_the_certificate_binds_the_engine_and_live_evidence_per_slice(launch: La
     (row,) = json.loads(payload["live"]["text"])
     slices = {s["slice"]: (s["pairs"], s["status"]) for s in row["slices"]}
     assert slices == {"language=en": (9, "testing"), "language=zh": (3, "insufficient_data")}
+    # The route's own verdict and its tests' e-values, as each slice has its own.
+    assert row["verdict"] == "pass" and {"hard", "outcomes"} <= set(row["tests"])
+    assert all(t["pairs"] == 12 and t["log_r_max"] > 0 for t in row["tests"].values())
+    # The time window: the first and the last pair's own time.
+    assert row["window"] == {"first_pair_at": T0, "last_pair_at": T0 + 660.0}
+    # The calibration it was judged against: the floors `quantdrift calibrate` wrote, by
+    # the hash calibrate printed, with the blessing's size apart from the noise pairs'.
+    floors = {c["mode"]: c for c in row["calibration"]}
+    assert {m: c["sha256"] for m, c in floors.items()} == {
+        m: f["sha256"] for m, f in launch.floors.items()
+    }
+    assert floors["greedy"]["noise_pairs"] == 0 and floors["greedy"]["blessed_pairs"] == 40
+    assert floors["sampled"]["noise_pairs"] == launch.floors["sampled"]["floor_pairs"] > 0
+    assert floors["sampled"]["blessed_pairs"] == 40
+    # The worst pairs, worst first, by the hash of their ids (no request id in the clear).
+    assert [w["pair_sha256"] for w in row["worst_pairs"][:2]] == [
+        pair_hash(f"pair-{OLD}-{i}") for i in sorted(LESS_ALIKE, key=LESS_ALIKE.get)
+    ]
+    assert [w["similarity"] for w in row["worst_pairs"][:2]] == sorted(LESS_ALIKE.values())
+    assert f"pair-{OLD}" not in payload["live"]["text"]
+
+
+def pair_hash(pair_id: str) -> str:
+    return hashlib.sha256(pair_id.encode()).hexdigest()
+
+
+@pytest.mark.skipif(shutil.which("node") is None, reason="node not installed")
+def test_both_verifiers_check_the_live_evidence(launch: Launch) -> None:
+    """Python and Node print the same evidence, and refuse the same inconsistent one
+    (signed by the issuer's own key, so only the evidence checks can catch it)."""
+    env = {k: v for k, v in launch.env.items() if not k.startswith("QUANTDRIFT_SIGNING__")}
+    keys = public(launch.keys)
+    raw = launch.cert.read_bytes()
+
+    def both(data: bytes) -> tuple[dict[str, Any], dict[str, Any]]:
+        bad = launch.workdir / "checked.json"
+        bad.write_bytes(data)
+        py = cli("preflight", "verify-certificate", str(bad), "--json",
+                 *[f"--public-key={k}" for k in keys], env=env, cwd=launch.workdir)  # fmt: skip
+        code, js = node_verify(data, keys)
+        assert py.returncode == code, (py.stdout, js)
+        return json.loads(py.stdout), js
+
+    py, js = both(raw)
+    assert py["ok"] is True and js["ok"] is True
+    assert py["evidence"] == js["evidence"]
+    (bound,) = py["evidence"]
+    assert (bound["route"], bound["pairs"]) == (ROUTE, 12)
+    assert bound["window"] == {"first_pair_at": T0, "last_pair_at": T0 + 660.0}
+    text = cli("preflight", "verify-certificate", str(launch.cert),
+               *[f"--public-key={k}" for k in keys], env=env, cwd=launch.workdir)  # fmt: skip
+    assert f"evidence {ROUTE}: 12 pairs from 2025-12-06T05:46:40Z to 2025-12-06T05:57:40Z" in (
+        text.stdout
+    ), text.stdout
+    greedy = launch.floors["greedy"]["sha256"]
+    assert f"calibration greedy: 0 noise + 40 blessed pairs, sha256 {greedy}" in text.stdout
+
+    envelope = json.loads(raw)
+    payload = json.loads(envelope["payload"])
+
+    def live_edited(edit: Any) -> bytes:
+        rows = json.loads(payload["live"]["text"])
+        edit(rows[0])
+        text = json.dumps(rows)
+        live = {"sha256": hashlib.sha256(text.encode()).hexdigest(), "text": text}
+        return resign(envelope, {**payload, "live": live}, launch.keys["issuer"])
+
+    later = payload["issued_at"] + 3600
+    cases = {
+        "from the future": (
+            lambda r: r.update(window={"first_pair_at": T0, "last_pair_at": later}),
+            [f"live evidence {ROUTE}: its time window ends after the certificate was issued"],
+        ),
+        "reversed": (
+            lambda r: r.update(window={"first_pair_at": T0 + 1, "last_pair_at": T0}),
+            [f"live evidence {ROUTE}: its time window ends before it starts"],
+        ),
+        "no window": (
+            lambda r: r.update(window=None),
+            [f"live evidence {ROUTE}: no time window for its 12 pairs"],
+        ),
+        "an old route status": (
+            lambda r: [r.pop(k) for k in ("window", "calibration", "worst_pairs")],
+            [f"live evidence {ROUTE}: carries no window, calibration, worst_pairs"],
+        ),
+        "a pair id in the clear": (
+            lambda r: r["worst_pairs"][0].update(pair_sha256=f"pair-{OLD}-4"),
+            [f"live evidence {ROUTE}: worst_pairs 1: not a SHA-256"],
+        ),
+        "a floor without a hash": (
+            lambda r: r["calibration"][1].pop("sha256"),
+            [f"live evidence {ROUTE}: calibration 2: not a SHA-256"],
+        ),
+    }
+    for what, (edit, problems) in cases.items():
+        py, js = both(live_edited(edit))
+        assert py["ok"] is False and py["problems"] == js["problems"] == problems, what
+
+    # The issuer is refused such evidence before signing: an old route status document.
+    old = json.loads(payload["live"]["text"])
+    for k in ("window", "calibration", "worst_pairs"):
+        old[0].pop(k)
+    stale = launch.workdir / "stale-live.json"
+    stale.write_text(json.dumps(old))
+    out = launch.workdir / "stale-cert.json"
+    refused = cli("preflight", "certificate", str(launch.report), "--out", str(out), "--key",
+                  str(launch.keys["issuer"]), "--live", str(stale), env=launch.env,
+                  cwd=launch.workdir)  # fmt: skip
+    assert refused.returncode != 0 and not out.exists()
+    assert "carries no window, calibration, worst_pairs" in refused.stderr, refused.stderr
 
 
 @dataclass
@@ -241,6 +369,21 @@ def test_a_verified_certificate_exports_as_evaluation_events(
     assert ran.stdout.strip().endswith(
         f"{1 + len(slices)} gen_ai.evaluation.result events exported"
     )
+    # The route's row carries the time window, the calibration and the worst pairs by hash.
+    route = slices["all"]
+    assert (
+        route["quantdrift.evidence.first_pair_at"],
+        route["quantdrift.evidence.last_pair_at"],
+    ) == (
+        T0,
+        T0 + 660.0,
+    )
+    for mode, floor in launch.floors.items():
+        assert route[f"quantdrift.calibration.{mode}.sha256"] == floor["sha256"]
+        assert route[f"quantdrift.calibration.{mode}.blessed_pairs"] == 40
+    assert route["quantdrift.calibration.greedy.noise_pairs"] == 0
+    worst = [pair_hash(f"pair-{OLD}-{i}") for i in sorted(LESS_ALIKE, key=LESS_ALIKE.get)]
+    assert route["quantdrift.worst_pairs.sha256"][:2] == worst
 
     # One that does not verify is refused, and nothing is exported.
     before = len(receiver.logs)
@@ -305,8 +448,25 @@ def test_the_certificate_page_in_a_browser(launch: Launch) -> None:
     assert rows == {(ROUTE, "all"), (ROUTE, "language=en"), (ROUTE, "language=zh")}
     assert '<td class="pairs">9</td><td class="status">testing</td>' in dom
     assert '<td class="pairs">3</td><td class="status">insufficient_data</td>' in dom
+    tests = json.loads(payload["live"]["text"])[0]["tests"].values()
+    e_value = format(round(math.exp(max(t["log_r_max"] for t in tests)), 3), "g")
+    assert f'<td class="pairs">12</td><td class="status">armed</td><td>{e_value}</td>' in dom
+    assert "<td>verdict pass: closed and armed" in dom
     approvals = [t["data-by"] for t in tags if t.get("class") == "approval"]
     assert approvals == ["alice", "bob"] and dom.count("<td>verifies</td>") == 2
+    # What the evidence covers: its pairs' time window, its calibration, its worst pairs.
+    assert next(t for t in tags if t.get("class") == "bound")["data-route"] == ROUTE
+    assert (
+        '12 pairs judged, from <time class="first">2025-12-06 05:46:40 UTC</time> to '
+        '<time class="last">2025-12-06 05:57:40 UTC</time>'
+    ) in dom
+    assert [t["data-mode"] for t in tags if t.get("class") == "floor"] == ["greedy", "sampled"]
+    assert '<td class="noise">0</td><td class="blessed">40</td>' in dom
+    for floor in launch.floors.values():
+        assert f'<code class="sha">{floor["sha256"]}</code>' in dom
+    assert dom.count('<tr class="worst">') == 3 and f"pair-{OLD}" not in dom
+    worst = pair_hash(f"pair-{OLD}-{min(LESS_ALIKE, key=LESS_ALIKE.get)}")
+    assert f'<code class="sha">{worst}</code></td><td>0.930</td>' in dom
 
     # Tampered: another version of the engine written into the signed bytes.
     tampered = launch.workdir / "tampered.json"

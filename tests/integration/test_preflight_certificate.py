@@ -14,41 +14,26 @@ from __future__ import annotations
 import base64
 import json
 import shutil
-import subprocess
 from importlib import resources
 from pathlib import Path
 
 import pytest
 
 from quantdrift.schemas import ed25519
-from quantdrift.schemas.certificate import CERTIFICATE_DOMAIN, V1_REFUSED
-from support.preflight import ROOT, cli, ed25519_keys, go_report, public, trusting
+from quantdrift.schemas.certificate import V1_REFUSED
+from support.preflight import (
+    cli,
+    ed25519_keys,
+    go_report,
+    node_verify,
+    public,
+    resign,
+    trusting,
+)
 
 pytestmark = [pytest.mark.timeout(300)]
 
 NODE = shutil.which("node")
-
-
-def node_verify(cert: bytes, keys: list[Path]) -> tuple[int, dict]:
-    assert NODE is not None
-    out = subprocess.run(
-        [NODE, str(ROOT / "examples" / "verify_certificate.js"), *map(str, keys)],
-        input=cert,
-        capture_output=True,
-        timeout=60,
-    )
-    return out.returncode, json.loads(out.stdout)
-
-
-def resign(envelope: dict, payload: dict, key: Path | None = None) -> bytes:
-    """An altered payload: under the original signature (a forger without a key), or
-    signed again with the private key ``key`` (an issuer certifying another build than
-    was measured)."""
-    text = json.dumps(payload, sort_keys=True)
-    sig = envelope["signature"]
-    if key is not None:
-        sig = ed25519.sign(ed25519.load_private(key), CERTIFICATE_DOMAIN + text.encode())
-    return json.dumps({**envelope, "payload": text, "signature": sig}).encode()
 
 
 @pytest.mark.skipif(NODE is None, reason="node not installed")
@@ -106,7 +91,7 @@ def test_certificate_binds_build_report_and_live_evidence(tmp_path: Path) -> Non
     assert checked.returncode == 0, checked.stdout
     issuer = envelope["key_id"]
     assert json.loads(checked.stdout) == {
-        "ok": True, "key_id": issuer, "signers": ["alice", "bob"], "problems": []
+        "ok": True, "key_id": issuer, "signers": ["alice", "bob"], "problems": [], "evidence": []
     }  # fmt: skip
     code, seen = node_verify(raw, public(keys))
     assert code == 0 and seen["ok"] is True and seen["signers"] == ["alice", "bob"], seen

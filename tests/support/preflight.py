@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shutil
 import subprocess
 import threading
 from collections.abc import Iterator
@@ -130,6 +131,33 @@ def certified(
                  "--key", str(keys["issuer"]), *extra, env=env, cwd=tmp_path)  # fmt: skip
     assert issued.returncode == 0, issued.stderr
     return env, report, cert, keys
+
+
+def resign(envelope: dict, payload: dict, key: Path | None = None) -> bytes:
+    """A certificate with an altered payload: under the original signature (a forger
+    without a key), or signed again with the private key ``key`` (an issuer certifying
+    what was not measured)."""
+    from quantdrift.schemas import ed25519
+    from quantdrift.schemas.certificate import CERTIFICATE_DOMAIN
+
+    text = json.dumps(payload, sort_keys=True)
+    sig = envelope["signature"]
+    if key is not None:
+        sig = ed25519.sign(ed25519.load_private(key), CERTIFICATE_DOMAIN + text.encode())
+    return json.dumps({**envelope, "payload": text, "signature": sig}).encode()
+
+
+def node_verify(cert: bytes, keys: list[Path]) -> tuple[int, dict]:
+    """``examples/verify_certificate.js`` on ``cert`` with the public key files ``keys``."""
+    node = shutil.which("node")
+    assert node is not None
+    out = subprocess.run(
+        [node, str(ROOT / "examples" / "verify_certificate.js"), *map(str, keys)],
+        input=cert,
+        capture_output=True,
+        timeout=60,
+    )
+    return out.returncode, json.loads(out.stdout)
 
 
 def public(keys: dict[str, Path], *names: str) -> list[Path]:

@@ -58,6 +58,8 @@ def restart(state: RouteState, engine: str, now: float) -> RouteState:
     """
     return state.evolve(
         pairs_seen=0,
+        first_pair_at=None,
+        last_pair_at=None,
         rules=RuleStates(),
         worst=(),
         last_decision="",

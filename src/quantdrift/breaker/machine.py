@@ -58,6 +58,7 @@ def judge(
     pair = rules.read(policy, score, floor)
     state = state.evolve(
         pairs_seen=state.pairs_seen + 1,
+        **_window(state, score.ts),
         last_similarity=pair.similarity,
         updated_at=now,
         worst=_worst(state.worst, pair, policy.worst_pairs_kept),
@@ -262,6 +263,20 @@ def manual(
         target_hint(policy, target),
     )
     return Decision(new, transition)
+
+
+def _window(state: RouteState, ts: float) -> dict[str, float | None]:
+    """The pairs' time window with one more pair at ``ts`` (out of order too). A state
+    written before windows were kept, with pairs and no window, keeps none: a window
+    from the next pair on would claim less than ``pairs_seen`` counts."""
+    if state.pairs_seen == 0:
+        return {"first_pair_at": ts, "last_pair_at": ts}
+    if state.first_pair_at is None or state.last_pair_at is None:
+        return {}
+    return {
+        "first_pair_at": min(state.first_pair_at, ts),
+        "last_pair_at": max(state.last_pair_at, ts),
+    }
 
 
 def _reset_counters(state: RouteState) -> RouteState:

@@ -104,6 +104,7 @@ class RouteState:
     commands at the gateway; ``target`` is a role, ``candidate`` or ``reference``;
     ``candidate_engine`` is the candidate's engine/version/weights the evidence is
     about (``ScoreEvent.candidate_engine``; "" = not known yet): breaker/candidate.py.
+    ``first_pair_at`` / ``last_pair_at`` bound the pairs ``pairs_seen`` counts.
     """
 
     state: BreakerState = "closed"
@@ -115,6 +116,10 @@ class RouteState:
     trips: int = 0
     candidate_engine: str = ""
     pairs_seen: int = 0
+    # The time window of the shadow pairs counted in ``pairs_seen`` (their own ``ts``):
+    # what a certificate's live evidence says it covers.
+    first_pair_at: float | None = None
+    last_pair_at: float | None = None
     worst: tuple[WorstPair, ...] = ()
     last_decision: str = ""
     last_similarity: float | None = None

@@ -134,7 +134,7 @@ def run(args: argparse.Namespace) -> int:
     for row in rows:
         print(
             f"{row['route']} {row['mode']}: {row['seeded']} pairs "
-            f"({row['source']}), floor now {row['floor_pairs']}"
+            f"({row['source']}), floor now {row['floor_pairs']}, sha256 {row['sha256']}"
         )
     return 0
 

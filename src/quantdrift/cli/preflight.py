@@ -22,7 +22,7 @@ import asyncio
 import json
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -256,10 +256,21 @@ def certificate(args: argparse.Namespace) -> int:
 def verify_certificate(args: argparse.Namespace) -> int:
     from quantdrift.cli.common import load_settings
     from quantdrift.preflight.certificate import check_file
+    from quantdrift.schemas.certificate_live import evidence_lines, evidence_of
 
     result = check_file(args.certificate, load_settings().signing, args.public_key)
     detail = f"issuer {result.key_id or 'unknown'}"
-    return _print_check(args.json, result, args.certificate.name, "key_id", result.key_id, detail)
+    evidence = evidence_of(result.payload)
+    return _print_check(
+        args.json,
+        result,
+        args.certificate.name,
+        "key_id",
+        result.key_id,
+        detail,
+        extra={"evidence": evidence},
+        lines=evidence_lines(evidence),
+    )
 
 
 class _Checked(Protocol):
@@ -274,19 +285,33 @@ class _Checked(Protocol):
 
 
 def _print_check(
-    as_json: bool, result: _Checked, name: str, key: str, value: Any, detail: str
+    as_json: bool,
+    result: _Checked,
+    name: str,
+    key: str,
+    value: Any,
+    detail: str,
+    extra: Mapping[str, Any] | None = None,
+    lines: Sequence[str] = (),
 ) -> int:
-    """A verification's outcome, as JSON (``ok``, ``key``, the signers, the problems) or
-    as one line (``name: status; detail; signers``) and one indented line per problem;
-    exit 0 when it verified, else 1."""
+    """A verification's outcome, as JSON (``ok``, ``key``, the signers, the problems and
+    ``extra``) or as one line (``name: status; detail; signers``), one indented line per
+    problem, then ``lines``; exit 0 when it verified, else 1."""
     signers, problems = list(result.signers), list(result.problems)
     if as_json:
-        print(json.dumps({"ok": result.ok, key: value, "signers": signers, "problems": problems}))
+        print(
+            json.dumps(
+                {"ok": result.ok, key: value, "signers": signers, "problems": problems}
+                | dict(extra or {})
+            )
+        )
     else:
         status = "verified" if result.ok else "NOT verified"
         print(f"{name}: {status}; {detail}; signers: {', '.join(signers) or 'none'}")
         for p in problems:
             print(f"  {p}")
+        for line in lines:
+            print(f"  {line}")
     return 0 if result.ok else 1
 
 

@@ -38,6 +38,7 @@ def run(args: argparse.Namespace) -> int:
 
 async def _run(settings: Settings, args: argparse.Namespace) -> int:
     # Deferred: the console loads aiokafka and redis, which `quantdrift --help` never needs.
+    from quantdrift.schemas.certificate_live import evidence_lines
     from quantdrift.services.console import manual_step, route_status
 
     if args.action == "status":
@@ -55,6 +56,8 @@ async def _run(settings: Settings, args: argparse.Namespace) -> int:
                 for line in readiness_lines(r["rules"]):
                     print(f"  {line}")
                 for line in slice_lines(r.get("slices") or []):
+                    print(f"  {line}")
+                for line in evidence_lines([{**r, "pairs": r["pairs_seen"]}]):
                     print(f"  {line}")
             if not rows:
                 print("no routes yet")

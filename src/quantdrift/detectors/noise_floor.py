@@ -11,6 +11,8 @@ baseline), which is also what makes its state a small JSON value for Redis.
 from __future__ import annotations
 
 import bisect
+import hashlib
+import json
 import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -75,6 +77,19 @@ class NoiseFloorState:
 
     def to_json(self) -> dict[str, list[float]]:
         return {k: list(v) for k, v in self.values.items()}
+
+    def sha256(self) -> str:
+        """The floor's identity: SHA-256 of its values as compact JSON, keys sorted.
+
+        ``quantdrift calibrate`` prints it when it writes a floor and a certificate's
+        live evidence carries it, so a reader can tell which calibration a route was
+        judged against (live noise pairs folded since then change it).
+
+        >>> NoiseFloorState({"cosine": (0.5,)}).sha256()[:12]
+        '7be172f13ffa'
+        """
+        text = json.dumps(self.to_json(), sort_keys=True, separators=(",", ":"))
+        return hashlib.sha256(text.encode()).hexdigest()
 
     @classmethod
     def from_json(cls, data: Mapping[str, list[float]] | None) -> NoiseFloorState:

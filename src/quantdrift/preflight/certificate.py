@@ -19,6 +19,7 @@ from quantdrift.errors import ConfigError, SignatureError
 from quantdrift.preflight.signoff import policy_of
 from quantdrift.schemas import ed25519
 from quantdrift.schemas.certificate import check_file, issue
+from quantdrift.schemas.certificate_live import live_problems
 from quantdrift.schemas.signoff import read_approvals, signing_key, trusted, verify
 
 __all__ = ["check_file", "issue_file", "keygen"]
@@ -74,6 +75,8 @@ def issue_file(
             json.loads(live_text)
         except ValueError as exc:
             raise ConfigError(f"live evidence {live}: not JSON") from exc
+        if wrong := live_problems(live_text, now):
+            raise ConfigError(f"{live}: {'; '.join(wrong)}")
     envelope = issue(
         raw,
         approvals,

@@ -6,7 +6,9 @@ certificate verifies (the issuer's Ed25519 key, each approval, and every problem
 in the words ``preflight verify-certificate`` prints), the build it certifies
 (weight hashes, format, quantization, group size), the engine fingerprint it was
 measured on, the signed preflight report it carries, and the live evidence per
-route and slice (``schemas.certificate.live_rows``). A certificate that does not
+route and slice (``schemas.certificate.live_rows``) with, per route, the time window
+of its pairs, the calibration it was judged against and its worst pairs by hash
+(``schemas.certificate_live``). A certificate that does not
 verify says so first, and what follows is marked as the document's unverified
 claim. The page is drawn from the same ``check`` as the command line, so the two
 cannot disagree; ``preflight certificate`` draws it on issue and
@@ -24,6 +26,7 @@ from typing import Any
 from quantdrift.preflight.certificate import check_file
 from quantdrift.preflight.html import checkpoint_html, engine_words, utc
 from quantdrift.schemas.certificate import CertificateCheck, live_rows
+from quantdrift.schemas.certificate_live import live_routes
 
 _OK, _BAD = "#1a7f37", "#cf222e"
 
@@ -95,7 +98,48 @@ def _evidence(payload: Mapping[str, Any]) -> str:
         if rows
         else "<p>The attached document has no per-route or per-slice rows this page can read.</p>"
     )
-    return f"{table}<p><small>Live evidence sha256 <code>{escape(str(live.get('sha256')))}</code>, embedded verbatim.</small></p>"
+    return f"{table}{_bound(str(live.get('text', '')))}<p><small>Live evidence sha256 <code>{escape(str(live.get('sha256')))}</code>, embedded verbatim.</small></p>"
+
+
+def _number(x: Any) -> str:
+    return f"{x:.3f}" if isinstance(x, int | float) and not isinstance(x, bool) else ""
+
+
+def _bound(text: str) -> str:
+    """Per route: the evidence's time window, its calibration and its worst pairs by hash."""
+    parts = []
+    for r in live_routes(text):
+        route = escape(r["route"])
+        w = r["window"] if isinstance(r["window"], Mapping) else None
+        span = (
+            f"from <time class='first'>{utc(w.get('first_pair_at'))}</time> to "
+            f"<time class='last'>{utc(w.get('last_pair_at'))}</time>"
+            if w
+            else "no pair yet"
+        )
+        cal = "".join(
+            f"<tr class='floor' data-mode='{escape(str(c.get('mode')))}'><td>{escape(str(c.get('mode')))}</td>"
+            f"<td class='noise'>{c.get('noise_pairs')}</td><td class='blessed'>{c.get('blessed_pairs')}</td>"
+            f"<td>{escape(', '.join(map(str, c.get('metrics') or [])) or 'none: the blessing only')}</td><td><code class='sha'>{escape(str(c.get('sha256')))}</code></td></tr>"
+            for c in r["calibration"] or []
+            if isinstance(c, Mapping)
+        )
+        worst = "".join(
+            f"<tr class='worst'><td><code class='sha'>{escape(str(p.get('pair_sha256')))}</code></td>"
+            f"<td>{_number(p.get('similarity'))}</td>"
+            f"<td>{escape(', '.join(map(str, p.get('reasons') or [])) or 'no reason')}</td></tr>"
+            for p in r["worst_pairs"] or []
+            if isinstance(p, Mapping)
+        )
+        parts.append(
+            f"<section class='bound' data-route='{route}'><h3>{route}</h3>"
+            f"<p class='window'>{r['pairs']} pairs judged, {span} (the pairs' own times, UTC).</p>"
+            "<table class='calibration'><tr><th>floor (decoding)</th><th>noise pairs</th><th>blessed pairs</th><th>metrics</th><th>sha256</th></tr>"
+            f"{cal or '<tr><td colspan=5><i>no floor: judged without calibration</i></td></tr>'}</table>"
+            "<table class='worst-pairs'><tr><th>worst pair (sha256 of its id)</th><th>similarity</th><th>reasons</th></tr>"
+            f"{worst or '<tr><td colspan=3><i>no pair worse than the others yet</i></td></tr>'}</table></section>"
+        )
+    return "".join(parts)
 
 
 def render(raw: bytes, c: CertificateCheck) -> str:

@@ -36,7 +36,10 @@ language (``examples/verify_certificate.js`` does them with Node's built-in cryp
    ``subject.engines``: the certificate cannot name another build than the one
    the signed report measured;
 5. ``live.sha256`` is the SHA-256 of ``live.text``: the live evidence document
-   as it was given, embedded as a string (again, no re-serialisation).
+   as it was given, embedded as a string (again, no re-serialisation);
+6. when ``live.text`` is ``route status --json``, each route's time window,
+   calibration and worst pairs by hash are present and consistent
+   (``schemas.certificate_live``).
 
 Version 1 was HMAC-signed with the project's key ring: only a ring holder could
 check it, and any ring holder could have forged it, so it proved nothing to an
@@ -57,6 +60,7 @@ from typing import Any
 
 from quantdrift.errors import ConfigError
 from quantdrift.schemas import ed25519
+from quantdrift.schemas.certificate_live import live_problems
 from quantdrift.schemas.ed25519 import TrustedKey
 from quantdrift.schemas.signoff import digest, trusted, verify
 
@@ -188,6 +192,8 @@ def check(envelope_bytes: bytes, keys: Mapping[str, TrustedKey]) -> CertificateC
     live = payload.get("live")
     if live is not None and digest(str(live.get("text", "")).encode()) != live.get("sha256"):
         problems.append("the live evidence does not match its SHA-256")
+    if live is not None:
+        problems += live_problems(str(live.get("text", "")), float(payload.get("issued_at") or 0))
     return CertificateCheck(not problems, problems, v.signers, payload, key_id, True)
 
 
@@ -222,8 +228,9 @@ def live_rows(live_text: str | None) -> list[dict[str, Any]]:
 
     Two documents are understood: ``quantdrift route status --json`` (one row per
     route, with its slices: pairs judged, ``testing`` or ``insufficient_data``, and
-    each test's log e-value) and ``quantdrift replay --json`` (pairs and trips per
-    route). Anything else yields no rows: the document is still bound, verbatim.
+    each test's log e-value; the route's own row has its tests and its verdict too)
+    and ``quantdrift replay --json`` (pairs and trips per route). Anything else
+    yields no rows: the document is still bound, verbatim.
     Each row: ``route``, ``slice`` (``"all"`` for the route), ``pairs``, ``status``,
     ``e_value`` (the largest of its tests, None without one) and ``detail``.
 
@@ -257,8 +264,9 @@ def live_rows(live_text: str | None) -> list[dict[str, Any]]:
                     "slice": "all",
                     "pairs": int(r.get("pairs_seen") or 0),
                     "status": str(r.get("readiness") or r.get("state") or "unknown"),
-                    "e_value": None,
-                    "detail": str(r.get("reason") or ""),
+                    "e_value": e_value(r.get("tests")),
+                    "detail": (f"verdict {r['verdict']}: " if r.get("verdict") else "")
+                    + str(r.get("reason") or ""),
                 }
             )
             for s in r.get("slices") or []:

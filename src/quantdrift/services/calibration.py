@@ -194,6 +194,7 @@ async def _write(
                         "seeded": len(values),
                         "source": source[mode],
                         "floor_pairs": max((state.count(m) for m in state.values), default=0),
+                        "sha256": state.sha256(),
                     }
                 )
     finally:

@@ -22,6 +22,7 @@ from aiokafka import AIOKafkaProducer
 from aiokafka.errors import KafkaError
 
 from quantdrift import otel
+from quantdrift.breaker.evidence import live_evidence
 from quantdrift.breaker.outbox import OutboxItem
 from quantdrift.breaker.policy import load_policy
 from quantdrift.breaker.readiness import readiness, rule_names
@@ -75,7 +76,8 @@ async def route_status(settings: Settings, route: str | None = None) -> list[dic
     ``slices`` each slice the route has seen (``breaker/slice_scope.report``: its pairs,
     ``testing`` or ``insufficient_data``, or ``rolled_back`` / ``half_open`` when a
     slice-scoped rollback holds it apart, and its own ``breaker``), and ``reason`` is in
-    the words the verdict API gives rollout controllers.
+    the words the verdict API gives rollout controllers. ``window``, ``calibration``
+    and ``worst_pairs`` are the evidence a certificate binds (``breaker/evidence.py``).
     """
     policies = load_policy(settings.policy_file)
     async with open_store(settings) as store:
@@ -110,6 +112,7 @@ async def route_status(settings: Settings, route: str | None = None) -> list[dic
                     "rules": ready["rules"],
                     "slices": slice_report(policy, state),
                     "reason": verdict.reason,
+                    **live_evidence(state, floors),
                 }
             )
         return rows
