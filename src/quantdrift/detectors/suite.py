@@ -21,6 +21,7 @@ from quantdrift.detectors import bleu
 from quantdrift.detectors import entropy as ent
 from quantdrift.detectors import lexical as lex
 from quantdrift.detectors import repetition as rep
+from quantdrift.detectors.correctness import answer_ok
 from quantdrift.detectors.divergence import divergent_token
 from quantdrift.detectors.json_contract import check_json_contract
 from quantdrift.detectors.semantic import Embedder, cosine_pairs
@@ -136,6 +137,8 @@ def _metrics(
         reference_whitespace_run=ref.whitespace_run,
         finished=_finished(candidate.finish_reason),
         reference_finished=_finished(reference.finish_reason),
+        answer_ok=answer_ok(candidate.text, request.expected_answer, request.answer_kind),
+        reference_answer_ok=answer_ok(reference.text, request.expected_answer, request.answer_kind),
     )
 
 

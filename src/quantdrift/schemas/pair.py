@@ -157,6 +157,11 @@ class RequestInfo(BaseModel):
     top_p: float | None = Field(default=None, gt=0, le=1)
     max_tokens: int | None = Field(default=None, ge=1)
     task: str | None = Field(default=None, max_length=64)
+    # A checkable answer, where the producer knows it (the corpus's prompts do): the
+    # outcome test then asks whether each side got it right, not only whether they
+    # agree (detectors/correctness.py says how each kind is checked).
+    expected_answer: str | None = Field(default=None, max_length=4096)
+    answer_kind: Literal["number", "json", "label", "text"] | None = None
 
     @property
     def decoding(self) -> Literal["greedy", "sampled"]:

@@ -56,6 +56,10 @@ class Metrics(BaseModel):
     # say (finish_reason absent). A paired task outcome: see detectors/tolerance.py.
     finished: bool | None = None
     reference_finished: bool | None = None
+    # Whether each side got a checkable task right (``RequestInfo.expected_answer``);
+    # None when the pair carries no expected answer. A paired task outcome too.
+    answer_ok: bool | None = None
+    reference_answer_ok: bool | None = None
 
 
 class DivergentToken(BaseModel):
