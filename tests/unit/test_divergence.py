@@ -8,10 +8,12 @@ import math
 import pytest
 
 from quantdrift.breaker.machine import judge
-from quantdrift.breaker.policy import RoutePolicy
+from quantdrift.breaker.policy import Policy, RoutePolicy
 from quantdrift.breaker.state import RouteState, WorstPair
 from quantdrift.detectors.divergence import FLOOR, divergent_token, first_divergence
 from quantdrift.detectors.suite import score_event, score_pairs
+from quantdrift.replay import build_report, rescore_stream
+from quantdrift.replay.render import render_html
 from quantdrift.schemas.pair import ModelOutput, PairEvent, RequestInfo
 from quantdrift.schemas.score import Metrics, ScoreEvent
 
@@ -188,3 +190,13 @@ def test_a_route_trip_shows_the_routes_worst_and_the_state_reads_old_entries() -
     )  # written before the worst pairs carried more
     assert old.worst == (WorstPair("p", 0.5, ("x",)),)
     assert RouteState.from_json(state.to_json()).worst == state.worst
+
+
+def test_replay_lists_the_first_divergent_token_of_its_worst_pairs() -> None:
+    pairs = [forced_pair(pair_id=f"p{i}", clear=True) for i in range(3)]
+    scores = rescore_stream(pairs, None, Policy())
+    report = build_report(scores, Policy(), worst_n=2)
+    (rep,) = report.routes.values()
+    assert [w["first_divergent_token"]["position"] for w in rep.worst] == [3, 3]  # type: ignore[index]
+    assert rep.worst[0]["prompt"] == "user: What is the capital of France?"
+    assert "token 3/7 &#x27; Lyon&#x27;: reference rank 8" in render_html(report)
