@@ -21,6 +21,7 @@ from quantdrift.gateway.shadow.publisher import ShadowPublisher
 from quantdrift.schemas import PairEvent
 from quantdrift.stack import EmbeddedStack
 from quantdrift.stack.ports import stop_popen
+from support.divergence import forced_view_holds
 from support.gateway_upstream import chat_body, content, serving
 from support.kafka import consume_n, unique_topic
 from support.lab import start_lab
@@ -66,6 +67,7 @@ async def test_real_precisions_shadow_pairs_and_json(lab: dict[str, str], stack:
         assert (pair.candidate.precision, pair.reference.precision) == ("int4", "bf16")
         assert pair.candidate.text and pair.reference.text
         assert pair.candidate.top_logprobs and pair.reference_logprobs_on_candidate
+        first = forced_view_holds(pair)
         body = chat_body(
             'Reply with only a JSON object with keys "city" and "country" for Paris.',
             max_tokens=48,
@@ -75,6 +77,7 @@ async def test_real_precisions_shadow_pairs_and_json(lab: dict[str, str], stack:
         jresp = await client.post("/v1/chat/completions", json=body)
         assert jresp.status_code == 200
         await gw.wait_shadows(240)
+    print(f"\nlab: the first divergent token of the int4 answer: {first}")
     print(
         f"\nlab: served by {served}; JSON request served by "
         f"{jresp.headers['x-quantdrift-precision']}, fallbacks "

@@ -28,6 +28,21 @@ from fastapi.responses import JSONResponse, StreamingResponse
 from quantdrift.stack import free_port
 
 DEFAULT_TEXT = "The capital of France is Paris, a city on the Seine."
+PREFERRED = "。"  # what the scripted reference would write where it is forced elsewhere
+
+
+def words_of(text: str) -> list[str]:
+    """The tokens a scripted answer is streamed in (and forced on): its words, spaced."""
+    words = [w + " " for w in text.split(" ")]
+    words[-1] = words[-1].rstrip()
+    return words
+
+
+def alternatives(tok: str, k: int) -> list[dict[str, Any]]:
+    """A scripted model's top-``k`` at a token it would write: itself, then four others."""
+    top = [{"token": tok, "logprob": -0.1, "bytes": None}]
+    top += [{"token": f"alt{i}", "logprob": -3.0 - i, "bytes": None} for i in range(4)]
+    return top[:k]
 
 
 class ScriptedLLM:
@@ -36,10 +51,34 @@ class ScriptedLLM:
         self.variants: dict[str, list[str]] = {}
         self.delays: dict[str, float] = {}
         self.answer: dict[str, Callable[[dict[str, Any]], str | None]] = {}
+        self.forced: dict[str, Callable[[list[str]], list[tuple[float, int]]]] = {}
         self.calls: list[tuple[str, dict[str, Any]]] = []
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.app = app = FastAPI()
+
+        @app.post("/{tag}/v1/score")
+        async def score(tag: str, request: Request) -> dict[str, Any]:
+            body = await request.json()
+            self.calls.append((f"{tag}/score", body))
+            tokens = words_of(str(body["continuation"]))
+            k = int(body.get("top_k") or 0)
+            views = self.forced[tag](tokens) if tag in self.forced else [(-0.1, 1)] * len(tokens)
+            reply: dict[str, Any] = {
+                "tokens": tokens,
+                "continuation_logprobs": [lp for lp, _ in views],
+                "usage": {"prompt_tokens": 9, "continuation_tokens": len(tokens)},
+            }
+            if k:
+                reply["continuation_ranks"] = [rank for _, rank in views]
+                reply["continuation_top"] = [
+                    {
+                        a["token"]: a["logprob"]
+                        for a in alternatives(PREFERRED if rank > 1 else t, k)
+                    }
+                    for t, (_, rank) in zip(tokens, views, strict=True)
+                ]
+            return reply
 
         @app.post("/{tag}/v1/chat/completions", response_model=None)
         async def chat(tag: str, request: Request) -> Any:
@@ -55,17 +94,15 @@ class ScriptedLLM:
                 text = turns[len(self.calls_to(tag)) % len(turns)]
             else:
                 text = self.texts.get(tag, DEFAULT_TEXT)
-            words = [w + " " for w in text.split(" ")]
-            words[-1] = words[-1].rstrip()
+            words = words_of(text)
             rid = f"up-{tag}-{uuid.uuid4().hex[:8]}"
             head = {"id": rid, "created": int(time.time()), "model": f"m-{tag}"}
             logprobs = bool(body.get("logprobs"))
             k = int(body.get("top_logprobs") or 0)
 
             def entry(tok: str) -> dict[str, Any]:
-                top = [{"token": tok, "logprob": -0.1, "bytes": None}]
-                top += [{"token": f"alt{i}", "logprob": -3.0 - i, "bytes": None} for i in range(4)]
-                return {"token": tok, "logprob": -0.1, "bytes": None, "top_logprobs": top[:k]}
+                top = alternatives(tok, k)
+                return {"token": tok, "logprob": -0.1, "bytes": None, "top_logprobs": top}
 
             usage = {
                 "prompt_tokens": 9,

@@ -70,7 +70,7 @@ def test_slack_payload_is_one_text() -> None:
     body = slack_payload(group)
     assert set(body) == {"text"}
     assert body["text"].startswith("[P1] a: ")
-    assert "2 alerts grouped" in body["text"] and "worst pairs: p2" in body["text"]
+    assert "2 alerts grouped" in body["text"] and "worst pairs:\n• p2" in body["text"]
 
 
 @pytest.mark.parametrize("evidence", [False, True])

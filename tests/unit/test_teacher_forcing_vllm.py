@@ -37,11 +37,15 @@ LPS = [0.0, -1.0, -0.1, -0.2, -0.3, -0.4, -0.5]
 
 def test_a_finished_answer_aligns_with_its_end_of_turn_token() -> None:
     got = align(["A", "B", "C", "<|im_end|>"], 2, IDS, entries(IDS, TOKS, LPS))
-    assert got == Scored([-0.1, -0.2, -0.3, -0.4])  # the template's newline is clipped
+    assert isinstance(got, Scored)
+    assert got.logprobs == [-0.1, -0.2, -0.3, -0.4]  # the template's newline is clipped
+    assert got.ranks == [1, 1, 1, 1] and got.top == [{"A": -0.1}, {"B": -0.2}, {"C": -0.3},
+                                                    {"<|im_end|>": -0.4}]  # fmt: skip
 
 
 def test_a_cut_answer_aligns_without_it() -> None:
-    assert align(["A", "B", "C"], 2, IDS, entries(IDS, TOKS, LPS)) == Scored([-0.1, -0.2, -0.3])
+    got = align(["A", "B", "C"], 2, IDS, entries(IDS, TOKS, LPS))
+    assert isinstance(got, Scored) and got.logprobs == [-0.1, -0.2, -0.3]
 
 
 def test_a_retokenized_answer_that_differs_is_a_counted_mismatch() -> None:
@@ -118,7 +122,7 @@ async def test_an_engine_change_under_a_pool_is_counted_and_logged(
 def test_token_ids_score_the_candidates_own_tokens_with_no_decoding() -> None:
     # The reference was given the ids themselves: positions 2.. hold ids 11, 12, 13, 2.
     got = align_ids([11, 12, 13, 2], 2, entries(IDS, TOKS, LPS))
-    assert got == Scored([-0.1, -0.2, -0.3, -0.4])
+    assert isinstance(got, Scored) and got.logprobs == [-0.1, -0.2, -0.3, -0.4]
     wrong = align_ids([11, 99], 2, entries(IDS, TOKS, LPS))
     assert isinstance(wrong, Failed) and wrong.reason == MISMATCH and "99" in wrong.detail
     assert isinstance(align_ids([11] * 9, 2, entries(IDS, TOKS, LPS)), Failed)
@@ -164,3 +168,29 @@ def test_a_pool_that_reports_ids_is_asked_for_them_and_users_never_see_them() ->
     out = client_chunk(chunk, logprobs=False, top_k=0)
     assert "prompt_token_ids" not in out and "token_ids" not in out["choices"][0]
     assert out["choices"][0]["delta"] == {"content": "A"}
+
+
+def test_the_references_top_k_and_the_candidates_rank_come_with_the_log_probs() -> None:
+    # vLLM's prompt_logprobs: 2 entry: the reference's top-2, plus the actual token with
+    # its rank when it is not among them (position 3 below: id 13 at rank 6).
+    top2 = [
+        None,
+        None,
+        {"11": {"logprob": -0.1, "rank": 1, "decoded_token": "A"},
+         "50": {"logprob": -2.5, "rank": 2, "decoded_token": "Z"}},
+        {"60": {"logprob": -0.3, "rank": 1, "decoded_token": "Q"},
+         "12": {"logprob": -1.6, "rank": 2, "decoded_token": "B"}},
+        {"70": {"logprob": -0.05, "rank": 1, "decoded_token": " Paris"},
+         "71": {"logprob": -3.1, "rank": 2, "decoded_token": " France"},
+         "13": {"logprob": -7.5, "rank": 6, "decoded_token": " Lyon"}},
+    ]  # fmt: skip
+    got = align_ids([11, 12, 13], 2, top2, top_k=2)
+    assert isinstance(got, Scored)
+    assert got.logprobs == [-0.1, -1.6, -7.5] and got.ranks == [1, 2, 6]
+    assert got.top == [{"A": -0.1, "Z": -2.5}, {"Q": -0.3, "B": -1.6},
+                       {" Paris": -0.05, " France": -3.1}]  # fmt: skip
+    # Entries without ranks (an older server) still score, without the view.
+    bare = align_ids([11], 2, [None, None, {"11": {"logprob": -0.1}}], top_k=2)
+    assert isinstance(bare, Scored) and bare.logprobs == [-0.1] and bare.ranks is None
+    _, chat = vllm_request([{"role": "user", "content": "hi"}], "A", True, None, top_k=5)
+    assert chat["prompt_logprobs"] == 5

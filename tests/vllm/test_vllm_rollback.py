@@ -8,7 +8,9 @@ shaped like ``examples/gateway.yaml`` with ``teacher_forcing: vllm`` on the
 reference pool: every shadow pair carries the reference's log-probs of the
 candidate's tokens, computed by vLLM (``prompt_logprobs``). A real worker scores
 the pairs and the breaker, judging by teacher-forced KL, rolls the route back;
-users then get the reference.
+users then get the reference. The same forced pass brings vLLM's top-5 and the
+candidate's rank at every token (``prompt_logprobs: 5``), and the rollback alert's
+worst pairs name the first token where the candidate left the reference.
 
 Then the team replaces the candidate, as a redeploy would: the gateway restarts
 with the candidate pool on a healthy build. The healthy build here is the
@@ -30,10 +32,13 @@ import httpx
 import pytest
 import yaml
 
+from quantdrift.alerts import format_alert
 from quantdrift.demo.workers import settings_env
+from quantdrift.detectors.divergence import divergent_token
 from quantdrift.schemas import AlertEvent, PairEvent, unverified_score
 from quantdrift.schemas.signing import verifier_from_settings
 from quantdrift.stack import EmbeddedStack, free_port
+from support.divergence import forced_view_holds
 from support.guard import isolated_settings, make_topics, records_for
 from support.rollback import Child, ControlWatch, Reply, ask, gateway_route, until_gateway
 from support.workers import start_worker
@@ -188,6 +193,10 @@ async def test_rollback_on_teacher_forced_evidence_from_vllm(
         for p in pairs.values():
             forced, own = p.reference_logprobs_on_candidate, p.candidate.token_logprobs
             assert forced and own and len(forced) == len(own), p.pair_id
+        # The same pass brought vLLM's top-5 (prompt_logprobs: 5, the gateway's default
+        # top_logprobs) and the candidate's rank at every token.
+        firsts = {pid: forced_view_holds(p) for pid, p in pairs.items()}
+        print("\nfirst divergent tokens:\n" + "\n".join(f"{k}: {v}" for k, v in firsts.items()))
         pair = pairs[decisive]
         tf = pair.reference_logprobs_on_candidate
         assert (
@@ -203,6 +212,27 @@ async def test_rollback_on_teacher_forced_evidence_from_vllm(
         ]
         decisive_score = next(s for s in scores if s.pair_id == decisive)
         assert decisive_score.metrics.tf_kl is not None and decisive_score.metrics.tf_kl > 0.1
+        # The worker named each pair's first divergent token as the definition reads it.
+        for s in scores:
+            if s.pair_id in pairs:
+                assert s.divergence == divergent_token(pairs[s.pair_id]), s.pair_id
+        # ... and on-call's rollback alert shows it on its worst pairs (int4 against the
+        # reference at tf_kl > 0.1: some token the reference ranks low).
+        opened = [
+            a
+            for a in (
+                AlertEvent.parse(r.value)
+                for r in await records_for(kafka.bootstrap_servers, kafka.topics.alerts, ROUTE)
+            )
+            if a.kind == "breaker.open"
+        ]
+        worst = opened[0].evidence["worst_pairs"]
+        named = [w for w in worst if "first_divergent_token" in w]
+        assert named, worst
+        for w in named:
+            found = w["first_divergent_token"]
+            assert found["rank"] > 1 and found["preferred"] and found["token"], w
+        print("\non-call's alert:\n" + format_alert(opened[0]).plain)
         with_tf = [s for s in scores if s.metrics.tf_kl is not None]
 
         # Users now get the reference.

@@ -27,6 +27,7 @@ from urllib.parse import urlsplit
 
 import httpx
 
+from quantdrift.alerts.pairs import worst_lines
 from quantdrift.schemas import AlertEvent
 
 log = logging.getLogger("quantdrift.alerts")
@@ -156,11 +157,11 @@ def slack_payload(group: AlertGroup) -> dict[str, Any]:
         head += f"\n({len(group.alerts)} alerts grouped)"
         head += "".join(f"\n• [{a.severity}] {a.kind} epoch {a.epoch}" for a in group.alerts)
     rule = latest.evidence.get("rule")
-    worst = latest.evidence.get("worst_pairs") or []
+    worst = worst_lines(latest.evidence)
     if rule:
         head += f"\nrule: {rule}"
     if worst:
-        head += "\nworst pairs: " + ", ".join(str(w.get("pair_id")) for w in worst[:3])
+        head += "\nworst pairs:" + "".join(f"\n• {line}" for line in worst)
     return {"text": head}
 
 

@@ -16,6 +16,7 @@ from typing import Any
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from rich.text import Text
 
+from quantdrift.alerts.pairs import worst_lines
 from quantdrift.errors import SchemaError
 from quantdrift.kafka_clients import reader_kwargs, start_client
 from quantdrift.schemas import AlertEvent
@@ -39,6 +40,8 @@ def format_alert(alert: AlertEvent, evidence: bool = False) -> Text:
     line.append(alert.kind, style="magenta")
     line.append(f" epoch {alert.epoch}" if alert.epoch is not None else "", style="dim")
     line.append(f"  {alert.summary}")
+    for worst in worst_lines(alert.evidence):
+        line.append(f"\n    worst: {worst}")
     if evidence and alert.evidence:
         body = json.dumps(alert.evidence, indent=2, sort_keys=True, default=str)
         line.append("\n" + "\n".join("    " + ln for ln in body.splitlines()), style="dim")

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from quantdrift.breaker import rules, slice_scope
+from quantdrift.breaker import rules, slice_scope, worst
 from quantdrift.breaker.policy import RoutePolicy
 from quantdrift.breaker.rules import RuleStates, similarity_of
 from quantdrift.breaker.state import (
@@ -20,7 +20,6 @@ from quantdrift.breaker.state import (
     Decision,
     RouteState,
     Transition,
-    WorstPair,
     next_epoch,
     target_hint,
 )
@@ -61,7 +60,7 @@ def judge(
         **_window(state, score.ts),
         last_similarity=pair.similarity,
         updated_at=now,
-        worst=_worst(state.worst, pair, policy.worst_pairs_kept),
+        worst=worst.keep(state.worst, pair, policy),
     )
     if state.locked or state.state == "open":
         # Locked routes follow the operator; open routes serve the reference, and
@@ -123,10 +122,7 @@ def _trip(
         "rule": rule,
         "pairs_seen": state.pairs_seen,
         "cooldown_s": cooldown,
-        "worst_pairs": [
-            {"pair_id": w.pair_id, "similarity": w.similarity, "reasons": list(w.reasons)}
-            for w in state.worst
-        ],
+        "worst_pairs": worst.evidence(state.worst, policy.worst_pairs_kept),
     }
     new = _reset_counters(state).evolve(
         state="open",
@@ -283,15 +279,3 @@ def _reset_counters(state: RouteState) -> RouteState:
     """A route's transition restarts every rule's evidence and the worst pairs, and ends
     every slice's own rollback: the whole route now goes one way."""
     return state.evolve(rules=RuleStates(), worst=(), held={})
-
-
-def _worst(worst: tuple[WorstPair, ...], pair: rules.Pair, keep: int) -> tuple[WorstPair, ...]:
-    """Keep the ``keep`` worst pairs since the last transition: alerts show them."""
-    if keep == 0 or (pair.verdict == "ok" and pair.similarity is None):
-        return worst
-    entry = WorstPair(pair.score.pair_id, pair.similarity, pair.reasons)
-
-    def badness(w: WorstPair) -> tuple[int, float]:
-        return (0 if w.reasons else 1, w.similarity if w.similarity is not None else 1.0)
-
-    return tuple(sorted((*worst, entry), key=badness)[:keep])

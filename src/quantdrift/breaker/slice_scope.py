@@ -32,6 +32,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
+from quantdrift.breaker import worst
 from quantdrift.breaker.policy import RoutePolicy
 from quantdrift.breaker.rules import RuleStates
 from quantdrift.breaker.rules.probe import HalfOpenProbe, ProbeState
@@ -232,10 +233,9 @@ def _open(
         "pairs_seen": state.pairs_seen,
         "cooldown_s": held.cooldown_s,
         "slice": {**(numbers.get("slice") or {}), **_row(held)},
-        "worst_pairs": [
-            {"pair_id": w.pair_id, "similarity": w.similarity, "reasons": list(w.reasons)}
-            for w in state.worst
-        ],
+        "worst_pairs": worst.evidence(
+            state.worst, policy.worst_pairs_kept, (held.dimension, held.value)
+        ),
     }
     new = state.evolve(
         held={**state.held, held.key: held},

@@ -13,9 +13,28 @@ BreakerState = Literal["closed", "open", "half_open"]
 
 @dataclass(frozen=True, slots=True)
 class WorstPair:
+    """One of the pairs a route keeps for its alerts (``breaker/worst.py``)."""
+
     pair_id: str
     similarity: float | None
     reasons: tuple[str, ...]
+    tags: dict[str, str] = field(default_factory=dict)
+    prompt_hash: str | None = None
+    prompt_excerpt: str | None = None
+    divergence: dict[str, Any] | None = None
+
+    @classmethod
+    def from_json(cls, w: dict[str, Any]) -> WorstPair:
+        """Reads what ``asdict`` writes, and the three-field entries written before."""
+        return cls(
+            w["pair_id"],
+            w["similarity"],
+            tuple(w["reasons"]),
+            tags={str(k): str(v) for k, v in (w.get("tags") or {}).items()},
+            prompt_hash=w.get("prompt_hash"),
+            prompt_excerpt=w.get("prompt_excerpt"),
+            divergence=w.get("divergence"),
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -147,10 +166,7 @@ class RouteState:
             readiness if isinstance(readiness, dict) else None
         )
         data["held"] = {str(k): HeldSlice.from_json(v) for k, v in (data.get("held") or {}).items()}
-        data["worst"] = tuple(
-            WorstPair(w["pair_id"], w["similarity"], tuple(w["reasons"]))
-            for w in data.get("worst", ())
-        )
+        data["worst"] = tuple(WorstPair.from_json(w) for w in data.get("worst", ()))
         if data.get("target") not in (None, "", "candidate", "reference"):
             # Written before targets were roles: the state says which side it is.
             data["target"] = "candidate" if data.get("state") == "closed" else "reference"

@@ -21,11 +21,13 @@ from quantdrift.detectors import bleu
 from quantdrift.detectors import entropy as ent
 from quantdrift.detectors import lexical as lex
 from quantdrift.detectors import repetition as rep
+from quantdrift.detectors.correctness import answer_ok
+from quantdrift.detectors.divergence import divergent_token
 from quantdrift.detectors.json_contract import check_json_contract
 from quantdrift.detectors.semantic import Embedder, cosine_pairs
 from quantdrift.detectors.tokenize import tokenize
 from quantdrift.schemas.pair import ModelOutput, PairEvent, RequestInfo
-from quantdrift.schemas.score import Metrics, ScoreEvent, Verdict
+from quantdrift.schemas.score import PROMPT_EXCERPT_CHARS, Metrics, ScoreEvent, Verdict
 
 
 def _finite(x: float | None) -> float | None:
@@ -135,6 +137,8 @@ def _metrics(
         reference_whitespace_run=ref.whitespace_run,
         finished=_finished(candidate.finish_reason),
         reference_finished=_finished(reference.finish_reason),
+        answer_ok=answer_ok(candidate.text, request.expected_answer, request.answer_kind),
+        reference_answer_ok=answer_ok(reference.text, request.expected_answer, request.answer_kind),
     )
 
 
@@ -350,4 +354,20 @@ def score_event(
         reasons=reasons,
         label=pair.label,
         tags=dict(pair.tags),
+        prompt_hash=pair.request.prompt_hash,
+        prompt_excerpt=_excerpt(pair.request.prompt),
+        divergence=divergent_token(pair),
     )
+
+
+def _excerpt(prompt: str | None) -> str | None:
+    """The prompt's last user turn's first characters, or None (a hashed prompt).
+
+    >>> _excerpt("system: be brief\\nuser: What is the capital of France?")
+    'user: What is the capital of France?'
+    """
+    if prompt is None:
+        return None
+    last = prompt.rsplit("\nuser: ", 1)
+    text = f"user: {last[1]}" if len(last) == 2 else prompt
+    return text[:PROMPT_EXCERPT_CHARS]

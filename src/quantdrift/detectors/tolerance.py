@@ -8,7 +8,8 @@ a tolerance δ they accept. Each signal here is one bounded number per pair,
 ``null_mean`` (a floor's mean plus δ, or δ itself for paired outcomes):
 
 * **outcomes**: the paired task outcome (JSON contract kept, loop-free,
-  finished) as ``(1 + cand_failed - ref_failed) / 2``: concordant pairs give
+  finished, and right where the pair carries a checkable answer) as
+  ``(1 + cand_failed - ref_failed) / 2``: concordant pairs give
   1/2, so the reference's own failure rate cancels; null mean ``(1 + δ) / 2``
   = "the candidate's failure rate exceeds the reference's by at most δ". Where
   an operator blessed a candidate (``blessed:outcomes``, the same x on the
@@ -215,9 +216,15 @@ class BettingSR:
 # --- per-pair signals ----------------------------------------------------------------------
 
 
-def task_failed(json_ok: bool | None, looping: bool | None, finished: bool | None) -> bool:
-    """A task outcome failed: broken JSON contract, a looping tail, or cut off at max_tokens."""
-    return json_ok is False or looping is True or finished is False
+def task_failed(
+    json_ok: bool | None,
+    looping: bool | None,
+    finished: bool | None,
+    answer_ok: bool | None = None,
+) -> bool:
+    """A task outcome failed: broken JSON contract, a looping tail, cut off at max_tokens,
+    or, where the pair carries a checkable answer, a wrong one (detectors/correctness.py)."""
+    return json_ok is False or looping is True or finished is False or answer_ok is False
 
 
 def hard_x(m: Metrics, thresholds: FailureThresholds) -> float:
@@ -233,9 +240,13 @@ def outcome_x(m: Metrics) -> float:
     1.0
     >>> outcome_x(Metrics(looping=True, reference_looping=True))
     0.5
+    >>> outcome_x(Metrics(answer_ok=False, reference_answer_ok=True))  # wrong where it was right
+    1.0
     """
-    cand = task_failed(m.json_ok, m.looping, m.finished)
-    ref = task_failed(m.reference_json_ok, m.reference_looping, m.reference_finished)
+    cand = task_failed(m.json_ok, m.looping, m.finished, m.answer_ok)
+    ref = task_failed(
+        m.reference_json_ok, m.reference_looping, m.reference_finished, m.reference_answer_ok
+    )
     return (1 + int(cand) - int(ref)) / 2
 
 

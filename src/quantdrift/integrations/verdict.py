@@ -60,6 +60,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from quantdrift.breaker import worst
 from quantdrift.breaker.policy import RoutePolicy
 from quantdrift.breaker.readiness import Readiness, readiness
 from quantdrift.breaker.slice_scope import report as slice_report
@@ -155,17 +156,16 @@ def last_transition(command: RouteCommand | None) -> dict[str, Any] | None:
     }
 
 
-def worst_pairs(state: RouteState, command: RouteCommand | None) -> list[dict[str, Any]]:
+def worst_pairs(
+    state: RouteState, command: RouteCommand | None, keep: int = 3
+) -> list[dict[str, Any]]:
     """The worst pairs since the last transition, else the ones the last trip cited.
 
     A trip resets the route's counters (and its list of worst pairs), so right
     after a rollback the pairs that caused it live only in the command's evidence.
     """
     if state.worst:
-        return [
-            {"pair_id": w.pair_id, "similarity": w.similarity, "reasons": list(w.reasons)}
-            for w in state.worst
-        ]
+        return worst.evidence(state.worst, keep)
     cited = command.evidence.get("worst_pairs") if command is not None else None
     return [dict(w) for w in cited] if isinstance(cited, list) else []
 
@@ -221,7 +221,7 @@ def route_verdict(
         known=known,
         readiness=ready,
         last_transition=last_transition(command),
-        worst_pairs=worst_pairs(state, command),
+        worst_pairs=worst_pairs(state, command, policy.worst_pairs_kept),
         slices=slices,
     )
 

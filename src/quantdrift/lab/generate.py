@@ -187,6 +187,28 @@ def score_continuations(
 ) -> list[list[float]]:
     """Teacher forcing: one prefill per row over prompt + continuation (right-padded batch);
     the model's log-prob of each continuation token given everything before it."""
+    return [s.logprobs for s in forced_views(model, prompts, continuations, pad)]
+
+
+@dataclass(frozen=True, slots=True)
+class ForcedView:
+    """One forced continuation: the model's log-prob of each token, its rank (1-based,
+    among the whole vocabulary) and the model's own ``top_k`` ids with log-probs there."""
+
+    logprobs: list[float]
+    ranks: list[int]
+    top: list[list[tuple[int, float]]]
+
+
+@torch.inference_mode()
+def forced_views(
+    model: Any,
+    prompts: Sequence[list[int]],
+    continuations: Sequence[list[int]],
+    pad: int = 0,
+    top_k: int = 0,
+) -> list[ForcedView]:
+    """:func:`score_continuations` with each token's rank and the model's top-``top_k``."""
     rows = [list(p) + list(c) for p, c in zip(prompts, continuations, strict=True)]
     width = max(len(r) for r in rows)
     ids = torch.full((len(rows), width), pad, dtype=torch.long)
@@ -195,14 +217,24 @@ def score_continuations(
         ids[b, : len(r)] = torch.tensor(r)
         mask[b, : len(r)] = 1
     logp = torch.log_softmax(model(input_ids=ids, attention_mask=mask).logits.float(), dim=-1)
-    scores: list[list[float]] = []
+    out: list[ForcedView] = []
     for b, (p, c) in enumerate(zip(prompts, continuations, strict=True)):
         if not c:
-            scores.append([])
+            out.append(ForcedView([], [], []))
             continue
         pos = torch.arange(len(p) - 1, len(p) - 1 + len(c))
-        scores.append(logp[b, pos, torch.tensor(c)].tolist())
-    return scores
+        rows_lp = logp[b, pos]  # (len(c), vocab)
+        mine = rows_lp[torch.arange(len(c)), torch.tensor(c)]
+        ranks = (rows_lp > mine[:, None]).sum(dim=-1) + 1
+        top: list[list[tuple[int, float]]] = [[] for _ in c]
+        if top_k > 0:
+            values, where = torch.topk(rows_lp, k=top_k, dim=-1)
+            top = [
+                list(zip(w.tolist(), v.tolist(), strict=True))
+                for w, v in zip(where, values, strict=True)
+            ]
+        out.append(ForcedView(mine.tolist(), ranks.tolist(), top))
+    return out
 
 
 # --- the lab run ---------------------------------------------------------------------------

@@ -16,8 +16,10 @@ Endpoints (loopback only, one model per process):
   "prompt": "...", "continuation": "text"}`` returns
   ``{"tokens": [...], "continuation_logprobs": [...]}``, this model's log-prob
   of each continuation token after the chat-templated prompt (what vLLM calls
-  prompt logprobs). ``/v1/chat/completions`` with a ``continuation`` field
-  answers the same way.
+  prompt logprobs). With ``top_k`` (1-20) also ``continuation_ranks`` (each token's
+  1-based rank under this model) and ``continuation_top`` (this model's top-k at
+  each position, ``{token: logprob}``), as vLLM's ``prompt_logprobs: K`` would say.
+  ``/v1/chat/completions`` with a ``continuation`` field answers the same way.
 
 Generation runs in a single worker thread (one model, one request at a time),
 so the event loop keeps answering ``/health`` and queued requests wait.
@@ -40,7 +42,14 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field
 
-from quantdrift.lab.generate import Generation, Step, encode_chat, generate, score_continuations
+from quantdrift.lab.generate import (
+    ForcedView,
+    Generation,
+    Step,
+    encode_chat,
+    forced_views,
+    generate,
+)
 from quantdrift.lab.model import MODEL_NAME
 
 MAX_NEW_TOKENS = 512
@@ -77,6 +86,7 @@ class ScoreRequest(BaseModel):
     messages: list[Message] | None = None
     prompt: str | None = None
     continuation: str
+    top_k: int = Field(default=0, ge=0, le=20)
 
 
 def _entry(step: Step) -> dict[str, Any]:
@@ -115,16 +125,24 @@ class LabModel:
         prompt_ids = self.prompt_ids(body.messages, body.prompt)
         cont = list(self.tokenizer(body.continuation, add_special_tokens=False)["input_ids"])
         pad = self.tokenizer.pad_token_id or 0
-        scores = score_continuations(self.model, [prompt_ids], [cont], pad=pad)[0] if cont else []
-        return {
+        view = ForcedView([], [], [])
+        if cont:
+            view = forced_views(self.model, [prompt_ids], [cont], pad=pad, top_k=body.top_k)[0]
+        reply: dict[str, Any] = {
             "object": "score",
             "model": self.model_id,
             "precision": self.precision,
             "tokens": [self.tokenizer.decode([t]) for t in cont],
             "token_ids": cont,
-            "continuation_logprobs": scores,
+            "continuation_logprobs": view.logprobs,
             "usage": {"prompt_tokens": len(prompt_ids), "continuation_tokens": len(cont)},
         }
+        if body.top_k:
+            reply["continuation_ranks"] = view.ranks
+            reply["continuation_top"] = [
+                {self.tokenizer.decode([t]): lp for t, lp in position} for position in view.top
+            ]
+        return reply
 
     async def in_worker(self, fn: Any, *args: Any) -> Any:
         return await asyncio.get_running_loop().run_in_executor(self.worker, fn, *args)

@@ -232,17 +232,28 @@ async def _build_report(
                 sim if (sim := similarity_of(s)) is not None else 1.0,
             ),
         )
-        rep.worst = [
-            {
-                "pair_id": s.pair_id,
-                "similarity": similarity_of(s),
-                "verdict": s.verdict,
-                "reasons": list(s.reasons),
-                "label": s.label,
-            }
-            for s in ranked[:worst_n]
-        ]
+        rep.worst = [_worst_row(s) for s in ranked[:worst_n]]
     return ReplayReport(routes, len(scores), policy, source)
+
+
+def _worst_row(s: ScoreEvent) -> dict[str, object]:
+    """One worst pair as the report lists it; with its slice, its prompt reference and its
+    first divergent token where the score carries them, as an alert shows them."""
+    row: dict[str, object] = {
+        "pair_id": s.pair_id,
+        "similarity": similarity_of(s),
+        "verdict": s.verdict,
+        "reasons": list(s.reasons),
+        "label": s.label,
+        "tags": dict(s.tags),
+    }
+    if s.prompt_excerpt is not None or s.prompt_hash is not None:
+        row["prompt" if s.prompt_excerpt is not None else "prompt_hash"] = (
+            s.prompt_excerpt if s.prompt_excerpt is not None else s.prompt_hash
+        )
+    if s.divergence is not None:
+        row["first_divergent_token"] = s.divergence.model_dump()
+    return row
 
 
 SCORE_COLUMNS = (

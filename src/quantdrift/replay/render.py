@@ -15,6 +15,7 @@ from pathlib import Path
 
 from quantdrift.errors import ConfigError
 from quantdrift.replay.core import QUANTILES, SCORE_COLUMNS, ReplayReport, RouteReport
+from quantdrift.schemas.score import DivergentToken
 
 W, H, PAD = 720, 200, 32
 
@@ -208,11 +209,15 @@ def render_html(report: ReplayReport) -> str:
         )
         for w in rep.worst:
             sim = w["similarity"]
+            why = "; ".join(w["reasons"])  # type: ignore[arg-type]
+            found = w.get("first_divergent_token")
+            if isinstance(found, dict):
+                why += "; " + DivergentToken.model_validate(found).line()
             out.append(
                 f"<tr><td class='l'>{_esc(w['pair_id'])}</td>"
                 f"<td>{_fmt(sim if isinstance(sim, float) else None)}</td>"
                 f"<td class='l'>{_esc(w['verdict'])}</td><td class='l'>{_esc(w['label'])}</td>"
-                f"<td class='l'>{_esc('; '.join(w['reasons']))}</td></tr>"  # type: ignore[arg-type]
+                f"<td class='l'>{_esc(why)}</td></tr>"
             )
         out.append("</table></section>")
     out.append("</body></html>")

@@ -25,6 +25,8 @@ PrecisionPreference = Literal["cost_optimized", "high_precision"]
 # or a bug, and scoring it would stall a worker for every other route.
 MAX_TEXT_CHARS = 200_000
 MAX_TOKENS = 32_768
+# The reference's alternatives per forced position: a handful is what an alert shows.
+MAX_FORCED_TOP = 20
 
 
 def pair_id_for(request_id: str, kind: str) -> str:
@@ -155,6 +157,11 @@ class RequestInfo(BaseModel):
     top_p: float | None = Field(default=None, gt=0, le=1)
     max_tokens: int | None = Field(default=None, ge=1)
     task: str | None = Field(default=None, max_length=64)
+    # A checkable answer, where the producer knows it (the corpus's prompts do): the
+    # outcome test then asks whether each side got it right, not only whether they
+    # agree (detectors/correctness.py says how each kind is checked).
+    expected_answer: str | None = Field(default=None, max_length=4096)
+    answer_kind: Literal["number", "json", "label", "text"] | None = None
 
     @property
     def decoding(self) -> Literal["greedy", "sampled"]:
@@ -185,6 +192,17 @@ class PairEvent(Message):
     reference_logprobs_on_candidate: FiniteFloats | None = Field(
         default=None, max_length=MAX_TOKENS
     )
+    # The same pass's view at each of those positions, when the reference reported it
+    # (vLLM ``prompt_logprobs: K``, the lab's ``/v1/score`` with ``top_k``): its top-k
+    # tokens as {token: logprob} (OpenAI's shape, at most 20 each), and the 1-based rank
+    # of the candidate's token among all of the reference's. They say where the
+    # candidate first left the reference (``detectors/divergence.py``).
+    reference_top_on_candidate: list[dict[str, float]] | None = Field(
+        default=None, max_length=MAX_TOKENS
+    )
+    reference_rank_on_candidate: list[Annotated[int, Field(ge=1)]] | None = Field(
+        default=None, max_length=MAX_TOKENS
+    )
     sample_rate: float = Field(default=1.0, gt=0, le=1)
     # The pair's slice (script / language, input-length bucket, output kind, decoding, a
     # caller's task tag): computed once where the request is planned, or set by the
@@ -192,6 +210,15 @@ class PairEvent(Message):
     tags: dict[TagName, TagValue] = Field(default_factory=dict, max_length=16)
     # Labels for evaluation only (the lab sets them); the judge never reads them.
     label: str | None = Field(default=None, max_length=64)
+
+    @field_validator("reference_top_on_candidate")
+    @classmethod
+    def _forced_top_ok(cls, v: list[dict[str, float]] | None) -> list[dict[str, float]] | None:
+        for d in v or ():
+            if len(d) > MAX_FORCED_TOP:
+                raise ValueError(f"reference_top_on_candidate: at most {MAX_FORCED_TOP} a position")
+            _finite(list(d.values()), "reference_top_on_candidate")
+        return v
 
     @model_validator(mode="after")
     def _private_prompt(self) -> PairEvent:

@@ -10,6 +10,7 @@ from quantdrift.schemas.base import SCHEMA_VERSION, Message, PairId, RouteName
 from quantdrift.schemas.pair import PairKind, TagName, TagValue
 
 Verdict = Literal["ok", "drift", "anomaly"]
+PROMPT_EXCERPT_CHARS = 160
 
 
 class Metrics(BaseModel):
@@ -55,6 +56,51 @@ class Metrics(BaseModel):
     # say (finish_reason absent). A paired task outcome: see detectors/tolerance.py.
     finished: bool | None = None
     reference_finished: bool | None = None
+    # Whether each side got a checkable task right (``RequestInfo.expected_answer``);
+    # None when the pair carries no expected answer. A paired task outcome too.
+    answer_ok: bool | None = None
+    reference_answer_ok: bool | None = None
+
+
+class DivergentToken(BaseModel):
+    """Where a teacher-forced candidate first left the reference
+    (``detectors/divergence.py`` has the definition and the privacy rule).
+
+    ``position``: 0-based in the candidate's ``of`` answer tokens; ``token``: the
+    candidate's token there (None on a private request); ``rank``: its 1-based rank
+    under the reference (None when the server reported no ranks);
+    ``reference_logprob`` / ``candidate_logprob``: its log-prob under each side;
+    ``preferred``: the reference's top tokens there, best first; ``context``: the
+    candidate's answer just before it, only where the pair carries its prompt in clear.
+    """
+
+    model_config = ConfigDict(extra="ignore", allow_inf_nan=False, frozen=True)
+
+    position: int = Field(ge=0)
+    of: int = Field(ge=1)
+    token: str | None = Field(default=None, max_length=256)
+    rank: int | None = Field(default=None, ge=1)
+    reference_logprob: float
+    candidate_logprob: float | None = None
+    preferred: dict[str, float] = Field(default_factory=dict, max_length=20)
+    context: str | None = Field(default=None, max_length=256)
+
+    def line(self) -> str:
+        """One line for an alert or a terminal.
+
+        >>> DivergentToken(position=3, of=9, token=" Lyon", rank=7, reference_logprob=-6.2,
+        ...                preferred={" Paris": -0.01}).line()
+        "token 3/9 ' Lyon': reference rank 7, log-prob -6.20; it preferred ' Paris'"
+        """
+        token = "(private)" if self.token is None else repr(self.token)
+        rank = "" if self.rank is None else f"reference rank {self.rank}, "
+        line = f"token {self.position}/{self.of} {token}: {rank}log-prob "
+        line += f"{self.reference_logprob:.2f}"
+        if self.preferred:
+            line += "; it preferred " + " | ".join(repr(t) for t in self.preferred)
+        if self.context is not None:
+            line += f"; after {self.context!r}"
+        return line
 
 
 class ScoreEvent(Message):
@@ -87,3 +133,9 @@ class ScoreEvent(Message):
     candidate_engine: str | None = Field(default=None, max_length=700)
     # The pair's slice (``PairEvent.tags``), for the judge's per-slice tests.
     tags: dict[TagName, TagValue] = Field(default_factory=dict, max_length=16)
+    # What an alert's worst pairs show about the pair: its prompt as the pair carried it
+    # (the salted hash, or the first characters where the route sends prompts in clear)
+    # and the first divergent token of a teacher-forced pair.
+    prompt_hash: str | None = Field(default=None, max_length=128)
+    prompt_excerpt: str | None = Field(default=None, max_length=PROMPT_EXCERPT_CHARS)
+    divergence: DivergentToken | None = None

@@ -203,15 +203,19 @@ class ShadowCalls:
 
     async def _teacher_forced(
         self, plan: Plan, reference: str, cand: Completion, meter_as: str | None = None
-    ) -> list[float] | None:
-        """The reference's log-probs of the candidate's tokens, or None: every None is
+    ) -> Scored | None:
+        """The reference's log-probs of the candidate's tokens (with its top-k and the
+        candidate's ranks where the server reports them), or None: every None is
         counted (``shadow_errors{reason="tf_..."}``), and logged once per pool and reason.
         The pass is metered as ``teacher_forcing`` spend, failed or not."""
         route = meter_as or plan.route
         started, outcome = self.wiring.clock(), None
         try:
             outcome = await self.upstreams[reference].score(
-                plan.body.get("messages"), cand, timeout_s=self.config.timeouts.shadow_total_s
+                plan.body.get("messages"),
+                cand,
+                timeout_s=self.config.timeouts.shadow_total_s,
+                top_k=self.config.top_logprobs,
             )
         finally:
             side = side_of(self.config, plan.route, reference)
@@ -219,7 +223,7 @@ class ShadowCalls:
         if outcome is None:
             return None
         if isinstance(outcome, Scored):
-            return outcome.logprobs
+            return outcome
         self.error(route, "shadow", f"tf_{outcome.reason}")
         if (reference, outcome.reason) not in self._tf_logged:
             self._tf_logged.add((reference, outcome.reason))
@@ -251,7 +255,7 @@ class ShadowCalls:
         plan: Plan,
         kind: str,
         sides: tuple[Completion, Completion],
-        tf: list[float] | None,
+        tf: Scored | None,
         extra: str | None = None,
     ) -> PairEvent:
         return build_pair(

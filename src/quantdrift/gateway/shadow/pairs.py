@@ -31,6 +31,7 @@ from quantdrift.gateway.chain.routing import RouteDirective
 from quantdrift.gateway.gateway_config import GatewayConfig, candidate_route
 from quantdrift.gateway.guards.auth import OPEN
 from quantdrift.gateway.openai_wire import Completion
+from quantdrift.gateway.upstream.teacher_forcing import Scored
 from quantdrift.schemas.pair import EngineInfo, ModelOutput, PairEvent, RequestInfo, pair_id_for
 from quantdrift.schemas.privacy import prompt_hash
 
@@ -99,7 +100,7 @@ def build_pair(
     plan: Plan,
     kind: str,
     sides: tuple[Completion, Completion],
-    tf: list[float] | None,
+    tf: Scored | None,
     *,
     rate: float,
     salt: str,
@@ -109,6 +110,8 @@ def build_pair(
 ) -> PairEvent:
     """The pair of ``sides`` (candidate, reference; for noise two reference runs).
 
+    ``tf``: the teacher-forced pass on the candidate's tokens, if any: the reference's
+    log-prob of each, and where it reported them its top-k and the candidate's ranks.
     ``extra``: the pair is an extra candidate pool's, judged side by side with the
     route's candidate: it goes under that pool's route id (``candidate_route``) with a
     pair id of its own.
@@ -133,7 +136,9 @@ def build_pair(
         candidate=side_output(cand, k, identities),
         reference=side_output(ref, k, identities),
         request=request,
-        reference_logprobs_on_candidate=tf,
+        reference_logprobs_on_candidate=None if tf is None else tf.logprobs,
+        reference_top_on_candidate=None if tf is None else tf.top,
+        reference_rank_on_candidate=None if tf is None else tf.ranks,
         sample_rate=rate,
         tags=dict(plan.tags),
     )

@@ -277,11 +277,14 @@ class UpstreamPool:
             raise _error(f"{self.precision}: {url}: {message}", "stream_error")
         return chunk
 
-    async def score(self, messages: Any, candidate: Completion, *, timeout_s: float) -> Outcome:
+    async def score(
+        self, messages: Any, candidate: Completion, *, timeout_s: float, top_k: int = 1
+    ) -> Outcome:
         """The reference's log-probs of ``candidate``'s tokens, the way this pool declared
         (``teacher_forcing``; see ``teacher_forcing``): by the candidate's own token ids
-        where it reported them, else by re-tokenizing its text. Tries the pool's URLs in
-        turn while they refuse connections; never raises."""
+        where it reported them, else by re-tokenizing its text, with the reference's
+        top-``top_k`` at each position. Tries the pool's URLs in turn while they refuse
+        connections; never raises."""
         mode = self.capabilities.teacher_forcing
         if mode == "none":
             return Failed(tf.UNSUPPORTED, f"pool {self.precision} declares teacher_forcing: none")
@@ -291,7 +294,7 @@ class UpstreamPool:
         for url in self._ordered():
             if mode == "vllm" and ids and prompt_ids:
                 outcome = await tf.score_vllm_ids(
-                    self._client, url, self.model, prompt_ids, ids, timeout_s
+                    self._client, url, self.model, prompt_ids, ids, timeout_s, top_k
                 )
             elif mode == "vllm":
                 outcome = await tf.score_vllm(
@@ -303,9 +306,12 @@ class UpstreamPool:
                     tokens,
                     finished=candidate.finish_reason == "stop",
                     timeout_s=timeout_s,
+                    top_k=top_k,
                 )
             else:
-                outcome = await tf.score_lab(self._client, url, messages, candidate.text, timeout_s)
+                outcome = await tf.score_lab(
+                    self._client, url, messages, candidate.text, timeout_s, top_k
+                )
             if not (isinstance(outcome, Failed) and outcome.detail in _CONNECT_FAILURES):
                 return outcome
         return outcome

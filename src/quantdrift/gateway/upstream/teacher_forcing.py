@@ -29,17 +29,26 @@ same rule: a list of a different length gives no ``tf_kl``
 **By token ids** (vLLM, when the candidate's answer carries them). A vLLM candidate
 asked with ``return_token_ids: true`` reports its prompt's and its answer's token
 ids. Then nothing is re-tokenized: the reference scores exactly those ids
-(``POST /v1/completions`` with the ids as the prompt, ``prompt_logprobs: 1``,
+(``POST /v1/completions`` with the ids as the prompt, ``prompt_logprobs: K``,
 ``max_tokens: 1``), and the alignment trap cannot happen. This needs the two sides to
 share a tokenizer, as the builds of one model do; a reply whose entries do not carry
 the ids asked for is a counted mismatch, never a divergence measured on other tokens.
+
+**The reference's view** (``top_k``, the gateway's ``top_logprobs``). Besides the log-prob
+of the candidate's token, each forced position says what the reference would have
+written there: vLLM's ``prompt_logprobs: K`` entries hold its top-K tokens with their
+``rank`` and the candidate's own token with its rank among all; the lab's ``/v1/score``
+answers ``continuation_top`` and ``continuation_ranks`` when asked with ``top_k``.
+``Scored.top`` / ``Scored.ranks`` carry them to the pair, from which the worker finds
+the first divergent token (``detectors/divergence.py``). A server that reports no ranks
+gives a pair without them; the log-probs stand alone as before.
 """
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Literal
 
 from quantdrift.gateway.upstream.client import CALL_ERRORS, PoolClient, Reply, failure_name
@@ -63,6 +72,10 @@ class Scored:
 
     logprobs: list[float]
     tokens: int | None = None
+    # Per forced position: the reference's top-k {token: logprob} and the 1-based rank
+    # of the candidate's token among the reference's; None when the server gave none.
+    top: list[dict[str, float]] | None = None
+    ranks: list[int] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,6 +92,7 @@ def align(
     start: int,
     prompt_token_ids: Sequence[int],
     prompt_logprobs: Sequence[Mapping[str, Any] | None],
+    top_k: int = 1,
 ) -> Outcome:
     """The reference's log-probs of the candidate's ``n`` tokens, from position ``start``.
 
@@ -89,7 +103,7 @@ def align(
     >>> entries = [None, {"7": {"logprob": -0.5, "decoded_token": "Hi"}},
     ...            {"2": {"logprob": -0.1, "decoded_token": "<|im_end|>"}}]
     >>> align(["Hi", "<|im_end|>"], 1, [1, 7, 2], entries)
-    Scored(logprobs=[-0.5, -0.1], tokens=None)
+    Scored(logprobs=[-0.5, -0.1], tokens=None, top=None, ranks=None)
     >>> align(["Hello"], 1, [1, 7, 2], entries).reason
     'token_mismatch'
     """
@@ -114,11 +128,16 @@ def align(
                 f"token {i}: candidate {candidate_tokens[i]!r}, reference {decoded!r}",
             )
         out.append(float(entry["logprob"]))
-    return Scored(out)
+    return _viewed(
+        out, [prompt_logprobs[start + i] for i in range(n)], prompt_token_ids[start:], top_k
+    )
 
 
 def align_ids(
-    answer_ids: Sequence[int], start: int, prompt_logprobs: Sequence[Mapping[str, Any] | None]
+    answer_ids: Sequence[int],
+    start: int,
+    prompt_logprobs: Sequence[Mapping[str, Any] | None],
+    top_k: int = 1,
 ) -> Outcome:
     """The reference's log-probs of ``answer_ids``, which sit at ``start`` onwards of a
     prompt the reference was given as token ids (so no decoded text is compared).
@@ -141,7 +160,43 @@ def align_ids(
         if not isinstance(entry.get("logprob"), int | float):
             return Failed(FAILED, f"no log-prob for the token at position {start + i}")
         out.append(float(entry["logprob"]))
-    return Scored(out)
+    return _viewed(out, prompt_logprobs[start : start + len(answer_ids)], answer_ids, top_k)
+
+
+def _viewed(
+    logprobs: list[float],
+    entries: Sequence[Mapping[str, Any] | None],
+    ids: Sequence[int],
+    k: int,
+) -> Scored:
+    """``logprobs`` with the reference's view at each position: its top-``k`` (the
+    entries ranked at most ``k``; vLLM adds the actual token to its top-K, with its
+    rank, when it is not among them) and the candidate's token's rank; without them
+    when an entry carries no ranks.
+
+    >>> e = [{"7": {"logprob": -2.0, "rank": 3, "decoded_token": "a"},
+    ...       "4": {"logprob": -0.2, "rank": 1, "decoded_token": "b"}}]
+    >>> s = _viewed([-2.0], e, [7], 1)
+    >>> s.top, s.ranks
+    ([{'b': -0.2}], [3])
+    >>> _viewed([-2.0], [{"7": {"logprob": -2.0}}], [7], 1).ranks is None
+    True
+    """
+    top: list[dict[str, float]] = []
+    ranks: list[int] = []
+    for entry, tid in zip(entries, ids, strict=False):
+        found = {t: v for t, v in (entry or {}).items() if isinstance(v, Mapping) and _ranked(v)}
+        mine = found.get(str(tid))
+        if mine is None:
+            return Scored(logprobs)
+        ranks.append(max(1, int(mine["rank"])))
+        best = sorted((v for v in found.values() if int(v["rank"]) <= k), key=lambda v: v["rank"])
+        top.append({str(v.get("decoded_token", "")): float(v["logprob"]) for v in best})
+    return Scored(logprobs, top=top, ranks=ranks)
+
+
+def _ranked(v: Mapping[str, Any]) -> bool:
+    return isinstance(v.get("rank"), int) and isinstance(v.get("logprob"), int | float)
 
 
 async def score_vllm_ids(
@@ -151,11 +206,14 @@ async def score_vllm_ids(
     prompt_ids: Sequence[int],
     answer_ids: Sequence[int],
     timeout_s: float,
+    top_k: int = 1,
 ) -> Outcome:
-    """Teacher-force the candidate's own token ids on the vLLM server at ``url``."""
+    """Teacher-force the candidate's own token ids on the vLLM server at ``url``; the
+    reference's top-``top_k`` at each position comes back with them."""
+    top_k = max(1, top_k)
     body: dict[str, Any] = {
         "prompt": [*prompt_ids, *answer_ids],
-        "prompt_logprobs": 1,
+        "prompt_logprobs": top_k,
         "max_tokens": 1,
         "temperature": 0,
     }
@@ -171,13 +229,13 @@ async def score_vllm_ids(
     if not isinstance(entries, list):
         return Failed(UNSUPPORTED, "no prompt_logprobs in the reply")
     # The forced pass read the prompt and the answer: that is its spend.
-    found = align_ids(list(answer_ids), len(prompt_ids), entries)
+    found = align_ids(list(answer_ids), len(prompt_ids), entries, top_k)
     return _with_tokens(found, len(prompt_ids) + len(answer_ids))
 
 
 def _with_tokens(outcome: Outcome, tokens: int) -> Outcome:
     """``outcome`` with the tokens its forced pass read, when it scored."""
-    return Scored(outcome.logprobs, tokens) if isinstance(outcome, Scored) else outcome
+    return replace(outcome, tokens=tokens) if isinstance(outcome, Scored) else outcome
 
 
 def _refused(r: Reply, what: str) -> Failed | None:
@@ -203,7 +261,11 @@ async def _post(
 
 
 def vllm_request(
-    messages: Sequence[Mapping[str, Any]], answer: str, finished: bool, model: str | None
+    messages: Sequence[Mapping[str, Any]],
+    answer: str,
+    finished: bool,
+    model: str | None,
+    top_k: int = 1,
 ) -> tuple[dict[str, Any], dict[str, Any]]:
     """(``/tokenize`` body, chat body) that teacher-force ``answer`` on a vLLM server."""
     tokenize: dict[str, Any] = {"messages": list(messages), "add_generation_prompt": True}
@@ -211,7 +273,7 @@ def vllm_request(
         "messages": [*messages, {"role": "assistant", "content": answer}],
         "add_generation_prompt": False,
         "continue_final_message": not finished,
-        "prompt_logprobs": 1,
+        "prompt_logprobs": max(1, top_k),
         "max_tokens": 1,
         "temperature": 0,
         "return_token_ids": True,
@@ -230,9 +292,10 @@ async def _vllm_positions(
     answer: str,
     finished: bool,
     timeout_s: float,
+    top_k: int = 1,
 ) -> tuple[int, list[Any], list[Any]] | Failed:
     """(where the answer starts, prompt token ids, prompt_logprobs) of one forced chat."""
-    tokenize, chat = vllm_request(messages, answer, finished, model)
+    tokenize, chat = vllm_request(messages, answer, finished, model, top_k)
     try:
         async with asyncio.timeout(timeout_s):
             tok, scored = await asyncio.gather(
@@ -265,12 +328,14 @@ async def score_vllm(
     candidate_tokens: Sequence[str],
     finished: bool,
     timeout_s: float,
+    top_k: int = 1,
 ) -> Outcome:
     """Teacher-force one answer on the vLLM server at ``url`` (two calls, one deadline)."""
-    got = await _vllm_positions(client, url, model, messages, answer, finished, timeout_s)
+    top_k = max(1, top_k)
+    got = await _vllm_positions(client, url, model, messages, answer, finished, timeout_s, top_k)
     if isinstance(got, Failed):
         return got
-    return _with_tokens(align(candidate_tokens, *got), len(got[1]))
+    return _with_tokens(align(candidate_tokens, *got, top_k), len(got[1]))
 
 
 async def probe(
@@ -294,12 +359,12 @@ async def probe(
 
 
 async def score_lab(
-    client: PoolClient, url: str, messages: Any, answer: str, timeout_s: float
+    client: PoolClient, url: str, messages: Any, answer: str, timeout_s: float, top_k: int = 1
 ) -> Outcome:
-    """``POST /v1/score`` of ``quantdrift lab serve``."""
-    r = await _post(
-        client, url, "/v1/score", {"messages": messages, "continuation": answer}, timeout_s
-    )
+    """``POST /v1/score`` of ``quantdrift lab serve`` (with ``top_k``: the reference's
+    top-k and the continuation's ranks too)."""
+    body = {"messages": messages, "continuation": answer, "top_k": max(1, top_k)}
+    r = await _post(client, url, "/v1/score", body, timeout_s)
     if isinstance(r, Failed):
         return r
     try:
@@ -308,8 +373,32 @@ async def score_lab(
     except (ValueError, AttributeError):
         return Failed(FAILED, "unreadable reply")
     if isinstance(values, list) and all(isinstance(v, int | float) for v in values):
-        return Scored([float(v) for v in values], _read_tokens(usage))
+        top, ranks = _lab_view(reply, len(values))
+        return Scored([float(v) for v in values], _read_tokens(usage), top, ranks)
     return Failed(UNSUPPORTED, "no continuation_logprobs in the reply")
+
+
+def _lab_view(
+    reply: Mapping[str, Any], n: int
+) -> tuple[list[dict[str, float]] | None, list[int] | None]:
+    """The lab's ``continuation_top`` / ``continuation_ranks``, when both are well formed
+    and as long as the log-probs; else (None, None): a reply without them still scores.
+
+    >>> _lab_view({"continuation_top": [{"a": -0.1}], "continuation_ranks": [2]}, 1)
+    ([{'a': -0.1}], [2])
+    >>> _lab_view({"continuation_top": [{"a": -0.1}]}, 1)
+    (None, None)
+    """
+    top, ranks = reply.get("continuation_top"), reply.get("continuation_ranks")
+    if not (isinstance(top, list) and isinstance(ranks, list) and len(top) == len(ranks) == n):
+        return None, None
+    try:
+        views = [{str(t): float(v) for t, v in d.items()} for d in top]
+    except (AttributeError, TypeError, ValueError):
+        return None, None
+    if not all(isinstance(r, int) and not isinstance(r, bool) and r >= 1 for r in ranks):
+        return None, None
+    return views, [int(r) for r in ranks]
 
 
 def _read_tokens(usage: Any) -> int | None:

@@ -20,6 +20,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import random
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -62,6 +63,26 @@ class CorpusPrompt:
     @property
     def length_bucket(self) -> str | None:
         return None if self.input_tokens is None else length_bucket(self.input_tokens)
+
+    def checkable(self) -> tuple[str, str] | None:
+        """(expected answer, how to check it) for the outcome test, or None.
+
+        A ``number``, ``json`` or ``label`` task is checked as such; a ``text`` task by
+        its answer's text, unless that answer is a number (a customer-service total sits
+        among other figures in a free answer, so "the last number" would misread it).
+
+        >>> CorpusPrompt("p", "word_problem", "en", [], "greedy", 32, "number",
+        ...              answer="42").checkable()
+        ('42', 'number')
+        >>> CorpusPrompt("p", "customer_service", "en", [], "sampled", 96, "text",
+        ...              answer="42.5").checkable() is None
+        True
+        """
+        if self.answer is None or self.output_kind not in ("number", "json", "label", "text"):
+            return None
+        if self.output_kind == "text" and re.fullmatch(r"-?\d+(\.\d+)?", self.answer.strip()):
+            return None
+        return self.answer, self.output_kind
 
     def tags(self) -> dict[str, str]:
         """The slice tags a gateway would attach, plus the lab's task family."""

@@ -238,9 +238,16 @@ class CorpusRecorder:
     ) -> PairEvent:
         body = self._body(p)
         spec = JsonSpec(p.json_schema, p.expected_keys) if p.output_kind == "json" else None
+        checkable = p.checkable()
         request = request_info(
             body, spec, clear=True, private=False, preference=None, salt=""
-        ).model_copy(update={"task": p.family})
+        ).model_copy(
+            update={
+                "task": p.family,
+                "expected_answer": None if checkable is None else checkable[0],
+                "answer_kind": None if checkable is None else checkable[1],
+            }
+        )
         return PairEvent(
             pair_id=f"{p.prompt_id}-{label}",
             ts=self.clock(),
