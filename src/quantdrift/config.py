@@ -148,7 +148,8 @@ class WorkerSettings(BaseModel):
     # must stay above it.
     stop_timeout_s: float = Field(default=8.0, gt=0)
     # A held partition with records waiting whose committed offset has not moved this long is
-    # stalled (status/watchdog.py): logged with the consumer's state, /healthz fails.
+    # stalled (status/watchdog.py): logged with the consumer's state, /healthz fails. Also how
+    # long a score the broker refuses is resent before the worker exits (streams/delivery.py).
     stall_after_s: float = Field(default=60.0, ge=4)
     # Test-only crash points (tests/faults): the worker SIGKILLs itself there.
     failpoints: tuple[str, ...] = ()

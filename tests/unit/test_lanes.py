@@ -2,7 +2,8 @@
 
 What the agent relies on: a pair the static lane settles is sent while an
 escalation of another route waits; a route's own later pairs wait for it; every
-pair is released (acknowledged) only after its outcome is sent; a failing step
+pair is released (acknowledged) only once the broker confirmed its outcome, and a
+refused send is sent again, the worker exiting past the bound; a failing step
 costs only the pairs that fail alone; a failure while sending is never silent.
 """
 
@@ -10,13 +11,14 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import Iterator
+from collections.abc import Awaitable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import NoReturn
 
 import pytest
 
 from quantdrift.schemas import Metrics, ModelOutput, PairEvent, ScoreEvent
+from quantdrift.streams.delivery import Backoff, Send
 from quantdrift.streams.lanes import Held, Outcome, ScoreLanes, StagedScores, Waiting
 
 
@@ -44,7 +46,12 @@ class Harness:
     """Pairs whose id starts with ``slow`` escalate; the escalation lane waits on ``gate``."""
 
     def __init__(
-        self, max_waiting: int = 8, poison: str = "", fail: str = "", chunk: int = 1
+        self,
+        max_waiting: int = 8,
+        poison: str = "",
+        fail: str = "",
+        chunk: int = 1,
+        give_up_s: float = 1.0,
     ) -> None:
         self.gate = threading.Event()
         self.sent: list[str] = []
@@ -54,6 +61,9 @@ class Harness:
         self.steps: list[list[str]] = []  # the pair ids of each static step, in order
         self.sent_after: dict[str, int] = {}  # pair id -> static steps done when it left
         self.poison, self.fail = poison, fail
+        self.refusals: dict[str, int] = {}  # pair id -> how many attempts the broker refuses
+        self.unanswered: set[str] = set()  # pair ids whose broker answer the test gives
+        self.answers: dict[str, asyncio.Future[object]] = {}
         self.static = ThreadPoolExecutor(1)
         self.escalation = ThreadPoolExecutor(1)
         self.lanes = ScoreLanes(
@@ -66,6 +76,7 @@ class Harness:
             escalation_lane=self.escalation,
             max_waiting=max_waiting,
             chunk=chunk,
+            backoff=Backoff(first_s=0.01, max_s=0.05, give_up_s=give_up_s),
         )
 
     def stage(self, pairs: list[PairEvent]) -> StagedScores:
@@ -88,11 +99,25 @@ class Harness:
             raise ValueError("cannot score this pair")
         return score(p)
 
-    async def emit(self, p: PairEvent, outcome: Outcome) -> None:
-        if self.fail == "emit" and p.pair_id.startswith("slow"):
-            raise ConnectionError("broker refused the send")
-        self.sent.append(p.pair_id if isinstance(outcome, ScoreEvent) else f"dlq:{p.pair_id}")
-        self.sent_after[p.pair_id] = len(self.steps)
+    def emit(self, p: PairEvent, outcome: Outcome) -> Send:
+        name = p.pair_id if isinstance(outcome, ScoreEvent) else f"dlq:{p.pair_id}"
+
+        async def send() -> Awaitable[object]:
+            if self.fail == "emit" and p.pair_id.startswith("slow"):
+                raise ConnectionError("the producer refused the record")
+            self.sent.append(name)
+            self.sent_after[p.pair_id] = len(self.steps)
+            answer = asyncio.get_running_loop().create_future()
+            if self.refusals.get(p.pair_id, 0) > 0:
+                self.refusals[p.pair_id] -= 1
+                answer.set_exception(TimeoutError("the broker did not answer"))
+            elif p.pair_id in self.unanswered:
+                self.answers[p.pair_id] = answer
+            else:
+                answer.set_result(None)
+            return answer
+
+        return send
 
     def crash(self, what: str, n: int) -> NoReturn:
         self.crashed.append(what)
@@ -127,12 +152,12 @@ async def test_a_settled_pair_is_sent_while_another_routes_escalation_waits(harn
     # submit returned with the escalation still blocked: b's pairs are out, a1 waits
     # behind a0 (its route's order), and nothing unsent is acknowledged.
     assert h.sent == ["b0", "b1"]
-    assert h.acked == ["b0", "b1"]
+    await h.until(lambda: h.acked == ["b0", "b1"], "the broker's answers")
     assert h.lanes.in_flight == 2
     h.gate.set()
     await h.until(lambda: len(h.sent) == 4, "the escalated pair")
     assert h.sent == ["b0", "b1", "slow-a0", "a1"]
-    assert h.acked == h.sent
+    await h.until(lambda: h.acked == h.sent, "the broker's answers")
 
 
 async def test_a_short_pair_leaves_before_its_batchs_long_pairs_are_staged(harness) -> None:  # type: ignore[no-untyped-def]
@@ -148,7 +173,8 @@ async def test_a_short_pair_leaves_before_its_batchs_long_pairs_are_staged(harne
     # A route's order holds: a1 was staged first but leaves after its route's a0.
     assert h.sent_after["a1"] == 2
     assert h.sent.index("a0-" + "x" * 120) < h.sent.index("a1")
-    assert sorted(h.sent) == sorted(pid for pid, _ in batch) and h.acked == h.sent
+    assert sorted(h.sent) == sorted(pid for pid, _ in batch)
+    await h.until(lambda: h.acked == h.sent, "the broker's answers")
 
 
 async def test_escalations_run_a_chunk_at_a_time_oldest_first() -> None:
@@ -192,7 +218,7 @@ async def test_a_poison_pair_costs_only_itself_and_keeps_its_place() -> None:
     try:
         await h.lanes.submit(h.held(("a0", "a"), ("a1", "a"), ("a2", "a")))
         assert h.sent == ["a0", "dlq:a1", "a2"]
-        assert h.acked == ["a0", "a1", "a2"]
+        await h.until(lambda: h.acked == ["a0", "a1", "a2"], "the broker's answers")
     finally:
         h.static.shutdown()
         h.escalation.shutdown()
@@ -224,3 +250,35 @@ async def test_a_send_failing_on_the_escalation_lane_crashes_and_acks_nothing() 
     finally:
         h.static.shutdown()
         h.escalation.shutdown()
+
+
+async def test_a_pair_is_acknowledged_only_once_the_broker_confirms_its_score(harness) -> None:  # type: ignore[no-untyped-def]
+    harness.unanswered.add("a1")
+    await harness.lanes.submit(harness.held(("a1", "a"), ("b1", "b")))
+    assert harness.sent == ["a1", "b1"] or harness.sent == ["b1", "a1"]  # both handed on
+    await harness.until(lambda: harness.acked == ["b1"], "b1's ack")
+    assert harness.lanes.in_flight == 1  # handed to the producer is not delivered
+    harness.answers["a1"].set_result(None)
+    await harness.until(lambda: sorted(harness.acked) == ["a1", "b1"], "a1's ack")
+    assert harness.lanes.in_flight == 0
+
+
+async def test_a_refused_score_is_sent_again_until_the_broker_takes_it(harness) -> None:  # type: ignore[no-untyped-def]
+    harness.refusals["a1"] = 3
+    await harness.lanes.submit(harness.held(("a1", "a")))
+    await harness.until(lambda: harness.acked == ["a1"], "a1's ack after the retries")
+    assert harness.sent == ["a1"] * 4
+    assert not harness.crashed
+
+
+async def test_a_score_the_broker_never_takes_crashes_past_the_bound_unacked() -> None:
+    h = Harness(give_up_s=0.2)
+    h.refusals["a1"] = 10**6
+    try:
+        await h.lanes.submit(h.held(("a1", "a"), ("b1", "b")))
+        await h.until(lambda: h.crashed, "the crash")
+        assert h.crashed == ["score agent (score for pair a1)"]
+        assert h.acked == ["b1"]  # a1 stays unacknowledged: the restarted worker reads it
+        assert h.sent.count("a1") > 2
+    finally:
+        h.static.shutdown(wait=True)

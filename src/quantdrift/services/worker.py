@@ -85,6 +85,8 @@ def build_worker_app(
         prompt_salt=settings.prompt_salt.get_secret_value(),
         # A Redis that lost its data gets the routes' states back from here (reseed.py).
         read_commands=lambda: read_control(settings.kafka, settings.kafka.topics.control),
+        # Undeliverable that long is stuck, as /healthz says of a stalled partition.
+        send_give_up_s=settings.worker.stall_after_s,
     )
     attach_status(
         app,

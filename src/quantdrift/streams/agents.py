@@ -26,6 +26,7 @@ from quantdrift.failpoints import Failpoint, no_failpoint
 from quantdrift.schemas import CommandSigner, CommandVerifier
 from quantdrift.streams.app import Topics
 from quantdrift.streams.dead_letters import DeadLetterSink
+from quantdrift.streams.delivery import Backoff
 from quantdrift.streams.exits import crash_unacked
 from quantdrift.streams.judge_stage import JudgeStage
 from quantdrift.streams.lazy import Lazy
@@ -64,8 +65,13 @@ def attach_agents(
     claim_ttl_ms: int = 10_000,
     prompt_salt: str = "",
     read_commands: Callable[[], Awaitable[list[bytes]]] | None = None,
+    send_give_up_s: float = 60.0,
 ) -> Attached:
-    """Build both stages and register the agents and the clock."""
+    """Build both stages and register the agents and the clock.
+
+    ``send_give_up_s``: how long a score the broker refuses is sent again before the
+    worker exits (``streams/delivery.py``).
+    """
     stats = WorkerStats()
     store, embedder = Lazy(store_factory), Lazy(embedder_factory)
     dead_letters = DeadLetterSink(topics.dlq, stats)
@@ -80,6 +86,7 @@ def attach_agents(
         clock=clock,
         failpoint=failpoint,
         prompt_salt=prompt_salt,
+        backoff=Backoff(give_up_s=send_give_up_s),
     )
     judging = JudgeStage(
         store=store,

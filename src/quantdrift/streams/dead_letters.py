@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Awaitable, Iterable
 
 import faust
 
 from quantdrift.schemas import DeadLetter
+from quantdrift.streams.delivery import Send
 from quantdrift.streams.stats import WorkerStats
 
 
@@ -19,6 +20,19 @@ class DeadLetterSink:
 
     async def send(self, letters: Iterable[DeadLetter]) -> None:
         for letter in letters:
-            self._stats.dead_letters += 1
-            key = (letter.key or "").encode() or None
-            await self._topic.send(key=key, value=letter.dumps())
+            await self.sender(letter)()
+
+    def sender(self, letter: DeadLetter) -> Send:
+        """Count ``letter`` once and return what sends it (each call one attempt).
+
+        The score stage waits for the broker's answer and resends on a refusal
+        (``streams/delivery.py``); the letter is counted once however many attempts.
+        """
+        self._stats.dead_letters += 1
+        key = (letter.key or "").encode() or None
+        value = letter.dumps()
+
+        async def send() -> Awaitable[object]:
+            return await self._topic.send(key=key, value=value)
+
+        return send

@@ -65,6 +65,7 @@ class JudgeStage:
         self._clock = clock
         self._read_commands = read_commands
         self._next_reseed = 0.0
+        self._remembered = False  # this process has seen Redis hold the alive marker
 
     async def handle(self, events: Sequence[Any]) -> None:
         """Fold a batch of score records; refuse what is not a fresh signed score."""
@@ -112,8 +113,17 @@ class JudgeStage:
             log.warning("breaker clock: store unavailable (%s)", exc)
 
     async def _reseed(self, store: BreakerStore) -> None:
-        """After a data loss, rebuild the routes the control topic says are not closed."""
-        if self._read_commands is None or await store.remembers():
+        """After a data loss, rebuild the routes the control topic says are not closed.
+
+        An empty Redis cannot tell a first start from a loss, so a first start reads the
+        control topic too, and only then writes the marker: writing it unread would
+        skip the rebuild of a route a lost Redis had rolled back (failing open). A
+        worker cut from the broker before that first read says "unknown", not "lost".
+        """
+        if self._read_commands is None:
+            return
+        if await store.remembers():
+            self._remembered = True
             return
         now = time.monotonic()
         if now < self._next_reseed:
@@ -122,7 +132,15 @@ class JudgeStage:
         try:
             raws = await self._read_commands()
         except (BrokerError, KafkaError, OSError, TimeoutError) as exc:
-            log.warning("breaker state lost; the control topic is unreadable (%s)", exc)
+            if self._remembered:
+                log.warning("breaker state lost; the control topic is unreadable (%s)", exc)
+            else:
+                log.warning(
+                    "breaker state not yet confirmed (no alive marker in Redis: a first "
+                    "start, or a Redis that lost its data); the control topic is unreadable "
+                    "(%s); judging goes on, the read is retried",
+                    exc,
+                )
             return
         commands = []
         for raw in raws:
@@ -137,6 +155,7 @@ class JudgeStage:
             ):
                 rebuilt.append(f"{route} ({command.action}, epoch {command.epoch})")
         await store.remember()
+        self._remembered = True
         if rebuilt:
             log.warning(
                 "breaker state was lost; rebuilt from the control topic: %s", ", ".join(rebuilt)

@@ -41,11 +41,17 @@ each other, which decides nothing.
 
 What this must not change:
 
-* **Nothing lost, acks after sends.** The agent holds one extra reference on each
-  pair's record, released (:attr:`Held.done`) only after that pair's score (or
-  dead letter) was handed to the producer. Faust commits an offset only when every
-  offset below it is acknowledged, so a crash while escalations wait redelivers
-  the waiting pairs (the judge drops pair ids it folded).
+* **Nothing lost, acks after the broker has it.** The agent holds one extra
+  reference on each pair's record, released (:attr:`Held.done`) only once the
+  broker confirmed that pair's score (or dead letter). Faust commits an offset only
+  when every offset below it is acknowledged, so a crash while escalations or
+  confirmations wait redelivers those pairs (the judge drops pair ids it folded).
+  Sends stay pipelined: the lanes hand each score to the producer and go on; the
+  broker's answer releases the pair from a callback. A send the broker refuses or
+  lets time out is sent again with backoff, and past the bound the worker exits
+  (``streams/delivery.py`` says why an exit and not the DLQ). A resent score may
+  land behind its route's later scores, as a redelivered one after a crash already
+  can: the order is then moved by a transport fault, never by a score's value.
 * **A route's order.** Outcomes leave through a
   :class:`~quantdrift.streams.sequencing.RouteSequencer`: a route's scores go out
   in the order its pairs arrived, so an escalated pair holds back its own route's
@@ -59,9 +65,9 @@ What this must not change:
 * **A poison pair costs only itself.** A lane whose step raises scores that step's
   pairs one by one (``alone``); only the pairs that still fail are dead-lettered
   (a static step is ``stage_chunk`` pairs, not the whole batch).
-  Anything else failing in a lane (a send the broker refuses) is handed to
-  ``crash``, which exits before the waiting pairs are acknowledged: no lane task
-  dies silently.
+  Anything else failing in a lane (a send the producer refuses at handoff, a score
+  the broker would not take within the bound) is handed to ``crash``, which exits
+  before the waiting pairs are acknowledged: no lane task dies silently.
 """
 
 from __future__ import annotations
@@ -75,6 +81,7 @@ from dataclasses import dataclass, field
 from typing import NoReturn
 
 from quantdrift.schemas import PairEvent, ScoreEvent
+from quantdrift.streams.delivery import Backoff, Send, Undelivered, redeliver
 from quantdrift.streams.sequencing import RouteSequencer
 
 log = logging.getLogger("quantdrift.worker")
@@ -137,7 +144,8 @@ class ScoreLanes:
     stage: Callable[[list[PairEvent]], StagedScores]
     finish: Callable[[list[Waiting]], list[ScoreEvent]]
     alone: Callable[[PairEvent], ScoreEvent]
-    emit: Callable[[PairEvent, Outcome], Awaitable[None]]
+    emit: Callable[[PairEvent, Outcome], Send]
+    """What sends a pair's outcome (called once a pair; its result is called per attempt)."""
     crash: Callable[[str, int], NoReturn]
     static_lane: Executor
     escalation_lane: Executor
@@ -147,6 +155,8 @@ class ScoreLanes:
     """Pairs per full-model call: what a batch staged meanwhile waits for at most."""
     stage_chunk: int = 16
     """Pairs per static step, shortest first: what a short pair waits for at most."""
+    backoff: Backoff = field(default_factory=Backoff)
+    """How a send the broker refused is retried, and for how long."""
     _sequencer: RouteSequencer[tuple[Held, Outcome]] = field(default_factory=RouteSequencer)
     _batches: int = 0
     _unacked: int = 0
@@ -156,6 +166,7 @@ class ScoreLanes:
     _wake: asyncio.Event = field(default_factory=asyncio.Event)
     _space: asyncio.Event = field(default_factory=asyncio.Event)
     _send_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    _resending: set[asyncio.Task[None]] = field(default_factory=set)
 
     @property
     def in_flight(self) -> int:
@@ -259,6 +270,33 @@ class ScoreLanes:
         """Send what the sequencer frees, in its order; one sender at a time keeps it."""
         async with self._send_lock:
             for h, outcome in self._sequencer.release():
-                await self.emit(h.pair, outcome)
-                h.done()
-                self._unacked -= 1
+                send = self.emit(h.pair, outcome)
+                self._confirm(h, send, await send())
+
+    def _confirm(self, held: Held, send: Send, answer: Awaitable[object]) -> None:
+        """Release the pair when the broker confirms; resend in a task if it does not."""
+
+        def settled(future: asyncio.Future[object]) -> None:
+            if future.cancelled():
+                return  # the worker is stopping: the pair stays unacknowledged, redelivered
+            failure = future.exception()
+            if failure is None:
+                self._release(held)
+                return
+            task = asyncio.get_running_loop().create_task(self._resend(held, send, failure))
+            self._resending.add(task)
+            task.add_done_callback(self._resending.discard)
+
+        asyncio.ensure_future(answer).add_done_callback(settled)
+
+    async def _resend(self, held: Held, send: Send, failure: BaseException) -> None:
+        what = f"score for pair {held.pair.pair_id}"
+        try:
+            await redeliver(send, failure, what=what, backoff=self.backoff)
+        except Undelivered:
+            self.crash(f"score agent ({what})", self.in_flight)
+        self._release(held)
+
+    def _release(self, held: Held) -> None:
+        held.done()
+        self._unacked -= 1

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, NoReturn
 
@@ -23,6 +23,7 @@ from quantdrift.failpoints import Failpoint, no_failpoint
 from quantdrift.schemas import CommandSigner, DeadLetter, PairEvent, ScoreEvent
 from quantdrift.streams.app import Topics
 from quantdrift.streams.dead_letters import DeadLetterSink
+from quantdrift.streams.delivery import Backoff, Send
 from quantdrift.streams.handlers import RawRecord, parse_batch
 from quantdrift.streams.lanes import Held, ScoreLanes, StagedScores, Waiting
 from quantdrift.streams.stats import WorkerStats
@@ -33,7 +34,8 @@ class ScoreStage:
 
     ``embedder`` is called for the scorer on the static lane's thread, the first
     time only (``streams/lazy.py``); ``crash`` is what a lane does with a failure
-    that is not a pair's (it must not return: see ``streams/exits.py``).
+    that is not a pair's (it must not return: see ``streams/exits.py``); ``backoff``
+    is how a score the broker refused is sent again (``streams/delivery.py``).
     """
 
     def __init__(
@@ -49,6 +51,7 @@ class ScoreStage:
         clock: Callable[[], float] = time.time,
         failpoint: Failpoint = no_failpoint,
         prompt_salt: str = "",
+        backoff: Backoff | None = None,
     ) -> None:
         self._topics = topics
         self._embedder = embedder
@@ -74,6 +77,7 @@ class ScoreStage:
             escalation_lane=ThreadPoolExecutor(
                 max_workers=1, thread_name_prefix="quantdrift-escalate"
             ),
+            backoff=backoff if backoff is not None else Backoff(),
         )
 
     @property
@@ -130,8 +134,12 @@ class ScoreStage:
         (score,) = score_batch(self._embedder(), [pair], self._policy.thresholds)
         return score
 
-    async def emit(self, pair: PairEvent, outcome: ScoreEvent | Exception) -> None:
-        """Send a pair's signed score, or dead-letter it with why scoring it failed."""
+    def emit(self, pair: PairEvent, outcome: ScoreEvent | Exception) -> Send:
+        """What sends a pair's signed score, or dead-letters it with why scoring failed.
+
+        Sealed once: every attempt the lanes make sends the same bytes, so a resend
+        is the same score, which the judge drops if it already folded the pair.
+        """
         if isinstance(outcome, Exception):
             self._stats.scoring_failures += 1
             letter = DeadLetter.of(
@@ -141,9 +149,13 @@ class ScoreStage:
                 error=f"scoring failed: {type(outcome).__name__}: {outcome}",
                 now=self._clock(),
             )
-            await self._dead_letters.send([letter])
-            return
+            return self._dead_letters.sender(letter)
         self._failpoint("send_score")
-        value = self._signer.seal_score(outcome, self._clock())
-        await self._topics.scores.send(key=pair.route.encode(), value=value)
+        key, value = pair.route.encode(), self._signer.seal_score(outcome, self._clock())
         self._stats.pairs_scored += 1
+        scores = self._topics.scores
+
+        async def send() -> Awaitable[object]:
+            return await scores.send(key=key, value=value)
+
+        return send
