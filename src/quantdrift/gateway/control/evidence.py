@@ -14,7 +14,6 @@ calls the pure ``share.decide``. The clock is a parameter.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import time
 from collections.abc import Callable, Mapping
@@ -22,8 +21,8 @@ from typing import Any
 
 import orjson
 import redis.asyncio as aioredis
-from redis.exceptions import RedisError
 
+from quantdrift.gateway.control.redis_poll import RedisPoll
 from quantdrift.gateway.control.share import (
     Evidence,
     Meter,
@@ -35,7 +34,6 @@ from quantdrift.gateway.control.share import (
 )
 from quantdrift.gateway.gateway_config import AdaptiveShareConfig, GatewayConfig
 from quantdrift.schemas.keys import route_key
-from quantdrift.supervision import Supervisor, cancelled
 
 log = logging.getLogger(__name__)
 
@@ -65,8 +63,13 @@ def parse_state(raw: bytes | str | None) -> Evidence:
     return evidence_of(data if isinstance(data, Mapping) else None)
 
 
-class EvidenceWatch:
+class EvidenceWatch(RedisPoll):
     """Each adaptive route's evidence, refreshed from the breaker's state in the background."""
+
+    what = "route evidence"
+    at_start = "shares at their max"
+    keeping = "keeping it"
+    task_name = "route-evidence"
 
     def __init__(
         self,
@@ -75,65 +78,29 @@ class EvidenceWatch:
         key_prefix: str,
         redis_options: Mapping[str, Any] | None = None,
     ) -> None:
+        super().__init__(redis_url, key_prefix, redis_options)
         self.config = config
-        self._url = redis_url
-        self._prefix = key_prefix
-        self._options = dict(redis_options or {})
         self.routes = [r for r in config.routes if config.adaptive(r) is not None]
         self.evidence: dict[str, Evidence] = {}
-        self.read_errors = 0
-        self.supervisor = Supervisor()
-        self._redis: aioredis.Redis | None = None
-        self._task: asyncio.Task[None] | None = None
 
     def of(self, route: str) -> Evidence:
         return self.evidence.get(route) or Evidence()
 
-    async def start(self) -> None:
-        if not self.routes:
-            return
-        self._redis = aioredis.from_url(
-            self._url, **{"socket_connect_timeout": 2.0, "socket_timeout": 2.0, **self._options}
-        )
-        try:
-            await self.refresh()
-        except (RedisError, OSError) as exc:
-            self.read_errors += 1
-            log.warning("route evidence unreadable at start (%r); shares at their max", exc)
-        self._task = self.supervisor.spawn("route-evidence", self._follow)
+    @property
+    def active(self) -> bool:
+        return bool(self.routes)
 
-    async def stop(self) -> None:
-        await cancelled(self._task)
-        self._task = None
-        if self._redis is not None:
-            redis, self._redis = self._redis, None
-            await redis.aclose()
+    @property
+    def every_s(self) -> float:
+        return min(a.refresh_s for r in self.routes if (a := self.config.adaptive(r)) is not None)
 
-    async def refresh(self) -> None:
-        redis = self._redis
-        if redis is None:
-            return
+    async def read(self, redis: aioredis.Redis) -> None:
         pipe = redis.pipeline(transaction=False)
         for route in self.routes:
             pipe.hget(route_key(self._prefix, route, "state"), "s")
         values = await pipe.execute()
         for route, raw in zip(self.routes, values, strict=True):
             self.evidence[route] = parse_state(raw)
-
-    async def _follow(self) -> None:
-        every = min(a.refresh_s for r in self.routes if (a := self.config.adaptive(r)) is not None)
-        failures = 0
-        while True:
-            await asyncio.sleep(every)
-            try:
-                await self.refresh()
-                failures = 0
-            except (RedisError, OSError) as exc:
-                failures += 1
-                self.read_errors += 1
-                if failures == 1 or failures % 20 == 0:
-                    log.warning("route evidence unreadable (%d tries), keeping it: %r",
-                                failures, exc)  # fmt: skip
 
 
 class ShareGovernor:

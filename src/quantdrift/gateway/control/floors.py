@@ -15,19 +15,17 @@ goes away keeps the last counts it read.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from collections.abc import Mapping
 from typing import Any
 
 import orjson
 import redis.asyncio as aioredis
-from redis.exceptions import RedisError
 
 from quantdrift.detectors.noise_floor import FLOOR_METRICS
+from quantdrift.gateway.control.redis_poll import RedisPoll
 from quantdrift.gateway.gateway_config import GatewayConfig
 from quantdrift.schemas.keys import noise_key
-from quantdrift.supervision import Supervisor, cancelled
 
 log = logging.getLogger(__name__)
 MODE = "sampled"
@@ -51,8 +49,13 @@ def floor_size(raw: bytes | str | None) -> int:
     return max(sizes, default=0)
 
 
-class FloorWatch:
+class FloorWatch(RedisPoll):
     """Each route's sampled noise floor size, refreshed in the background."""
+
+    what = "noise floors"
+    at_start = "noise shares as configured"
+    keeping = "keeping counts"
+    task_name = "noise-floors"
 
     def __init__(
         self,
@@ -61,15 +64,9 @@ class FloorWatch:
         key_prefix: str,
         redis_options: Mapping[str, Any] | None = None,
     ) -> None:
+        super().__init__(redis_url, key_prefix, redis_options)
         self.config = config
-        self._url = redis_url
-        self._prefix = key_prefix
-        self._options = dict(redis_options or {})
         self.sizes: dict[str, int] = {}
-        self.read_errors = 0
-        self.supervisor = Supervisor()
-        self._redis: aioredis.Redis | None = None
-        self._task: asyncio.Task[None] | None = None
 
     @property
     def enabled(self) -> bool:
@@ -90,30 +87,15 @@ class FloorWatch:
             "noise_rate": self.config.noise_rate(route, self.filling(route)),
         }
 
-    async def start(self) -> None:
-        if not self.enabled:
-            return
-        self._redis = aioredis.from_url(
-            self._url, **{"socket_connect_timeout": 2.0, "socket_timeout": 2.0, **self._options}
-        )
-        try:
-            await self.refresh()
-        except (RedisError, OSError) as exc:
-            self.read_errors += 1
-            log.warning("noise floors unreadable at start (%r); noise shares as configured", exc)
-        self._task = self.supervisor.spawn("noise-floors", self._follow)
+    @property
+    def active(self) -> bool:
+        return self.enabled
 
-    async def stop(self) -> None:
-        await cancelled(self._task)
-        self._task = None
-        if self._redis is not None:
-            redis, self._redis = self._redis, None
-            await redis.aclose()
+    @property
+    def every_s(self) -> float:
+        return self.config.noise_fill.refresh_s
 
-    async def refresh(self) -> None:
-        redis = self._redis
-        if redis is None:
-            return
+    async def read(self, redis: aioredis.Redis) -> None:
         routes = list(self.config.routes)
         pipe = redis.pipeline(transaction=False)
         for route in routes:
@@ -144,17 +126,3 @@ class FloorWatch:
                 size,
                 100 * self.config.noise_rate(route),
             )
-
-    async def _follow(self) -> None:
-        failures = 0
-        while True:
-            await asyncio.sleep(self.config.noise_fill.refresh_s)
-            try:
-                await self.refresh()
-                failures = 0
-            except (RedisError, OSError) as exc:
-                failures += 1
-                self.read_errors += 1
-                if failures == 1 or failures % 20 == 0:
-                    log.warning("noise floors unreadable (%d tries), keeping counts: %r",
-                                failures, exc)  # fmt: skip
