@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 
 from quantdrift.lab.corpus import build
+from quantdrift.lab.corpus.families import CorpusPrompt
 from quantdrift.stack.ports import stop_popen
 from support.lab import start_lab
 
@@ -38,6 +39,23 @@ def _record(prompts: Path, out: Path, urls: dict[str, str]) -> subprocess.Popen[
     )  # fmt: skip
 
 
+def _short_prompts(tmp_path: Path, count: int, n: int) -> tuple[list[CorpusPrompt], Path]:
+    """``n`` short prompts with short answers from a generated corpus of ``count``, and
+    the file they were saved to: the lab server decodes on one CPU thread."""
+    every = tmp_path / "all.jsonl.gz"
+    subprocess.run(
+        [sys.executable, "-m", "quantdrift", "lab", "corpus", "generate",
+         "--seed", "3", "--count", str(count), "--out", str(every)],
+        check=True, capture_output=True,
+    )  # fmt: skip
+    short = [p for p in build.load(every) if p.input_tokens and p.input_tokens < 128]
+    short = [p for p in short if p.max_tokens <= 48][:n]
+    assert len(short) == n, "the generator's short prompts"
+    prompts = tmp_path / "prompts.jsonl"
+    build.save(prompts, short)
+    return short, prompts
+
+
 def _ids(path: Path) -> list[str]:
     with lzma.open(path, "rt", encoding="utf-8") as f:
         return [json.loads(line)["pair_id"] for line in f if line.strip()]
@@ -45,18 +63,7 @@ def _ids(path: Path) -> list[str]:
 
 def test_a_killed_recording_resumes_without_duplicate_or_missing_pairs(tmp_path: Path) -> None:
     pytest.importorskip("transformers")
-    every = tmp_path / "all.jsonl.gz"
-    subprocess.run(
-        [sys.executable, "-m", "quantdrift", "lab", "corpus", "generate",
-         "--seed", "3", "--count", "200", "--out", str(every)],
-        check=True, capture_output=True,
-    )  # fmt: skip
-    # Six short prompts with short answers: the lab server decodes on one CPU thread.
-    short = [p for p in build.load(every) if p.input_tokens and p.input_tokens < 128]
-    short = [p for p in short if p.max_tokens <= 48][:6]
-    assert len(short) == 6, "the generator's short prompts"
-    prompts = tmp_path / "prompts.jsonl"
-    build.save(prompts, short)
+    short, prompts = _short_prompts(tmp_path, 200, 6)
     procs, urls = start_lab({"ref": "ref-f32", "int8": "int8"}, tmp_path)
     out = tmp_path / "pairs"
     try:
@@ -97,16 +104,7 @@ def test_a_recording_that_loses_teacher_forcing_says_why(tmp_path: Path) -> None
     serve: every candidate answer goes without tf_kl, and the run's summary counts why,
     so a long recording cannot lose its teacher forcing without saying so."""
     pytest.importorskip("transformers")
-    every = tmp_path / "all.jsonl.gz"
-    subprocess.run(
-        [sys.executable, "-m", "quantdrift", "lab", "corpus", "generate",
-         "--seed", "3", "--count", "60", "--out", str(every)],
-        check=True, capture_output=True,
-    )  # fmt: skip
-    short = [p for p in build.load(every) if p.input_tokens and p.input_tokens < 128]
-    short = [p for p in short if p.max_tokens <= 48][:2]
-    prompts = tmp_path / "prompts.jsonl"
-    build.save(prompts, short)
+    short, prompts = _short_prompts(tmp_path, 60, 2)
     procs, urls = start_lab({"ref": "ref-f32", "int8": "int8"}, tmp_path)
     try:
         run = subprocess.run(
