@@ -30,10 +30,9 @@ from prometheus_client.parser import text_string_to_metric_families
 from quantdrift.config import Settings
 from quantdrift.demo.workers import WorkerProcess
 from quantdrift.stack import EmbeddedStack
-from support.e2e import Gateway, example_config, isolated_world, start_gateway
+from support.e2e import Gateway, example_config, scripted_world, start_gateway
 from support.guard import until_seen
 from support.scripted_llm import ScriptedLLM
-from support.workers import start_worker
 
 openai = pytest.importorskip("openai")
 
@@ -57,16 +56,12 @@ CAPPED_REQUESTS, ARMING, QUIET = 40, 7, 60
 def world(
     stack: EmbeddedStack, tmp_path: Path
 ) -> Iterator[tuple[Settings, WorkerProcess, dict[str, str], ScriptedLLM]]:
-    with isolated_world(stack, tmp_path, POLICY) as (settings, env):
-        llm = ScriptedLLM().start()
+    def script(llm: ScriptedLLM) -> None:
         llm.texts["int4"] = ANSWERS[0]
         llm.variants["bf16"] = ANSWERS
-        worker = start_worker(settings, stack.redis_url)
-        try:
-            yield settings, worker, env, llm
-        finally:
-            worker.stop()
-            llm.stop()
+
+    with scripted_world(stack, tmp_path, POLICY, script) as world:
+        yield world
 
 
 def chat(gw: Gateway, n: int, first: int) -> None:

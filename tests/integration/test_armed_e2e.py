@@ -39,10 +39,9 @@ import pytest
 from quantdrift.config import Settings
 from quantdrift.demo.workers import WorkerProcess
 from quantdrift.stack import EmbeddedStack
-from support.e2e import Gateway, cli, example_config, isolated_world, start_gateway, verdict_api
+from support.e2e import Gateway, cli, example_config, scripted_world, start_gateway, verdict_api
 from support.guard import records_for, until_seen
 from support.scripted_llm import ScriptedLLM
-from support.workers import start_worker
 
 openai = pytest.importorskip("openai")
 
@@ -69,16 +68,12 @@ POLICY = {"default": {"min_pairs": 5, "min_floor_pairs": FLOOR, "unarmed_alert_p
 def world(
     stack: EmbeddedStack, tmp_path: Path
 ) -> Iterator[tuple[Settings, WorkerProcess, dict[str, str], ScriptedLLM]]:
-    with isolated_world(stack, tmp_path, POLICY) as (settings, env):
-        llm = ScriptedLLM().start()
+    def script(llm: ScriptedLLM) -> None:
         llm.texts["int4"] = ANSWERS[0]
         llm.variants["bf16"] = ANSWERS
-        worker = start_worker(settings, stack.redis_url)
-        try:
-            yield settings, worker, env, llm
-        finally:
-            worker.stop()
-            llm.stop()
+
+    with scripted_world(stack, tmp_path, POLICY, script) as world:
+        yield world
 
 
 @pytest.fixture

@@ -34,10 +34,9 @@ from quantdrift.demo.workers import WorkerProcess
 from quantdrift.detectors.script import language_of
 from quantdrift.schemas import AlertEvent
 from quantdrift.stack import EmbeddedStack
-from support.e2e import example_config, isolated_world, start_gateway
+from support.e2e import example_config, scripted_world, start_gateway
 from support.guard import records_for, until_seen
 from support.scripted_llm import PREFERRED, ScriptedLLM, words_of
-from support.workers import start_worker
 
 openai = pytest.importorskip("openai")
 
@@ -73,18 +72,14 @@ def reference_forcing(tokens: list[str]) -> list[tuple[float, int]]:
 def world(
     stack: EmbeddedStack, tmp_path: Path
 ) -> Iterator[tuple[Settings, WorkerProcess, dict[str, str], ScriptedLLM]]:
-    with isolated_world(stack, tmp_path, POLICY) as (settings, env):
-        llm = ScriptedLLM().start()
+    def script(llm: ScriptedLLM) -> None:
         llm.texts.update({"int4": EN, "bf16": EN})
         llm.answer["int4"] = lambda body: ZH_STUTTER if chinese(body) else None
         llm.answer["bf16"] = lambda body: ZH if chinese(body) else None
         llm.forced["bf16"] = reference_forcing
-        worker = start_worker(settings, stack.redis_url)
-        try:
-            yield settings, worker, env, llm
-        finally:
-            worker.stop()
-            llm.stop()
+
+    with scripted_world(stack, tmp_path, POLICY, script) as world:
+        yield world
 
 
 def test_the_alert_names_the_slice_and_the_first_divergent_token(

@@ -14,7 +14,7 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,13 +24,14 @@ import httpx
 import yaml
 
 from quantdrift.config import Settings
-from quantdrift.demo.workers import settings_env
+from quantdrift.demo.workers import WorkerProcess, settings_env
 from quantdrift.stack import EmbeddedStack, free_port
 from quantdrift.stack.ports import stop_popen
 from support.cli import quantdrift
 from support.guard import isolated_settings, make_topics
 from support.redis_keys import forget_prefix
 from support.scripted_llm import ScriptedLLM
+from support.workers import start_worker
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -171,3 +172,23 @@ def isolated_world(
         yield settings, env
     finally:
         forget_prefix(stack.redis_url, prefix)
+
+
+@contextmanager
+def scripted_world(
+    stack: EmbeddedStack,
+    workdir: Path,
+    policy: dict[str, Any],
+    script: Callable[[ScriptedLLM], None],
+) -> Iterator[tuple[Settings, WorkerProcess, dict[str, str], ScriptedLLM]]:
+    """``isolated_world`` with a scripted LLM (``script`` sets its answers) and a real
+    worker on those settings; both stopped afterwards."""
+    with isolated_world(stack, workdir, policy) as (settings, env):
+        llm = ScriptedLLM().start()
+        script(llm)
+        worker = start_worker(settings, stack.redis_url)
+        try:
+            yield settings, worker, env, llm
+        finally:
+            worker.stop()
+            llm.stop()
