@@ -16,13 +16,17 @@ Redis), a real ``quantdrift worker`` child with the default policy, the gateway
 (``Gateway`` on uvicorn in this process, its publisher on the stack's broker, every
 request shadowed, a share of them noise pairs for the floor), requests from the
 ``openai`` SDK, and the report is ``quantdrift shadow report`` (run as a user runs it,
-on the config file this writes) once every build's pairs are judged.
+on the config file this writes) once every build's pairs are judged. The gateway runs
+without route control: a build the breaker opens keeps being judged (users stay on the
+route's candidate), since the question here is which build passes, not the rollback.
 
-Prompts: the first ``--prompts`` *sampled* prompts of ``corpus/prompts.jsonl.gz``
-(T 0.7, top-p 0.9, one seed per prompt, at most ``--max-tokens`` new tokens): one
-decoding mode, so the noise pairs fill one floor. ``--concurrency`` bounds the requests
-in flight, and the gateway's ``shadow_concurrency`` the shadow jobs, so engines that
-are busy with other work (a recording) are not swamped.
+Prompts: the first ``--prompts`` *sampled* prompts of ``corpus/prompts.jsonl.gz`` of
+at most ``--max-input-tokens`` (a forced pass over a long prompt holds a
+full-vocabulary row per position), T 0.7, top-p 0.9, one seed per prompt, at most
+``--max-tokens`` new tokens: one decoding mode, so the noise pairs fill one floor.
+``--concurrency`` bounds the requests in flight, and the gateway's
+``shadow_concurrency`` the shadow jobs, so engines busy with other work (a recording)
+are not swamped.
 
 Cost (``--cost NAME=X``): weight bits by default where the name says them (``int8``
 8, ``int4`` 4, ``int3`` 3); the report ranks passing builds cheapest first.
@@ -83,12 +87,13 @@ def default_cost(name: str) -> float | None:
     return float(m.group(1)) if m else None
 
 
-def sampled_prompts(n: int) -> list[dict[str, Any]]:
+def sampled_prompts(n: int, max_input_tokens: int) -> list[dict[str, Any]]:
+    """The corpus's first ``n`` sampled prompts of at most ``max_input_tokens``."""
     out = []
     with gzip.open(ROOT / "corpus" / "prompts.jsonl.gz", "rt") as f:
         for line in f:
             p = json.loads(line)
-            if p["decoding"] == "sampled":
+            if p["decoding"] == "sampled" and p["input_tokens"] <= max_input_tokens:
                 out.append(p)
                 if len(out) == n:
                     break
@@ -198,7 +203,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     if missing:
         raise SystemExit(f"not in {args.engines}: {missing}; it names {sorted(engines)}")
     models = {n: await served_model(engines[n]) for n in (*builds, args.reference)}
-    prompts = sampled_prompts(args.prompts)
+    prompts = sampled_prompts(args.prompts, args.max_input_tokens)
     data = gateway_config(engines, models, args)
     work = Path(tempfile.mkdtemp(prefix="qd-side-by-side-"))
     with EmbeddedStack(redis_probe_url=None) as stack:
@@ -239,6 +244,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         "engines": {n: models[n] for n in (*builds, args.reference)},
         "prompts": len(prompts),
         "max_tokens": args.max_tokens,
+        "max_input_tokens": args.max_input_tokens,
         "concurrency": args.concurrency,
         "noise_sample_rate": args.noise,
         "answered_s": round(answered_s, 1),
@@ -259,8 +265,9 @@ def render(r: dict[str, Any]) -> str:
     engines = ", ".join(f"{k} = `{v}`" for k, v in r["engines"].items())
     about = (
         f"`{r['command']}` ({r['uptime']}). Engines: {engines}; {r['prompts']} sampled "
-        f"corpus prompts, at most {r['max_tokens']} new tokens, {r['concurrency']} requests "
-        f"in flight, every request shadowed, noise share {r['noise_sample_rate']}. Reference "
+        f"corpus prompts of at most {r['max_input_tokens']} input tokens, at most "
+        f"{r['max_tokens']} new tokens, {r['concurrency']} requests in flight, every "
+        f"request shadowed, noise share {r['noise_sample_rate']}. Reference "
         f"answers for shadow pairs: {r['reference_shadow_calls']} (one per request, for "
         f"every build). Users answered in {r['answered_s']} s (p50 {r['user_p50_s']} s a "
         f"request), every shadow job done at {r['shadowed_s']} s."
@@ -291,6 +298,7 @@ def main() -> int:
     )  # fmt: skip
     parser.add_argument("--prompts", type=int, default=80)
     parser.add_argument("--max-tokens", type=int, default=64)
+    parser.add_argument("--max-input-tokens", type=int, default=1024)
     parser.add_argument("--concurrency", type=int, default=4)
     parser.add_argument("--noise", type=float, default=0.3)
     parser.add_argument("--policy", type=Path, default=None)
