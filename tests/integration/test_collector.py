@@ -14,13 +14,16 @@ import uuid
 from typing import Any
 
 import pytest
+import redis
 from prometheus_client.parser import text_string_to_metric_families
 
 from quantdrift.config import KafkaSettings
+from quantdrift.gateway.control.evidence import EvidenceWatch
 from quantdrift.gateway.foreign.collector import create_collector_app
 from quantdrift.gateway.http.service import Gateway
 from quantdrift.gateway.shadow.publisher import ShadowPublisher
 from quantdrift.schemas import PairEvent
+from quantdrift.schemas.keys import route_key
 from quantdrift.stack import EmbeddedStack
 from support.gateway_upstream import (
     GOOD,
@@ -161,3 +164,67 @@ async def test_a_slow_reference_and_a_full_queue_never_slow_the_202(
     assert dropped >= 35
     assert 'shadow_dropped_total{reason="queue_full",stage="queue"}' in metrics
     assert 'collector_requests_total{outcome="refused",route="-"} 1.0' in metrics
+
+
+async def test_the_collectors_share_follows_the_route_evidence_as_the_gateways_does(
+    scripted_memory: Scripted,
+    stack: EmbeddedStack,
+) -> None:
+    """One rule (``control/share.py``) for both roles: a collector with ``adaptive_share``
+    reads the breaker's state for the route as the gateway does, and dual-runs the most
+    of what is mirrored while the route is warming, the floor once it is armed and quiet."""
+    prefix = f"qdtest:{uuid.uuid4().hex}:"
+    state = route_key(prefix, ROUTE, "state")
+    ready = {"armed": True, "progress": 0.0, "short_slices": 0, "slices": 0}
+    armed_quiet = {"state": "closed", "pairs_seen": 99, "readiness": ready}
+    config = make_config(
+        scripted_memory, GOOD, timeouts=ROOMY, noise_sample_rate=0.0, sample_salt="s",
+        collector={"mirrored_share": SHARE},
+        adaptive_share={"floor": 0.0, "max": 1.0, "refresh_s": 0.1},
+    )  # fmt: skip
+    evidence = EvidenceWatch(config, stack.redis_url, prefix)
+    collector = Gateway(
+        config,
+        publisher=ShadowPublisher(
+            KafkaSettings(bootstrap_servers=stack.bootstrap), 1.0, topic=unique_topic("pairs")
+        ),
+        evidence=evidence,
+        mirrored_share=SHARE,
+        transport=scripted_memory.transport,
+    )
+    r = redis.Redis.from_url(stack.redis_url)
+
+    async def outcomes(client: Any, tag: str, n: int = 20) -> set[str]:
+        got = set()
+        for i in range(n):
+            body = chat_body(f"share {tag} {i}", temperature=0.7)
+            resp = await client.post("/v1/chat/completions", json=body)
+            assert resp.status_code == 202, resp.text
+            got.add(resp.json()["outcome"])
+        return got
+
+    async def until_reason(client: Any, reason: str) -> dict[str, Any]:
+        async with asyncio.timeout(10):
+            while True:
+                view = (await client.get("/health")).json()["routes"][ROUTE]["shadow_share"]
+                if view["reason"] == reason:
+                    return dict(view)
+                await asyncio.sleep(0.05)
+
+    try:
+        async with in_process(collector, create_collector_app) as client:
+            # No state yet: warming, the max: every mirrored request is dual-run.
+            assert (await until_reason(client, "warming"))["share"] == 1.0
+            assert await outcomes(client, "warming") == {"accepted"}
+            # The worker's state says armed, its tests far from their thresholds: the floor.
+            r.hset(state, mapping={"v": 1, "s": json.dumps(armed_quiet)})
+            assert (await until_reason(client, "quiet"))["share"] == 0.0
+            assert await outcomes(client, "quiet") == {"not_sampled"}
+            assert collector.spend_figures()[ROUTE]["share"] == 0.0  # times mirrored_share
+            # A change of engine restarts the evidence (the state says warming): the max again.
+            r.delete(state)
+            await until_reason(client, "warming")
+            assert collector.spend_figures()[ROUTE]["share"] == pytest.approx(SHARE)
+    finally:
+        r.delete(state)
+        r.close()

@@ -180,13 +180,15 @@ def scripted_world(
     workdir: Path,
     policy: dict[str, Any],
     script: Callable[[ScriptedLLM], None],
+    web_port: int | None = None,
 ) -> Iterator[tuple[Settings, WorkerProcess, dict[str, str], ScriptedLLM]]:
     """``isolated_world`` with a scripted LLM (``script`` sets its answers) and a real
-    worker on those settings; both stopped afterwards."""
+    worker on those settings (``web_port``: its status page there); both stopped
+    afterwards."""
     with isolated_world(stack, workdir, policy) as (settings, env):
         llm = ScriptedLLM().start()
         script(llm)
-        worker = start_worker(settings, stack.redis_url)
+        worker = start_worker(settings, stack.redis_url, web_port=web_port)
         try:
             yield settings, worker, env, llm
         finally:

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
-from typing import Protocol
+from typing import Any, Protocol
 
 from quantdrift.breaker.outbox import (
     Outbox,
@@ -233,6 +233,12 @@ class BreakerStore(Protocol):
     async def duplicates(self, route: str) -> int:
         """How many folds of this route were refused as already seen (redeliveries)."""
         ...
+
+    async def spend_reports(self, route: str) -> list[dict[str, Any]]:
+        """The live gateways' reports of their shadow spend and share on the route
+        (``schemas.keys.spend_key``), what the status page sums; a store no gateway
+        reports to has none."""
+        return []
 
     async def claim(self, route: str, owner: str, ttl_ms: int = 10_000) -> Claim | None:
         """The outbox for ``owner`` alone; None when another holder has it, or it is empty."""

@@ -41,7 +41,7 @@ from quantdrift.breaker.state import RouteState, Transition
 from quantdrift.breaker.step import DECODING_MODES, FoldedMany, floor_key_suffix, fold_many
 from quantdrift.detectors.noise_floor import NoiseFloor, NoiseFloorState
 from quantdrift.errors import BreakerStoreError
-from quantdrift.schemas.keys import noise_key, route_key
+from quantdrift.schemas.keys import noise_key, route_key, spend_key, spenders_key
 from quantdrift.schemas.score import ScoreEvent
 from quantdrift.schemas.signing import CommandSigner
 
@@ -110,6 +110,24 @@ class RedisBreakerStore(BreakerStore):
         with redis_errors():
             raw = await self._r.hget(self._k(route, "stats"), "duplicates")
         return int(raw or 0)
+
+    async def spend_reports(self, route: str) -> list[dict[str, Any]]:
+        """The reports still alive of the gateways in the route's spenders set; a report
+        that is not a JSON object is left out (a gateway's, not the breaker's, to fix)."""
+        with redis_errors():
+            names = await self._r.zrange(spenders_key(self._p, route), 0, -1)
+            if not names:
+                return []
+            raws = await self._r.mget([spend_key(self._p, route, _text(n)) for n in names])
+        reports = []
+        for raw in raws:
+            try:
+                data = orjson.loads(raw) if raw else None
+            except orjson.JSONDecodeError:
+                continue
+            if isinstance(data, dict):
+                reports.append(data)
+        return reports
 
     async def _read_hash(self, key: str, build: Callable[[Any], Any]) -> tuple[Any, int]:
         with redis_errors():
@@ -311,6 +329,10 @@ class RedisBreakerStore(BreakerStore):
 
     async def release(self, claim: Claim) -> None:
         await self._outbox.release(claim)
+
+
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
 
 
 def _batch_args(

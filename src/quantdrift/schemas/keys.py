@@ -12,6 +12,10 @@ gateway in another language reads ``route_key(prefix, route, "command")``.
   {prefix}route:{R}:noise:MODE      hash  noise floor per decoding mode (gateways read
                                           its size to fill it: ``noise_key``)
   {prefix}route:{R}:audit           stream  verdict API: webhook answers and Flagger events
+  {prefix}route:{R}:spend:GW        str   one gateway's shadow spend and share on the route
+                                          (JSON, TTL: gone with the gateway; ``spend_key``)
+  {prefix}route:{R}:spenders        zset  the gateways that report there, scored by when
+                                          they last did (each prunes the silent ones)
   {prefix}routes                    set   every route seen (outside any Lua step)
   {prefix}breaker:alive             str   set by a worker once the routes' states are known;
                                           absent: a first start, or a Redis that lost its
@@ -39,6 +43,22 @@ def noise_key(prefix: str, route: str, mode: str) -> str:
     """A route's noise floor for one decoding mode: hash ``v`` (version), ``s`` (JSON:
     metric -> the floor's values, as ``NoiseFloorState.to_json`` writes it)."""
     return route_key(prefix, route, f"noise:{mode}")
+
+
+def spend_key(prefix: str, route: str, gateway: str) -> str:
+    """One gateway's report of what shadowing ``route`` spent on its upstreams and its share
+    now (``gateway/control/spend_report.py`` writes it, the worker's status page sums it).
+
+    >>> spend_key("qd:", "cs-agent/int4", "gw-1")
+    'qd:route:{cs-agent/int4}:spend:gw-1'
+    """
+    return route_key(prefix, route, f"spend:{gateway}")
+
+
+def spenders_key(prefix: str, route: str) -> str:
+    """The gateways reporting spend on ``route``: a sorted set, member the gateway, score
+    the time of its last report; a reader takes the members and reads their ``spend_key``."""
+    return route_key(prefix, route, "spenders")
 
 
 def routes_key(prefix: str) -> str:

@@ -20,6 +20,7 @@ from quantdrift.gateway.chain.slices import DIMENSIONS
 from quantdrift.gateway.control.controller import RouteController
 from quantdrift.gateway.control.evidence import EvidenceWatch
 from quantdrift.gateway.control.floors import FloorWatch
+from quantdrift.gateway.control.spend_report import SpendReport
 from quantdrift.gateway.control.targets import resolver_for
 from quantdrift.gateway.foreign.follower import NginxFollower, reload_argv
 from quantdrift.gateway.gateway_config import GatewayConfig, load_config, parse_config
@@ -54,10 +55,12 @@ def build_gateway(
         queue_size=config.shadow_queue,
         hash_prompts=settings.hash_prompts,
     )
-    controller = floors = evidence = None
+    controller = floors = evidence = spend_report = None
     if control:
-        floors = FloorWatch(config, configured_redis_url(settings), settings.redis.key_prefix)
-        evidence = EvidenceWatch(config, configured_redis_url(settings), settings.redis.key_prefix)
+        redis_url, prefix = configured_redis_url(settings), settings.redis.key_prefix
+        floors = FloorWatch(config, redis_url, prefix)
+        evidence = EvidenceWatch(config, redis_url, prefix)
+        spend_report = SpendReport(redis_url, prefix)
         controller = build_controller(config, settings)
     return Gateway(
         config,
@@ -67,6 +70,7 @@ def build_gateway(
         preflight_keys=trusted(settings.signing),
         floors=floors,
         evidence=evidence,
+        spend_report=spend_report,
         mirrored_share=config.collector.mirrored_share if collector else 1.0,
     )
 

@@ -120,6 +120,59 @@ def route_view(route: str, state: RouteState, ready: Readiness | None = None) ->
     }
 
 
+SPEND_SIDES = ("reference", "candidate")
+SPEND_FIGURES = ("calls", "tokens", "seconds", "teacher_forcing_calls", "unmetered")
+
+
+def spend_view(reports: Sequence[Mapping[str, Any]]) -> dict[str, Any] | None:
+    """A route's shadow spend summed over the live gateways' reports, and their shares.
+
+    Each gateway reports its totals since it started (``gateway/control/spend_report.py``):
+    per side, calls, tokens, seconds, teacher-forcing calls and calls whose tokens went
+    unreported, all spent on shadowing and none on users. The sum is over the gateways
+    alive now; a share is each gateway's own (adaptive shares differ across replicas), so
+    the page shows their range and the reasons given. None: no gateway reports.
+
+    >>> r = {"calls": 2, "tokens": 30, "seconds": 0.5, "teacher_forcing_calls": 1}
+    >>> v = spend_view([{"share": 0.05, "share_reason": "flat", "reference": r},
+    ...                 {"share": 0.2, "share_reason": "warming", "reference": r}])
+    >>> v["gateways"], v["reference"]["tokens"], v["share_min"], v["share_max"], v["reasons"]
+    (2, 60, 0.05, 0.2, ['flat', 'warming'])
+    >>> spend_view([]) is None
+    True
+    """
+    if not reports:
+        return None
+    sides: dict[str, dict[str, float]] = {
+        side: dict.fromkeys(SPEND_FIGURES, 0) for side in SPEND_SIDES
+    }
+    shares: list[float] = []
+    reasons: set[str] = set()
+    for report in reports:
+        for side, totals in sides.items():
+            figures = report.get(side)
+            if not isinstance(figures, Mapping):
+                continue
+            for name in SPEND_FIGURES:
+                value = figures.get(name)
+                if isinstance(value, int | float) and not isinstance(value, bool):
+                    totals[name] += value
+        share = report.get("share")
+        if isinstance(share, int | float) and not isinstance(share, bool):
+            shares.append(float(share))
+        if isinstance(report.get("share_reason"), str):
+            reasons.add(report["share_reason"])
+    for totals in sides.values():
+        totals["seconds"] = round(totals["seconds"], 3)
+    return {
+        "gateways": len(reports),
+        **sides,
+        "share_min": min(shares, default=None),
+        "share_max": max(shares, default=None),
+        "reasons": sorted(reasons),
+    }
+
+
 def status_json(
     states: Mapping[str, RouteState],
     stats: StatsLike,
@@ -127,8 +180,12 @@ def status_json(
     now: float,
     lag: Mapping[str, int] | None = None,
     readiness: Mapping[str, Readiness] | None = None,
+    spend: Mapping[str, dict[str, Any] | None] | None = None,
 ) -> dict[str, Any]:
+    """``/status.json``; ``spend``: per route, the live gateways' shadow spend and shares
+    (``spend_view``), None or absent where no gateway reports."""
     ready = readiness or {}
+    spent = spend or {}
     return {
         "now": now,
         "worker": {
@@ -146,6 +203,7 @@ def status_json(
             {
                 **route_view(r, s, ready.get(r)),
                 "similarity": [v for _, v in history.points.get(r, ())],
+                "shadow_spend": spent.get(r),
             }
             for r, s in sorted(states.items())
         ],
@@ -339,7 +397,10 @@ th{background:#f4f4f4} .closed{color:#117733} .open{color:#cc3311;font-weight:bo
 <h1>quantdrift worker</h1>
 <p id="meta">loading…</p>
 <table id="routes"><thead><tr><th>route</th><th>state</th><th>target</th><th>epoch</th>
-<th>pairs</th><th>armed</th><th>last decision</th><th>similarity</th><th>trend</th></tr></thead>
+<th>pairs</th><th>armed</th><th>last decision</th><th>similarity</th><th>trend</th>
+<th title="the share of the route's traffic shadowed now, per live gateway">shadow share</th>
+<th title="spent on the reference by shadowing, summed over live gateways (no user traffic)">
+reference spend</th></tr></thead>
 <tbody></tbody></table>
 <script>
 "use strict";
@@ -352,6 +413,19 @@ function spark(values) {
   return '<svg class="spark" width="' + w + '" height="' + h + '" data-n="' + values.length +
     '"><polyline fill="none" stroke="#0072b2" stroke-width="1.5" points="' + pts.join(" ") +
     '"/></svg>';
+}
+function pct(x) { return (100 * x).toFixed(x < 0.1 ? 1 : 0) + "%"; }
+function share(sp) {
+  if (!sp || sp.share_min == null) return "–";
+  const range = sp.share_min === sp.share_max ? pct(sp.share_min) :
+    pct(sp.share_min) + "–" + pct(sp.share_max);
+  return range + " (" + sp.reasons.join(", ") + ")";
+}
+function spent(sp) {
+  if (!sp) return "–";
+  const r = sp.reference;
+  return r.tokens + " tok · " + r.seconds.toFixed(1) + " s · " + r.calls + " calls (" +
+    r.teacher_forcing_calls + " forced) · " + sp.gateways + " gw";
 }
 function esc(s) {
   return String(s).replace(/[&<>"]/g, c => ({"&": "&amp;", "<": "&lt;", ">": "&gt;",
@@ -366,7 +440,12 @@ async function refresh() {
     const rows = data.routes.map(x =>
       '<tr class="route" data-route="' + esc(x.route) + '" data-state="' + x.state +
       '" data-pairs="' + x.pairs_seen + '" data-epoch="' + x.epoch +
-      '" data-armed="' + x.armed + '">' +
+      '" data-armed="' + x.armed + '"' + (x.shadow_spend ?
+        ' data-share-max="' + x.shadow_spend.share_max + '" data-reference-tokens="' +
+        x.shadow_spend.reference.tokens + '" data-reference-seconds="' +
+        x.shadow_spend.reference.seconds + '" data-forced="' +
+        x.shadow_spend.reference.teacher_forcing_calls + '" data-gateways="' +
+        x.shadow_spend.gateways + '"' : "") + ">" +
       "<td>" + esc(x.route) + "</td>" +
       '<td class="' + x.state + '">' + x.state + (x.locked ? " (locked)" : "") +
       x.held_slices.map(h => ' <span class="' + h.breaker + '" data-slice="' + esc(h.slice) +
@@ -378,7 +457,8 @@ async function refresh() {
       (x.missing.length ? " (" + x.missing.length + " abstaining)" : "") +
       "</td><td>" + esc(x.last_decision) + "</td><td>" +
       (x.last_similarity == null ? "–" : x.last_similarity.toFixed(3)) + "</td><td>" +
-      spark(x.similarity) + "</td></tr>");
+      spark(x.similarity) + '</td><td class="share">' + esc(share(x.shadow_spend)) +
+      '</td><td class="spend">' + esc(spent(x.shadow_spend)) + "</td></tr>");
     document.querySelector("#routes tbody").innerHTML = rows.join("");
     const w = data.worker;
     document.getElementById("meta").textContent =

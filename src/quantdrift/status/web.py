@@ -26,6 +26,7 @@ from quantdrift.status.page import (
     StatsLike,
     TierCounts,
     metrics_text,
+    spend_view,
     status_json,
 )
 from quantdrift.status.watchdog import StallWatch, consumer_state, look
@@ -55,6 +56,7 @@ def attach_status(
     snap: dict[str, Any] = {
         "states": {},
         "readiness": {},
+        "spend": {},
         "history": History(),
         "latency": LatencyHistogram(),
         "store_ok": None,
@@ -66,15 +68,19 @@ def attach_status(
             s = store()
             states: dict[str, RouteState] = {}
             ready: dict[str, Readiness] = {}
+            spend: dict[str, dict[str, Any] | None] = {}
             for route in await s.routes():
                 state, _ = await s.read(route)
                 states[route] = state
+                # The live gateways' spend and shares (gateway/control/spend_report.py).
+                spend[route] = spend_view(await s.spend_reports(route))
                 snap["history"].observe(route, state)
                 if policy is not None:
                     floors = await s.read_floors(route)
                     ready[route] = readiness(policy.for_route(route), state, floors)
             snap["states"] = states
             snap["readiness"] = ready
+            snap["spend"] = spend
             snap["store_ok"] = True
         except BreakerStoreError as exc:
             snap["store_ok"] = False
@@ -117,7 +123,13 @@ def attach_status(
     @app.page("/status.json")
     async def status_data(self: Any, request: Any) -> Any:
         body = status_json(
-            snap["states"], stats, snap["history"], clock(), watch.behind, snap["readiness"]
+            snap["states"],
+            stats,
+            snap["history"],
+            clock(),
+            watch.behind,
+            snap["readiness"],
+            snap["spend"],
         )
         body["stalled"] = watch.report()
         return self.json(body, headers={"Cache-Control": "no-store"})

@@ -1,4 +1,4 @@
-"""One background reader of breaker keys in Redis, for the gateway's watches.
+"""One background Redis task for the gateway's watches: readers of breaker keys, one writer.
 
 ``FloorWatch`` (noise floors) and ``EvidenceWatch`` (the adaptive share's evidence)
 read different keys for different uses, but their lives are the same: open a client
@@ -6,7 +6,9 @@ with short socket timeouts, read once at start, then read every few seconds unde
 supervisor, keeping the last values through a Redis that goes away and logging the
 first failure and every twentieth. That life is this class; a watch says what it
 reads (``read``), how often (``every_s``), whether it runs at all (``active``), and the
-words its warnings use.
+words its warnings use. The spend report (``spend_report.py``) lives the same life
+and writes in its ``read`` step: its reports are the gateway's, the keys the worker's
+status page reads.
 """
 
 from __future__ import annotations
@@ -73,9 +75,13 @@ class RedisPoll:
             log.warning("%s unreadable at start (%r); %s", self.what, exc, self.at_start)
         self._task = self.supervisor.spawn(self.task_name, self._follow)
 
-    async def stop(self) -> None:
+    async def stop_task(self) -> None:
+        """Cancel the polling task, keeping the client (a last write on the way out)."""
         await cancelled(self._task)
         self._task = None
+
+    async def stop(self) -> None:
+        await self.stop_task()
         if self._redis is not None:
             redis, self._redis = self._redis, None
             await redis.aclose()

@@ -90,6 +90,10 @@ def health(gateway: Gateway, private: bool = True) -> dict[str, Any]:
         "control_known": gateway.controller is None or gateway.controller.backstop_known,
         # True: neither control source answered for control_stale_s; routes on the reference.
         "control_stale": gateway.control_stale(),
+        # This gateway's reports to the worker's status page (``spend_report.py``).
+        "spend_report": None
+        if gateway.spend_report is None
+        else {"gateway": gateway.spend_report.name, "errors": gateway.spend_report.read_errors},
         "shadow_queue": gateway.shadow.depth,
         "shadow_in_flight": gateway.shadow.in_flight,
         "auth": gateway.auth.enabled,

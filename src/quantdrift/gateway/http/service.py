@@ -28,6 +28,7 @@ from quantdrift.gateway.control.evidence import EvidenceWatch, ShareGovernor
 from quantdrift.gateway.control.floors import FloorWatch
 from quantdrift.gateway.control.preflight_gate import PreflightGate
 from quantdrift.gateway.control.share import Evidence
+from quantdrift.gateway.control.spend_report import SpendReport
 from quantdrift.gateway.gateway_config import GatewayConfig, candidate_route
 from quantdrift.gateway.guards.auth import Authenticator
 from quantdrift.gateway.guards.capacity import RetryBudget
@@ -69,12 +70,14 @@ class Gateway:
         preflight_keys: Mapping[str, TrustedKey] | None = None,
         floors: FloorWatch | None = None,
         evidence: EvidenceWatch | None = None,
+        spend_report: SpendReport | None = None,
         mirrored_share: float = 1.0,
         transport: Transport | None = None,
     ) -> None:
         self.config = config
         self.floors = floors
         self.evidence = evidence
+        self.spend_report = spend_report
         self.publisher = publisher
         self.degradations = degradations
         self.controller = controller
@@ -134,7 +137,10 @@ class Gateway:
         # One supervisor for every long-lived task: crashes counted in /metrics, and a
         # task given up on makes /health answer 503.
         self.supervisor = Supervisor()
-        parts = (self.shadow, self.preflight, publisher, degradations, controller, floors, evidence)
+        if spend_report is not None:  # for the worker's status page (``spend_report.py``)
+            spend_report.bind(self.spend_figures)
+        parts = (self.shadow, self.preflight, publisher, degradations, controller, floors,
+                 evidence, spend_report)  # fmt: skip
         for part in parts:
             if part is not None:
                 part.supervisor = self.supervisor
@@ -178,6 +184,8 @@ class Gateway:
             await self.floors.start()
         if self.evidence is not None:
             await self.evidence.start()
+        if self.spend_report is not None:
+            await self.spend_report.start()
 
     async def stop(self, timeout: float | None = None) -> None:
         """Stop everything; shadow jobs get ``shadow_drain_s`` (or ``timeout``) to finish."""
@@ -188,6 +196,8 @@ class Gateway:
         if self.evidence is not None:
             await self.evidence.stop()
         await self.shadow.stop(timeout)
+        if self.spend_report is not None:  # after the drain: its jobs' spend is in
+            await self.spend_report.stop()
         if self.controller is not None:
             await self.controller.stop()
         if self.publisher is not None:
@@ -225,6 +235,29 @@ class Gateway:
         if last is not None and last.reason == "floor":
             return False
         return self.floors is not None and self.floors.filling(route)
+
+    def spend_figures(self) -> dict[str, dict[str, object]]:
+        """Per route id (extra candidates' included), what shadowing spent since start and
+        the share of the route's traffic shadowed now: this gateway's spend report.
+
+        The share is the adaptive share's last decision (or, before the route's first
+        request, the one it would make), else the route's flat ``shadow_sample_rate``;
+        either times ``mirrored_share`` (a collector sees only what is mirrored to it).
+        An extra candidate is judged on its route's sampled requests: the same share.
+        """
+        out: dict[str, dict[str, object]] = {}
+        for route, rc in self.config.routes.items():
+            last = self.shares.last.get(route)
+            if last is None and self.shares.share(route, requests=0) is not None:
+                last = self.shares.last[route]
+            share = last.share if last is not None else self.config.shadow_rate(route)
+            head = {
+                "share": round(share * self.shadow.mirrored_share, 6),
+                "share_reason": last.reason if last is not None else "flat",
+            }
+            for sub in (route, *(candidate_route(route, p) for p in rc.extra_candidates)):
+                out[sub] = {**head, **self.shadow.spend.totals(sub)}
+        return out
 
     def share(self, route: str) -> float | None:
         """The route's adaptive shadow share for one request, None for a flat route."""

@@ -31,6 +31,8 @@ from quantdrift.gateway.upstream.teacher_forcing import Outcome, Scored
 
 PURPOSES = ("shadow", "noise", "teacher_forcing")
 SIDES = ("reference", "candidate")
+# One side's figures in ``SpendMeter.totals`` (and a gateway's spend report).
+TOTALS = ("calls", "tokens", "seconds", "teacher_forcing_calls", "unmetered")
 
 
 @dataclass(slots=True)
@@ -126,6 +128,32 @@ class SpendMeter:
             if purpose == "shadow" and r == routes[0]:
                 jobs += spent.calls
         return tokens, jobs
+
+    def totals(self, route: str) -> dict[str, dict[str, float]]:
+        """Per side, the route's totals over every purpose, with its teacher-forcing calls
+        counted apart: the figures a gateway reports to the status page
+        (``control/spend_report.py``).
+
+        >>> meter = SpendMeter()
+        >>> meter.add("r", "reference", "shadow", 0.5, prompt_tokens=7, completion_tokens=3)
+        >>> meter.add("r", "reference", "teacher_forcing", 0.25, prompt_tokens=12,
+        ...           completion_tokens=1)
+        >>> meter.totals("r")["reference"]  # doctest: +NORMALIZE_WHITESPACE
+        {'calls': 2, 'tokens': 23, 'seconds': 0.75, 'teacher_forcing_calls': 1,
+         'unmetered': 0}
+        """
+        out: dict[str, dict[str, float]] = {}
+        for (r, side, purpose), spent in self._spent.items():
+            if r != route:
+                continue
+            row = out.setdefault(side, dict.fromkeys(TOTALS, 0))
+            row["calls"] += spent.calls
+            row["tokens"] += spent.prompt_tokens + spent.completion_tokens
+            row["seconds"] = round(row["seconds"] + spent.seconds, 6)
+            row["unmetered"] += spent.unmetered
+            if purpose == "teacher_forcing":
+                row["teacher_forcing_calls"] += spent.calls
+        return out
 
     def view(self, route: str) -> dict[str, dict[str, dict[str, Any]]]:
         """Per side and purpose, the route's totals (``/health``)."""
