@@ -1,6 +1,7 @@
 """The decision table on the recorded traffic corpus: no replay, calibration drawn apart.
 
-    python bench/eval_corpus.py [--corpus corpus/pairs] [--draws 200] [--sizes 100,300,1000]
+    python bench/eval_corpus.py [--corpus corpus/pairs] [--prompts corpus/prompts.jsonl.gz]
+                                [--draws 200] [--sizes 100,300,1000]
                                 [--modes full,no-teacher-forcing,none] [--json]
                                 [--write docs/deciding.md]
 
@@ -17,9 +18,19 @@ int3 confined to one language, and to long inputs, at 10 % of traffic; and, per 
 value, a route that carries only that slice (``--slices``). Every row has the
 information limit measured on the same pairs.
 
+Correctness: a pair recorded without its prompt's checkable answer takes it from the
+prompts file (``quantdrift lab corpus build``, joined by prompt id; a prompt that does
+not match refuses the run), so the outcome test judges who got a checkable task right
+on every block. The table under the decisions gives, per answer kind, how many
+evaluation prompts are checkable and the share each side answered right.
+
 Prints one JSON document (``--json``) with ``distinct_eval_prompts``,
 ``calibration_prompts`` and ``rows`` (scenario, variant, calibration_prompts, mode,
-false_rollbacks, healthy_pairs, streams, delay_p50, delay_p90, missed, limit, ...).
+false_rollbacks, healthy_pairs, streams, delay_p50, delay_p90, missed, limit, ...),
+``answers`` (pairs that carried an answer, had one joined, had none to check, or a
+prompt id the prompts file lacks) and ``correctness`` (per answer kind and ``all``:
+``checkable`` evaluation prompts and ``rates``, the share right for the reference and
+each candidate).
 """
 
 from __future__ import annotations
@@ -36,6 +47,7 @@ from common import write_section
 
 from quantdrift.config import EmbeddingSettings
 from quantdrift.evaluation.corpus import CorpusEval, by_prompt, complete
+from quantdrift.lab.corpus.build import answers, load
 from quantdrift.services import corpus_eval
 from quantdrift.services.corpus_eval import CorpusRequest
 from quantdrift.services.pairs import read_pairs
@@ -76,6 +88,12 @@ def complete_prompts(path: Path) -> int:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--corpus", type=Path, default=ROOT / "corpus" / "pairs")
+    ap.add_argument(
+        "--prompts",
+        type=Path,
+        default=ROOT / "corpus" / "prompts.jsonl.gz",
+        help="the corpus's prompts file: checkable answers for pairs recorded without them",
+    )
     ap.add_argument("--draws", type=int, default=200, help="calibration draws (one stream each)")
     ap.add_argument("--slice-draws", type=int, default=40, help="draws for the per-slice rows")
     ap.add_argument("--sizes", default="100,300,1000", help="calibration sizes, in prompts")
@@ -89,6 +107,9 @@ def main(argv: list[str] | None = None) -> int:
     sizes = sorted(int(s) for s in args.sizes.split(","))
     if not args.corpus.exists():
         sys.exit(f"{args.corpus} is missing (quantdrift lab corpus record writes it)")
+    if not args.prompts.exists():
+        sys.exit(f"{args.prompts} is missing (quantdrift lab corpus build writes it)")
+    expected = answers(load(args.prompts))
     t0 = time.perf_counter()
     result: dict[str, Any] = {
         "bench": "eval_corpus",
@@ -106,6 +127,7 @@ def main(argv: list[str] | None = None) -> int:
             logprobs=mode,  # type: ignore[arg-type]
             seed=args.seed,
             embedder=args.embedder,
+            answers=expected,
         )
         # The pool is sized once for the largest calibration the corpus can spare while
         # keeping at least two thirds of its prompts for the streams.
@@ -120,6 +142,12 @@ def main(argv: list[str] | None = None) -> int:
         result["distinct_eval_prompts"] = len(ev.eval_pool)
         result["calibration_pool"] = pool
         result["calibration_prompts"] = [s for s in sizes if s <= pool] or [pool]
+        # Answers do not depend on the mode: the last mode's count stands for all.
+        result["answers"] = ev.joined.as_dict()
+        result["correctness"] = {
+            kind: {"checkable": c.checkable, "rates": c.rates()}
+            for kind, c in sorted(ev.correctness(VARIANTS).items())
+        }
         for size in result["calibration_prompts"]:
             for sc in scenarios(not args.no_slices, ev):
                 if sc.get("slice") and (size != min(300, pool) or mode != "full"):
@@ -187,6 +215,7 @@ def markdown(result: dict[str, Any]) -> str:
             f"{r['false_rollbacks']} of {r['healthy_pairs']:,} ({r['streams']}) | "
             f"{r['variant']} | {delay} | {r['missed']} | {_d(r['limit'])} |"
         )
+    lines += correctness_lines(result)
     if result.get("calibration_sizes_skipped"):
         lines += [
             "",
@@ -194,6 +223,31 @@ def markdown(result: dict[str, Any]) -> str:
             f"for the streams): {', '.join(result['calibration_sizes_skipped'])}.",
         ]
     return "\n".join(lines) + "\n"
+
+
+def correctness_lines(result: dict[str, Any]) -> list[str]:
+    """The correctness table: per answer kind, checkable evaluation prompts and the share
+    each side got right."""
+    table = result.get("correctness") or {}
+    if not table:
+        return []
+    sides = list(table["all"]["rates"])
+    a = result["answers"]
+    lines = [
+        "",
+        f"Correctness on the checkable evaluation prompts (answers: {a['carried']:,} pairs "
+        f"carried their own, {a['joined']:,} joined from the prompts file, "
+        f"{a['unchecked']:,} with nothing to check, {a['unknown']:,} unknown to it):",
+        "",
+        "| answer kind | checkable prompts | " + " | ".join(sides) + " |",
+        "|---|---" + "|---" * len(sides) + "|",
+    ]
+    kinds = [*sorted(k for k in table if k != "all"), "all"]
+    for kind in kinds:
+        rates = table[kind]["rates"]
+        cells = " | ".join(f"{100 * rates.get(s, 0.0):.1f} %" for s in sides)
+        lines.append(f"| {kind} | {table[kind]['checkable']} | {cells} |")
+    return lines
 
 
 if __name__ == "__main__":

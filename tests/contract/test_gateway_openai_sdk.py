@@ -19,7 +19,9 @@ from typing import Any
 import httpx
 import pytest
 
+from quantdrift.detectors.suite import score_pairs
 from quantdrift.gateway.http.service import Gateway
+from quantdrift.schemas.pair import PairEvent, ToolCall
 from quantdrift.stack import free_port
 from support.gateway_upstream import (
     GOOD,
@@ -389,6 +391,38 @@ async def test_a_key_sees_and_uses_only_its_routes(scripted_memory: Scripted) ->
 
 
 # -- capabilities, sampling and privacy ------------------------------------------------------
+
+
+async def test_a_shadow_pair_records_the_tool_calls_and_the_score_reads_their_arguments(
+    scripted_memory: Scripted,
+) -> None:
+    publisher = FakePublisher()
+    config = config_for(scripted_memory, {**GOOD, "int4": "tools"}, shadow_sample_rate=1.0)
+    gw = Gateway(config, publisher=publisher, transport=scripted_memory.transport)  # type: ignore[arg-type]
+    tools = [
+        {
+            "type": "function",
+            "function": {"name": "lookup", "parameters": {"type": "object", "properties": {}}},
+        }
+    ]
+    async with sdk(gw) as client:
+        reply = await client.chat.completions.create(model=ROUTE, messages=user(), tools=tools)
+        assert reply.choices[0].message.tool_calls[0].function.name == "lookup"
+        await gw.wait_shadows(10)
+    (sent,) = publisher.pairs
+    pair = PairEvent.parse(sent.model_dump_json())  # as the worker reads it off the topic
+    assert pair.tags["output"] == "tool"
+    assert pair.candidate.tool_calls == [ToolCall(name="lookup", arguments='{"city": "Paris"}')]
+    assert pair.candidate.text == "" and pair.reference.tool_calls is None  # bf16 answered text
+    checked = pair.model_copy(
+        update={
+            "request": pair.request.model_copy(
+                update={"expected_answer": '{"city": "paris"}', "answer_kind": "json"}
+            )
+        }
+    )
+    (m,) = score_pairs([checked], None)
+    assert (m.json_ok, m.answer_ok, m.reference_answer_ok) == (True, True, False)
 
 
 async def test_a_pool_without_logprobs_serves_and_shadows_text_only(

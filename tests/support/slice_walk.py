@@ -17,16 +17,19 @@ GOOD = Metrics(candidate_tokens=40)
 
 
 class SliceWalk:
-    """Scores of route ``r`` folded at the times a test gives; ``commands`` and
-    ``alerts`` (their summaries) in order, each command's epoch checked to grow."""
+    """Scores of ``route`` folded at the times a test gives; ``commands`` (and the signed
+    envelopes a gateway receives, ``sealed``) and ``alerts`` (their summaries) in order,
+    each command's epoch checked to grow."""
 
-    def __init__(self, policy: RoutePolicy) -> None:
+    def __init__(self, policy: RoutePolicy, route: str = "r", now: float = 1000.0) -> None:
         self.store = MemoryBreakerStore(CommandSigner("k1", KEY))
         self.verifier = CommandVerifier({"k1": KEY})
         self.policy = policy
+        self.route = route
         self.n = 0
-        self.now = 1000.0
+        self.now = now
         self.commands: list[RouteCommand] = []
+        self.sealed: list[bytes] = []
         self.alerts: list[str] = []
 
     async def pair(
@@ -36,8 +39,8 @@ class SliceWalk:
         self.n += 1
         self.now += 0.01
         score = ScoreEvent(
-            pair_id=f"p{self.n}", route="r", kind="shadow", ts=self.now if at is None else at,
-            decoding="greedy",
+            pair_id=f"p{self.n}", route=self.route, kind="shadow",
+            ts=self.now if at is None else at, decoding="greedy",
             metrics=LOOP if looping else GOOD, tags={"language": language},
         )  # fmt: skip
         return self._took(await self.store.fold(score, self.policy, self.now))
@@ -53,7 +56,7 @@ class SliceWalk:
 
     async def tick(self, at: float) -> RouteCommand | None:
         self.now = at
-        return self._took(await self.store.tick("r", self.policy, at))
+        return self._took(await self.store.tick(self.route, self.policy, at))
 
     def _took(self, result: FoldResult) -> RouteCommand | None:
         command = None
@@ -61,8 +64,9 @@ class SliceWalk:
             command = self.verifier.open(outbox.sealed)
             assert not self.commands or command.epoch > self.commands[-1].epoch  # monotonic
             self.commands.append(command)
+            self.sealed.append(outbox.sealed)
             self.alerts.append(outbox.alert.summary)
         return command
 
     async def state(self) -> RouteState:
-        return (await self.store.read("r"))[0]
+        return (await self.store.read(self.route))[0]

@@ -4,6 +4,7 @@ when it agrees in form (a number, a JSON object, a label)."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -15,7 +16,7 @@ from quantdrift.detectors.correctness import answer_ok
 from quantdrift.detectors.suite import score_event, score_pairs
 from quantdrift.detectors.tolerance import outcome_x
 from quantdrift.lab.corpus import build
-from quantdrift.schemas.pair import ModelOutput, PairEvent, RequestInfo
+from quantdrift.schemas.pair import ModelOutput, PairEvent, RequestInfo, ToolCall
 
 
 @pytest.mark.parametrize(
@@ -84,3 +85,51 @@ def test_the_corpus_prompts_carry_their_checkable_answers() -> None:
     kinds = [p.checkable()[1] for p in prompts if p.checkable() is not None]
     assert {"number", "json", "label", "text"} <= set(kinds)
     assert len(kinds) >= len(prompts) // 3
+
+
+def called(arguments: str, text: str = "") -> ModelOutput:
+    """A side that answered with a function call (as the gateway records it)."""
+    return ModelOutput(
+        text=text,
+        finish_reason="tool_calls",
+        tool_calls=[ToolCall(name="place_order", arguments=arguments)],
+    )
+
+
+def tool_pair(candidate: ModelOutput, reference: ModelOutput) -> PairEvent:
+    want = '{"sku": "SKU-26063", "quantity": 4, "ship_to_city": "Montebello"}'
+    return PairEvent(
+        pair_id="t", ts=0.0, route="r", candidate=candidate, reference=reference,
+        request=RequestInfo(expected_answer=want, answer_kind="json", temperature=0.0),
+    )  # fmt: skip
+
+
+def test_a_tool_calls_arguments_are_the_answer_checked_and_the_contract_kept() -> None:
+    right = '{"sku": "SKU-26063", "quantity": 4, "ship_to_city": "Montebello"}'
+    wrong = '{"sku": "SKU-26063", "quantity": 3, "ship_to_city": "Montebello"}'
+    m = score_pairs([tool_pair(called(wrong), called(right))], None)[0]
+    assert (m.answer_ok, m.reference_answer_ok) == (False, True)
+    assert (m.json_ok, m.reference_json_ok) == (True, True)  # both calls parse
+    assert outcome_x(m) == 1.0  # wrong arguments where the reference's were right
+    # Arguments that do not parse break the contract, named by the call.
+    cut = score_pairs([tool_pair(called('{"sku": "SKU-26063", "quan'), called(right))], None)[0]
+    assert cut.json_ok is False and (cut.json_error or "").startswith("tool call place_order:")
+    assert outcome_x(cut) == 1.0
+    # A call's text (often empty, sometimes a preamble) is not what is checked.
+    chatty = called(right, text="Sure, placing the order now.")
+    assert score_pairs([tool_pair(chatty, called(right))], None)[0].answer_ok is True
+    # A side that answered in text is read as before.
+    text = score_pairs([tool_pair(ModelOutput(text=right), called(right))], None)[0]
+    assert (text.answer_ok, text.json_ok) == (True, None)
+
+
+def test_a_pair_recorded_before_tool_calls_still_reads() -> None:
+    old = PairEvent(
+        pair_id="o", ts=0.0, route="r", candidate=ModelOutput(text="a"),
+        reference=ModelOutput(text="a"),
+    ).model_dump(mode="json")  # fmt: skip
+    for side in ("candidate", "reference"):
+        old[side].pop("tool_calls")
+    assert "tool_calls" not in json.dumps(old)
+    back = PairEvent.parse(json.dumps(old))
+    assert back.candidate.tool_calls is None and back.reference.tool_calls is None

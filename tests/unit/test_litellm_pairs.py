@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from quantdrift.integrations.litellm_pairs import PairJoiner, RouteMap, Side
-from quantdrift.schemas.pair import ModelOutput
+from quantdrift.integrations.litellm_pairs import PairJoiner, RouteMap, Side, output_of
+from quantdrift.schemas.pair import ModelOutput, ToolCall
 
 ROUTE = RouteMap("cs-agent/int4", "cs-agent", "cs-agent-bf16", "int4", "bf16")
 REQUEST = {"messages": [{"role": "user", "content": "hi"}], "temperature": 0}
@@ -67,3 +67,14 @@ def test_an_unknown_group_is_counted() -> None:
     j = joiner()
     assert j.add("j1", side("other", True), now=0.0) is None
     assert j.stats.unmapped == 1
+
+
+def test_a_litellm_side_records_its_tool_calls() -> None:
+    """The hook folds a response through the gateway's wire code: its calls reach the pair."""
+    call = {"id": "x", "type": "function", "function": {"name": "f", "arguments": '{"a": 1}'}}
+    message = {"role": "assistant", "content": None, "tool_calls": [call]}
+    response = {"id": "c", "model": "m", "choices": [
+        {"index": 0, "message": message, "finish_reason": "tool_calls"}
+    ]}  # fmt: skip
+    out = output_of(response, "int4", 1.0, 0)
+    assert out.tool_calls == [ToolCall(name="f", arguments='{"a": 1}')] and out.text == ""

@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from quantdrift.detectors.script import estimate_tokens, language_of, length_bucket
+from quantdrift.gateway.chain.completions import CompletionPlan, plan_completion
 from quantdrift.gateway.chain.planning import Incoming, Plan, plan_request
 from quantdrift.gateway.chain.slices import TaskVocabulary, check_tags, request_tags
 from quantdrift.gateway.gateway_config import parse_config
@@ -79,6 +80,32 @@ def planned(body: dict[str, Any], headers: dict[str, str] | None = None, **kw: A
 @pytest.mark.parametrize(("text", "language"), REAL)
 def test_language_on_real_text_through_planning(text: str, language: str) -> None:
     assert planned(chat(text)).tags["language"] == language
+
+
+def completion(body: dict[str, Any], headers: dict[str, str] | None = None) -> CompletionPlan:
+    incoming = Incoming(headers or {}, OPEN, "cmpl-1", directive_of=lambda _: None)
+    p = plan_completion(CONFIG, body, incoming)
+    assert isinstance(p, CompletionPlan)
+    return p
+
+
+@pytest.mark.parametrize(("text", "language"), REAL)
+def test_a_text_completion_is_tagged_as_the_same_chat(text: str, language: str) -> None:
+    """One path: ``/v1/completions`` computes its tags at plan time as chat does."""
+    got = completion({"prompt": text, "temperature": 0})
+    assert got.tags == planned(chat(text, temperature=0)).tags | {"length": got.tags["length"]}
+    assert got.tags["language"] == language and got.tags["decoding"] == "greedy"
+
+
+def test_a_text_completions_length_task_and_token_id_prompt() -> None:
+    long_text = "This sentence has seven words in it. " * 130  # ~1,270 estimated tokens
+    assert completion({"prompt": long_text}).tags["length"] == "long"
+    assert completion({"prompt": ["短い", "質問です"]}).tags["language"] == "ja"
+    ids = completion({"prompt": [list(range(600)), list(range(600))]}).tags
+    assert (ids["length"], ids["language"]) == ("long", "other")  # 1,200 tokens given as ids
+    tagged = completion({"prompt": "hi"}, {"x-quantdrift-task": "billing"}).tags
+    assert tagged["task"] == "other"  # bounded as chat's: no vocabulary behind the plan
+    assert tagged["output"] == "text"
 
 
 def test_the_language_is_the_users_not_the_system_prompts() -> None:

@@ -27,7 +27,10 @@ Two ways to run:
   (``--drifted-label``) from a random onset; ``--mix task=code:3`` shifts the
   stream's mix (repeatable), ``--confine language=zh --confine-share 0.1`` confines the
   drift to one slice at that share of traffic, ``--only language=zh`` judges a route
-  that carries one slice only (:mod:`quantdrift.evaluation.corpus`).
+  that carries one slice only (:mod:`quantdrift.evaluation.corpus`). ``--prompts``
+  (the corpus's prompts file) gives pairs recorded without a checkable answer their
+  prompt's, so the outcome test judges correctness; the table's footer then says how
+  often each side got the checkable prompts right (:mod:`quantdrift.evaluation.answers`).
 
 ``--holdout`` keeps the lab's prompt split honest: streams use only the
 evaluation part of the prompts, floors and blessed baselines only the
@@ -131,6 +134,13 @@ def register(sub: argparse._SubParsersAction) -> None:
     c.add_argument("--confine", type=_tag, default=None, metavar="DIM=VALUE")
     c.add_argument("--confine-share", type=_share, default=0.1)
     c.add_argument("--only", type=_tag, default=None, metavar="DIM=VALUE")
+    c.add_argument(
+        "--prompts",
+        type=Path,
+        default=None,
+        help="the corpus's prompts file (quantdrift lab corpus build): checkable answers "
+        "for pairs recorded without them",
+    )
     add_seconds(p, "pair-interval", 1.0, "simulated seconds per pair")
     p.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
     p.add_argument("--json", action="store_true", help="print one JSON array: an object per policy")
@@ -233,11 +243,16 @@ def _corpus(args: argparse.Namespace) -> int:
     from quantdrift.cli.common import load_settings
     from quantdrift.cli.progress import self_closing
     from quantdrift.evaluation.corpus import format_corpus
+    from quantdrift.lab.corpus.build import answers, load
     from quantdrift.services import corpus_eval
 
     if not args.healthy_label or len(args.healthy_label) != 1:
         sys.stderr.write("quantdrift: error: --no-replay needs one --healthy-label\n")
         return 2
+    if args.prompts is not None and not args.prompts.is_file():
+        sys.stderr.write(f"quantdrift: error: no such prompts file: {args.prompts}\n")
+        return 2
+    expected = answers(load(args.prompts)) if args.prompts is not None else {}
     request = corpus_eval.CorpusRequest(
         pairs=args.healthy,
         healthy_label=args.healthy_label[0],
@@ -253,6 +268,7 @@ def _corpus(args: argparse.Namespace) -> int:
         only=args.only,
         policy_file=args.policy,
         embedder=args.embedder,
+        answers=expected,
     )
     ev = corpus_eval.load(
         load_settings().embedding, request, self_closing(not args.no_progress, "score pairs")
@@ -266,4 +282,7 @@ def _corpus(args: argparse.Namespace) -> int:
         f"{rows[0].distinct_eval_prompts} distinct evaluation prompts, each at most once a "
         f"stream; calibration: {request.calibration_prompts} prompts, {request.draws} draws"
     )
+    for kind, c in sorted(ev.correctness(request.variants).items()):
+        rates = ", ".join(f"{side} {100 * r:.1f} %" for side, r in c.rates().items())
+        print(f"correct, {kind} answers ({c.checkable} checkable prompts): {rates}")
     return 0

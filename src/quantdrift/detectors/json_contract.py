@@ -72,6 +72,24 @@ def _short(message: str) -> str:
     return message if len(message) <= _MAX_ERROR else message[: _MAX_ERROR - 1] + "…"
 
 
+def parse_strict(body: str) -> tuple[Any, str | None]:
+    """(value, None), or (None, why ``body`` is not JSON): duplicate keys and NaN /
+    Infinity refused (a looping model repeats keys; ``json.loads`` keeps the last).
+
+    >>> parse_strict('{"a": 1}'), parse_strict('{"a": 1, "a": 2}')[1]
+    (({'a': 1}, None), "json: duplicate key 'a'")
+    """
+    try:
+        value = json.loads(body, object_pairs_hook=_no_duplicates, parse_constant=_reject_constant)
+    except _DuplicateKey as exc:
+        return None, _short(f"json: duplicate key {exc.args[0]!r}")
+    except json.JSONDecodeError as exc:
+        return None, _short(f"json: invalid ({exc.msg} at line {exc.lineno} col {exc.colno})")
+    except (ValueError, RecursionError) as exc:
+        return None, _short(f"json: invalid ({type(exc).__name__}: {exc})")
+    return value, None
+
+
 def expects_json(request: RequestInfo) -> bool:
     """True when the request asked for JSON in any of the three ways."""
     return bool(request.expects_json or request.expected_keys or request.json_schema)
@@ -97,15 +115,9 @@ def check_json_contract(text: str, request: RequestInfo) -> tuple[bool | None, s
     """
     if not expects_json(request):
         return None, None
-    body = strip_fences(text)
-    try:
-        value = json.loads(body, object_pairs_hook=_no_duplicates, parse_constant=_reject_constant)
-    except _DuplicateKey as exc:
-        return False, _short(f"json: duplicate key {exc.args[0]!r}")
-    except json.JSONDecodeError as exc:
-        return False, _short(f"json: invalid ({exc.msg} at line {exc.lineno} col {exc.colno})")
-    except (ValueError, RecursionError) as exc:
-        return False, _short(f"json: invalid ({type(exc).__name__}: {exc})")
+    value, error = parse_strict(strip_fences(text))
+    if error is not None:
+        return False, error
     if request.expected_keys:
         if not isinstance(value, dict):
             return False, f"json: expected an object, got {type(value).__name__}"

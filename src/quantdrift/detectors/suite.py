@@ -21,9 +21,9 @@ from quantdrift.detectors import bleu
 from quantdrift.detectors import entropy as ent
 from quantdrift.detectors import lexical as lex
 from quantdrift.detectors import repetition as rep
+from quantdrift.detectors.answer import answer_text, contract
 from quantdrift.detectors.correctness import answer_ok
 from quantdrift.detectors.divergence import divergent_token
-from quantdrift.detectors.json_contract import check_json_contract
 from quantdrift.detectors.semantic import Embedder, cosine_pairs
 from quantdrift.detectors.tokenize import tokenize
 from quantdrift.schemas.pair import ModelOutput, PairEvent, RequestInfo
@@ -104,7 +104,7 @@ def _metrics(
     h_mean, h_min = ent.entropy_stats(cand_h)
     ref_mean, _ = ent.entropy_stats(ref_h)
     kl, flips = ent.kl_and_flip_rate(reference.top_logprobs, candidate.top_logprobs)
-    json_ok, json_error = check_json_contract(candidate.text, request)
+    json_ok, json_error = contract(candidate, request)
     bleu_tok = bleu.pair_tokenizer(candidate.text, reference.text)
 
     return Metrics(
@@ -129,7 +129,7 @@ def _metrics(
         whitespace_run=cand.whitespace_run,
         json_ok=json_ok,
         json_error=json_error,
-        reference_json_ok=check_json_contract(reference.text, request)[0],
+        reference_json_ok=contract(reference, request)[0],
         candidate_tokens=len(cand_tokens),
         reference_tokens=len(ref_tokens),
         reference_repetition_run=ref.repetition_run,
@@ -137,8 +137,10 @@ def _metrics(
         reference_whitespace_run=ref.whitespace_run,
         finished=_finished(candidate.finish_reason),
         reference_finished=_finished(reference.finish_reason),
-        answer_ok=answer_ok(candidate.text, request.expected_answer, request.answer_kind),
-        reference_answer_ok=answer_ok(reference.text, request.expected_answer, request.answer_kind),
+        answer_ok=answer_ok(answer_text(candidate), request.expected_answer, request.answer_kind),
+        reference_answer_ok=answer_ok(
+            answer_text(reference), request.expected_answer, request.answer_kind
+        ),
     )
 
 

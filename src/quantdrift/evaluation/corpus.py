@@ -41,6 +41,7 @@ import numpy as np
 from quantdrift.breaker.memory_store import MemoryBreakerStore
 from quantdrift.breaker.offline import StreamFold, offline_store
 from quantdrift.breaker.policy import Policy
+from quantdrift.evaluation.answers import Correctness, JoinCount, tally
 from quantdrift.evaluation.cache import ScoreCache, to_score
 from quantdrift.evaluation.calibration import seed_from_pairs
 from quantdrift.evaluation.limit import information_limit
@@ -214,6 +215,9 @@ class CorpusEval:
     calibration_pool: list[str]
     eval_pool: list[str]
     interval_s: float = 1.0
+    # What joining the prompts file's answers found (``evaluation.answers``); all zero
+    # when no prompts file was given.
+    joined: JoinCount = field(default_factory=JoinCount)
 
     @classmethod
     def build(
@@ -263,6 +267,20 @@ class CorpusEval:
         for mode, r in rows.items():
             await store.seed_floor(ROUTE, mode, list(r))
         return store
+
+    def correctness(self, variants: Sequence[str]) -> dict[str, Correctness]:
+        """Per answer kind, over the evaluation prompts that have a checkable answer: how
+        many, and how many the reference, the healthy candidate and each variant got
+        right (the direction the outcome test judges, not only agreement)."""
+        labels = [self.healthy, *variants]
+        return tally(
+            (
+                p.shadow[self.healthy].request.answer_kind,
+                self.cache[p.shadow[self.healthy]],
+                {label: self.cache[p.shadow[label]] for label in labels},
+            )
+            for p in (self.prompts[pid] for pid in self.eval_pool)
+        )
 
     def limit(self, variant: str, scenario: Scenario) -> float | None:
         """The information limit on these very pairs (healthy against the variant's,

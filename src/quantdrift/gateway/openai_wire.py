@@ -30,7 +30,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from quantdrift.schemas.pair import ModelOutput
+from quantdrift.schemas.pair import ModelOutput, ToolCall
 
 # OpenAI's chat-completions parameters: these go upstream as the client sent them.
 OPENAI_FIELDS = frozenset(
@@ -205,6 +205,7 @@ class Completion:
             top_logprobs=tops if tops and any(tops) else None,
             latency_ms=round(self.latency_ms, 3),
             finish_reason=self.finish_reason,
+            tool_calls=_tool_calls(self.choice(0).tool_calls),
         )
 
     def stripped(self, top_k: int) -> Completion:
@@ -226,6 +227,7 @@ class Completion:
         choice = Choice(
             0,
             [c.text],
+            tool_calls=c.tool_calls,
             finish_reason=c.finish_reason,
             logprobs_content=slim,
             token_ids=c.token_ids,
@@ -246,6 +248,23 @@ class Completion:
 def _ids(value: Any) -> bool:
     """Whether ``value`` is a non-empty list of token ids."""
     return isinstance(value, list) and bool(value) and all(type(v) is int for v in value)
+
+
+def _tool_calls(calls: list[dict[str, Any]]) -> list[ToolCall] | None:
+    """A choice's function calls as a pair side records them (name, arguments), or None.
+
+    >>> _tool_calls([{"id": "c1", "type": "function",
+    ...               "function": {"name": "ship", "arguments": '{"n": 2}'}}])
+    [ToolCall(name='ship', arguments='{"n": 2}')]
+    """
+    out = []
+    for call in calls:
+        fn = call.get("function")
+        if isinstance(fn, dict):
+            out.append(
+                ToolCall(name=str(fn.get("name") or ""), arguments=str(fn.get("arguments") or ""))
+            )
+    return out or None
 
 
 def _top_dict(entry: Mapping[str, Any], k: int) -> dict[str, float]:

@@ -106,6 +106,17 @@ class EngineInfo(BaseModel):
         return "/".join(p or "?" for p in parts)
 
 
+class ToolCall(BaseModel):
+    """A function call one side answered with (OpenAI's ``tool_calls[].function``): its
+    name and its arguments as the model wrote them. The arguments stay text: a call
+    whose arguments do not parse is a broken contract to score, not a bad pair."""
+
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+    name: str = Field(default="", max_length=256)
+    arguments: str = Field(default="", max_length=MAX_TEXT_CHARS)
+
+
 class ModelOutput(BaseModel):
     """One side of a pair. Per-token data is optional: gateways send what they have."""
 
@@ -124,6 +135,10 @@ class ModelOutput(BaseModel):
     latency_ms: float | None = Field(default=None, ge=0)
     finish_reason: str | None = None
     engine: EngineInfo | None = None
+    # The function calls this side answered with, in order (absent on pairs recorded
+    # before they were, and on answers without one): the contract and correctness
+    # checks read the first call's arguments (``detectors/answer.py``).
+    tool_calls: list[ToolCall] | None = Field(default=None, max_length=128)
 
     @field_validator("entropy")
     @classmethod

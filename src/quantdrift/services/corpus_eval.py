@@ -17,6 +17,7 @@ import numpy as np
 from quantdrift.breaker.policy import load_policy
 from quantdrift.config import EmbeddingSettings
 from quantdrift.errors import ConfigError, InputError
+from quantdrift.evaluation.answers import JoinCount, PromptAnswer, join_answers
 from quantdrift.evaluation.cache import ScoreCache
 from quantdrift.evaluation.corpus import (
     CorpusEval,
@@ -50,6 +51,9 @@ class CorpusRequest:
     only: tuple[str, str] | None = None
     policy_file: Path | None = None
     embedder: str | None = None
+    # Each prompt's checkable answer by prompt id (``lab.corpus.build.answers`` of the
+    # corpus's prompts file): joined to the pairs recorded without one.
+    answers: Mapping[str, PromptAnswer] = field(default_factory=dict)
 
     def scenario(self) -> Scenario:
         return Scenario(
@@ -90,11 +94,17 @@ def load(
     if not request.pairs.exists():
         raise InputError(f"no such file or folder: {request.pairs}")
     pairs = [strip(p, request.logprobs) for p in read_pairs(request.pairs)]
+    joined = JoinCount()
+    if request.answers:
+        try:
+            pairs, joined = join_answers(pairs, request.answers, prompt_of)
+        except ValueError as exc:
+            raise InputError(f"{request.pairs}: {exc}") from exc
     policy = load_policy(request.policy_file)
     embedder, _ = build_embedder(embedding, request.embedder)
     cache = ScoreCache(embedder, progress=progress)
     try:
-        return CorpusEval.build(
+        ev = CorpusEval.build(
             pairs,
             request.healthy_label,
             request.variants,
@@ -105,6 +115,8 @@ def load(
         )
     except ValueError as exc:
         raise InputError(f"{request.pairs}: {exc}") from exc
+    ev.joined = joined
+    return ev
 
 
 def run(ev: CorpusEval, request: CorpusRequest) -> list[Row]:

@@ -1,6 +1,7 @@
 """``POST /v1/completions``, the legacy text API, kept cheap.
 
-Same auth, routes, preferences and privileges as chat, the same chain and its
+Same auth, routes, preferences, privileges and slice tags as chat (so a slice held
+apart from its route holds its text completions too), the same chain and its
 upstream-failure fallbacks (before the first chunk only), the same retry budget
 and deadline. What it does not do: the JSON and degeneration guards, and
 shadowing (pairs are chat-shaped; a text completion has no messages to mirror).
@@ -14,7 +15,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from quantdrift.gateway.chain.attempts import Chunks, Walk
@@ -23,6 +24,7 @@ from quantdrift.gateway.chain.planning import (
     Incoming,
     Refusal,
     checked_fields,
+    plan_tags,
     route_and_preference,
     route_decision,
     upstream_body,
@@ -65,6 +67,9 @@ class CompletionPlan:
     body: dict[str, Any]
     stream: bool
     include_usage: bool
+    # The request's slice (``slices.request_tags`` of its prompt), as chat computes it:
+    # a slice held apart from the route holds its text completions too.
+    tags: Mapping[str, str] = field(default_factory=dict)
 
     @property
     def expects_json(self) -> bool:
@@ -96,14 +101,16 @@ def plan_completion(
     if isinstance(checked, Refusal):
         return checked
     unknown, _n = checked
+    tags = plan_tags(body, incoming, expects_json=False)
     return CompletionPlan(
         request_id=incoming.request_id,
         client_request_id=incoming.headers.get(CLIENT_ID_HEADER),
         route=route,
-        decision=route_decision(config, route, preference, incoming),
+        decision=route_decision(config, route, preference, incoming, tags),
         body=upstream_body(body, {*EXTENSIONS, *unknown}),
         stream=bool(body.get("stream")),
         include_usage=usage_asked(body),
+        tags=tags,
     )
 
 

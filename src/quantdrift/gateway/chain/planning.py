@@ -264,6 +264,18 @@ def route_decision(
     )
 
 
+def plan_tags(body: Mapping[str, Any], incoming: Incoming, *, expects_json: bool) -> dict[str, str]:
+    """A request's slice tags, chat and text completions alike: what its pair carries and
+    what a held slice matches (``slices.request_tags``, the declared task bounded by the
+    gateway's vocabulary)."""
+    task = declared_task(incoming.headers, body)
+    return request_tags(
+        body,
+        expects_json=expects_json,
+        task=None if task is None else incoming.admit_task(task),
+    )
+
+
 def upstream_body(body: Mapping[str, Any], removed: set[str]) -> dict[str, Any]:
     """What goes upstream: the body without ``removed`` and the stream options (every
     upstream call streams; a pool shapes its own)."""
@@ -331,12 +343,7 @@ def plan_request(
         return Refusal(400, "top_logprobs must be an integer in 0..20", "top_logprobs")
     upstream = upstream_body(body, {*EXTENSION_FIELDS, *unknown})
     spec = json_spec(body)
-    task = declared_task(headers, body)
-    tags = request_tags(
-        body,
-        expects_json=spec is not None,
-        task=None if task is None else incoming.admit_task(task),
-    )
+    tags = plan_tags(body, incoming, expects_json=spec is not None)
     decision = route_decision(cfg, route, preference, incoming, tags)
     adaptive = incoming.share_of(route)
     rate = cfg.shadow_rate(route) if adaptive is None else adaptive

@@ -9,7 +9,8 @@ tokenizer, no model (``detectors/script.py``).
 =========  ==========================================================================
 tag        value
 =========  ==========================================================================
-language   of the users' messages: ``en es latin zh ja ko cyrillic arabic mixed other``
+language   of the users' messages (a text completion: its prompt): ``en es latin zh ja
+           ko cyrillic arabic mixed other``
 length     the whole input, estimated in tokens: ``short`` < 128 ≤ ``medium`` < 1024
            ≤ ``long``
 output     ``tool`` (tools offered, ``tool_choice`` not ``none``), ``json`` (a JSON
@@ -172,14 +173,40 @@ def _texts(messages: Any, roles: tuple[str, ...] | None) -> list[str]:
 
 
 def input_tokens(messages: Any) -> float:
-    """The whole input's estimated length in tokens; stops counting once it is long.
+    """The whole chat's estimated length in tokens; stops counting once it is long.
 
     Text is read in pieces of ``CHUNK`` characters so a long prompt costs no more than
     the first pieces that make it long.
     """
-    total = float(TOKENS_PER_REQUEST)
-    for text in _texts(messages, None):
-        total += TOKENS_PER_MESSAGE
+    return _estimated(_texts(messages, None), TOKENS_PER_MESSAGE, TOKENS_PER_REQUEST)
+
+
+def prompt_input(prompt: Any) -> tuple[list[str], int]:
+    """A text completion's prompt: its strings, and how many tokens it gives as ids
+    (OpenAI's ``prompt`` is a string, a list of strings, a list of token ids, or a list
+    of such lists).
+
+    >>> prompt_input("hi"), prompt_input(["a", "b"]), prompt_input([[1, 2], [3]])
+    ((['hi'], 0), (['a', 'b'], 0), ([], 3))
+    """
+    if isinstance(prompt, str):
+        return [prompt], 0
+    texts: list[str] = []
+    ids = 0
+    for item in prompt if isinstance(prompt, list) else ():
+        if isinstance(item, str):
+            texts.append(item)
+        elif isinstance(item, int):
+            ids += 1
+        elif isinstance(item, list):
+            ids += len(item)
+    return texts, ids
+
+
+def _estimated(texts: list[str], per_text: float, total: float) -> float:
+    """``total`` plus each text's estimated tokens and ``per_text``, until it is long."""
+    for text in texts:
+        total += per_text
         for at in range(0, len(text), CHUNK):
             total += estimate_tokens(text[at : at + CHUNK])
             if length_bucket(total) == "long":
@@ -211,19 +238,29 @@ def request_tags(
     task: str | None = None,
     given: Mapping[str, str] | None = None,
 ) -> dict[str, str]:
-    """A chat request's slice tags (the module docstring's table); ``given`` wins.
+    """A request's slice tags (the module docstring's table); ``given`` wins.
 
-    ``task`` is already bounded (``TaskVocabulary.admit``).
+    A chat is read from its messages (the users' for the language); a text completion
+    (``/v1/completions``: a ``prompt``, no ``messages``) from its prompt, which is the
+    whole input and has no chat template. ``task`` is already bounded
+    (``TaskVocabulary.admit``).
 
     >>> request_tags({"messages": [{"role": "user", "content": "你好，请帮我查一下订单。"}],
     ...               "temperature": 0}, expects_json=False, task="support")
     {'language': 'zh', 'length': 'short', 'output': 'text', 'decoding': 'greedy', 'task': 'support'}
+    >>> request_tags({"prompt": "注文はどこですか？月曜日に届く予定でした。"}, expects_json=False)
+    {'language': 'ja', 'length': 'short', 'output': 'text', 'decoding': 'sampled'}
     """
-    messages = body.get("messages")
-    users = _texts(messages, ("user",)) or _texts(messages, None)
+    if "messages" not in body and "prompt" in body:
+        users, ids = prompt_input(body["prompt"])
+        tokens = _estimated(users, 0.0, float(ids))
+    else:
+        messages = body.get("messages")
+        users = _texts(messages, ("user",)) or _texts(messages, None)
+        tokens = input_tokens(messages)
     tags = {
         LANGUAGE: language_of("\n".join(users)),
-        LENGTH: length_bucket(input_tokens(messages)),
+        LENGTH: length_bucket(tokens),
         OUTPUT: output_kind(body, expects_json),
         DECODING: decoding_of(body.get("temperature")),
     }

@@ -315,7 +315,14 @@ class RouteController:
         refused = self.verifier.refused
         refused[refusal.reason] = refused.get(refusal.reason, 0) + 1
         if refusal.reason.startswith("unmappable"):
-            log.error("refused %s command, route keeps its target: %s", source, refusal.message)
+            # Counted in the line too: a follower (nginx) has no metrics page to show it.
+            log.error(
+                "refused %s command (%s, %d so far), route keeps its target: %s",
+                source,
+                refusal.reason,
+                refused[refusal.reason],
+                refusal.message,
+            )
         else:
             log.info("ignored %s command: %s", source, refusal.message)
 

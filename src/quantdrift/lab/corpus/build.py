@@ -26,6 +26,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from quantdrift.gateway.shadow.pairs import prompt_text
 from quantdrift.lab.corpus.families import FAMILIES, CorpusPrompt
 from quantdrift.lab.corpus.worlds import LANGUAGES
 
@@ -128,6 +129,20 @@ def load(path: Path) -> list[CorpusPrompt]:
     opener: Any = gzip.open if path.suffix == ".gz" else open
     with opener(path, "rt", encoding="utf-8") as source:
         return [CorpusPrompt.from_json(json.loads(line)) for line in source if line.strip()]
+
+
+def answers(
+    prompts: Sequence[CorpusPrompt],
+) -> dict[str, tuple[str | None, str | None, str | None]]:
+    """By prompt id: its checkable answer and kind (``CorpusPrompt.checkable``, both None
+    where there is nothing to check) and its text as a recorded pair carries it in clear,
+    so an evaluation can join answers to pairs recorded without them and refuse a
+    prompts file of another corpus (``evaluation.answers.join_answers``)."""
+    out: dict[str, tuple[str | None, str | None, str | None]] = {}
+    for p in prompts:
+        expected, kind = p.checkable() or (None, None)
+        out[p.prompt_id] = (expected, kind, prompt_text(p.messages))
+    return out
 
 
 def census(prompts: Sequence[CorpusPrompt]) -> dict[str, Any]:
