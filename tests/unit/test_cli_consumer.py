@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 
 from quantdrift.alerts.forward import run_forward
-from quantdrift.cli.alerts import register as register_alerts
-from quantdrift.cli.archive import register as register_archive
+from quantdrift.cli.parsers.alerts import register as register_alerts
+from quantdrift.cli.parsers.archive import register as register_archive
 from quantdrift.cli.common import consumer_loop_options
 from quantdrift.replay.archive import run_archive
 
