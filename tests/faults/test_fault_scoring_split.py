@@ -17,14 +17,8 @@ from collections import defaultdict
 import pytest
 
 from quantdrift.schemas import ScoreEvent, unverified_score
-from support.faults import (
-    commands_on,
-    consume_n,
-    isolated_settings,
-    make_topics,
-    records_for,
-    route_state,
-)
+from support import guard
+from support.kafka import consume_n
 from support.scoring_split import (
     PacedProducer,
     healthy_then_drifted,
@@ -42,14 +36,14 @@ async def assert_decided_once(settings, routes: list[str], per_route: int) -> No
     """Every pair judged once, one trip, one command and one alert per route."""
     kafka, redis_url = settings.kafka, settings.redis.url
     for route in routes:
-        state = await route_state(redis_url, settings.redis.key_prefix, route)
+        state = await guard.route_state(redis_url, settings.redis.key_prefix, route)
         assert state.pairs_seen == per_route, f"{route}: {state.pairs_seen}/{per_route} judged"
         assert (state.state, state.trips) == ("open", 1), f"{route}: transition repeated"
-        commands = commands_on(
-            await records_for(kafka.bootstrap_servers, kafka.topics.control, route)
+        commands = guard.commands_on(
+            await guard.records_for(kafka.bootstrap_servers, kafka.topics.control, route)
         )
         assert commands == [("rollback", state.epoch)], f"{route}: {commands}"
-        alerts = await records_for(kafka.bootstrap_servers, kafka.topics.alerts, route)
+        alerts = await guard.records_for(kafka.bootstrap_servers, kafka.topics.alerts, route)
         assert len(alerts) == 1, f"{route}: {len(alerts)} alerts"
 
 
@@ -83,8 +77,8 @@ def same_score(a: ScoreEvent, b: ScoreEvent) -> bool:
 
 async def test_one_route_is_scored_by_two_workers_and_decided_once(fault_stack) -> None:  # type: ignore[no-untyped-def]
     route = "split/r0"
-    settings = isolated_settings(fault_stack, f"qdfault:{uuid.uuid4().hex}:", partitions=2)
-    await make_topics(settings)
+    settings = guard.isolated_settings(fault_stack, f"qdfault:{uuid.uuid4().hex}:", partitions=2)
+    await guard.make_topics(settings)
     workers = [worker_with_web(settings, fault_stack.redis_url) for _ in range(2)]
     try:
         await warm_all(settings, workers)
@@ -134,9 +128,9 @@ async def test_two_scoring_workers_killed_in_turn_every_pair_judged_once(fault_s
     must come back with the same tier, cosine and verdict.
     """
     routes = ["split/k0", "split/k1"]
-    settings = isolated_settings(fault_stack, f"qdfault:{uuid.uuid4().hex}:", partitions=4)
+    settings = guard.isolated_settings(fault_stack, f"qdfault:{uuid.uuid4().hex}:", partitions=4)
     assert settings.embedding.tier == "tiered"
-    await make_topics(settings)
+    await guard.make_topics(settings)
     stream = []
     per_route = 0
     for i, route in enumerate(routes):
