@@ -32,21 +32,6 @@ from support.scoring_split import (
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 
 
-async def assert_decided_once(settings, routes: list[str], per_route: int) -> None:  # type: ignore[no-untyped-def]
-    """Every pair judged once, one trip, one command and one alert per route."""
-    kafka, redis_url = settings.kafka, settings.redis.url
-    for route in routes:
-        state = await guard.route_state(redis_url, settings.redis.key_prefix, route)
-        assert state.pairs_seen == per_route, f"{route}: {state.pairs_seen}/{per_route} judged"
-        assert (state.state, state.trips) == ("open", 1), f"{route}: transition repeated"
-        commands = guard.commands_on(
-            await guard.records_for(kafka.bootstrap_servers, kafka.topics.control, route)
-        )
-        assert commands == [("rollback", state.epoch)], f"{route}: {commands}"
-        alerts = await guard.records_for(kafka.bootstrap_servers, kafka.topics.alerts, route)
-        assert len(alerts) == 1, f"{route}: {len(alerts)} alerts"
-
-
 async def scores_by_pair(settings, route: str) -> dict[str, list[ScoreEvent]]:  # type: ignore[no-untyped-def]
     """Every score record of ``route`` on the scores topic (keyed by route), by pair id."""
     kafka = settings.kafka
@@ -101,7 +86,7 @@ async def test_one_route_is_scored_by_two_workers_and_decided_once(fault_stack) 
         # Both workers scored this one route: the split the layout exists for.
         assert all(n > 0 for n in scored), f"pairs scored per worker: {scored}"
         assert sum(scored) == len(pairs), f"scored {scored}, sent {len(pairs)} (no fault here)"
-        await assert_decided_once(settings, [route], len(pairs))
+        await guard.decided_once(settings, {route: len(pairs)})
         by_pair = await scores_by_pair(settings, route)
         assert sorted(by_pair) == sorted(p.pair_id for p in pairs)
         # Each worker's /metrics counts the pairs its static tier saw and those it
@@ -190,7 +175,7 @@ async def test_two_scoring_workers_killed_in_turn_every_pair_judged_once(fault_s
             )
             await asyncio.sleep(0.1)
         await asyncio.sleep(2.0)  # any late redelivery would land now
-        await assert_decided_once(settings, routes, per_route)
+        await guard.decided_once(settings, dict.fromkeys(routes, per_route))
         # A pair scored twice (redelivered to another worker after a kill) carries the
         # same score from both: decisions do not depend on which worker scored it.
         rescored = rescored_minilm = escalated = 0
