@@ -30,22 +30,24 @@ def _token(args: argparse.Namespace) -> str:
 
 
 def _preflight(args: argparse.Namespace) -> dict[str, PreflightRule]:
-    rules: dict[str, PreflightRule] = {}
-    for item in args.preflight:
-        route, sep, report = item.partition("=")
-        if not sep or not route or not report:
-            raise ConfigError(f"--preflight {item!r}: expected ROUTE=REPORT")
-        rules[route] = PreflightRule(Path(report), args.required_signers, args.distinct_keys)
-    return rules
+    return {
+        route: PreflightRule(report, args.required_signers, args.distinct_keys)
+        for route, report in _per_route(args.preflight, "--preflight", "REPORT").items()
+    }
 
 
 def _certificates(args: argparse.Namespace) -> dict[str, Path]:
+    return _per_route(args.certificate, "--certificate", "CERT")
+
+
+def _per_route(items: list[str], flag: str, what: str) -> dict[str, Path]:
+    """``ROUTE=FILE`` values of a repeated flag, by route; a malformed one is refused."""
     out: dict[str, Path] = {}
-    for item in args.certificate:
-        route, sep, cert = item.partition("=")
-        if not sep or not route or not cert:
-            raise ConfigError(f"--certificate {item!r}: expected ROUTE=CERT")
-        out[route] = Path(cert)
+    for item in items:
+        route, sep, path = item.partition("=")
+        if not sep or not route or not path:
+            raise ConfigError(f"{flag} {item!r}: expected ROUTE={what}")
+        out[route] = Path(path)
     return out
 
 
