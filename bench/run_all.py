@@ -85,35 +85,22 @@ def server_versions() -> dict[str, str]:
 def commit() -> str:
     """The commit the figures belong to, marked when the tree had uncommitted changes."""
     try:
-        head = subprocess.run(
-            ["git", "rev-parse", "--short=12", "HEAD"],
-            capture_output=True,
-            text=True,
-            timeout=10,
-            check=True,
-            cwd=HERE,
-        ).stdout.strip()
+        head = _git("rev-parse", "--short=12", "HEAD")
         # The run's own outputs do not count as changes to the code measured.
-        dirty = subprocess.run(
-            [
-                "git",
-                "status",
-                "--porcelain",
-                "--untracked-files=no",
-                "--",
-                ":/",
-                ":(top,exclude)BENCHMARKS.md",
-                ":(top,exclude)bench/results.json",
-            ],
-            capture_output=True,
-            text=True,
-            timeout=10,
-            check=True,
-            cwd=HERE,
-        ).stdout.strip()
+        dirty = _git(
+            *("status", "--porcelain", "--untracked-files=no", "--", ":/"),
+            *(":(top,exclude)BENCHMARKS.md", ":(top,exclude)bench/results.json"),
+        )
     except (OSError, subprocess.SubprocessError):
         return "unknown (not a git checkout)"
     return head + (" with uncommitted changes" if dirty else "")  # fmt: skip
+
+
+def _git(*argv: str) -> str:
+    """``git ARGV`` in this checkout: its stdout, stripped; a failure raises."""
+    return subprocess.run(
+        ["git", *argv], capture_output=True, text=True, timeout=10, check=True, cwd=HERE
+    ).stdout.strip()
 
 
 def header() -> str:

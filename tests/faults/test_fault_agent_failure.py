@@ -23,31 +23,22 @@ import pytest
 
 from quantdrift.demo import synthetic
 from quantdrift.schemas import DeadLetter, PairEvent
-from support.faults import (
-    consume_n,
-    isolated_settings,
-    make_topics,
-    on_route,
-    route_state,
-    send_pairs,
-    shadow_only,
-    until_seen,
-    wait_scored,
-)
+from support import guard
+from support.kafka import consume_n
 from support.transitions import FailpointWorker
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(150)]
 
 
 def healthy(route: str, n: int, seed: int) -> list[PairEvent]:
-    return on_route(
-        shadow_only(synthetic.healthy(route, seed=seed), n), route, uuid.uuid4().hex[:6]
+    return guard.on_route(
+        guard.shadow_only(synthetic.healthy(route, seed=seed), n), route, uuid.uuid4().hex[:6]
     )
 
 
 async def test_a_pair_whose_scoring_raises_is_dead_lettered_alone(fault_stack) -> None:  # type: ignore[no-untyped-def]
-    settings = isolated_settings(fault_stack, f"qdfault:{uuid.uuid4().hex}:", partitions=2)
-    await make_topics(settings)
+    settings = guard.isolated_settings(fault_stack, f"qdfault:{uuid.uuid4().hex}:", partitions=2)
+    await guard.make_topics(settings)
     kafka = settings.kafka
     route = "agent/poison"
     pairs = healthy(route, 12, seed=61)
@@ -56,9 +47,9 @@ async def test_a_pair_whose_scoring_raises_is_dead_lettered_alone(fault_stack) -
         settings, fault_stack.redis_url, failpoints=(f"raise:score:{poison.pair_id}",)
     ).start()
     try:
-        await wait_scored(settings, worker)
+        await guard.wait_scored(settings, worker)
         # One send: the pairs arrive together, so the poison shares a batch with others.
-        await send_pairs(
+        await guard.send_pairs(
             kafka.bootstrap_servers,
             kafka.topics.pairs,
             [(route.encode(), p.dumps()) for p in pairs],
@@ -77,9 +68,9 @@ async def test_a_pair_whose_scoring_raises_is_dead_lettered_alone(fault_stack) -
         # ... inside a batch with neighbours, which were then scored one by one
         shared = re.search(r"batch of (\d+) pairs; scoring each alone", worker.log_tail(50_000))
         assert shared and int(shared.group(1)) > 1, worker.log_tail()
-        await until_seen(settings, route, len(pairs) - 1, worker, timeout=60)
+        await guard.until_seen(settings, route, len(pairs) - 1, worker, timeout=60)
         await asyncio.sleep(1.0)  # a wrongly judged poison, or a second letter, would land now
-        state = await route_state(fault_stack.redis_url, settings.redis.key_prefix, route)
+        state = await guard.route_state(fault_stack.redis_url, settings.redis.key_prefix, route)
         assert state.pairs_seen == len(pairs) - 1
         more = await consume_n(
             kafka.bootstrap_servers,
@@ -98,8 +89,8 @@ async def test_a_pair_whose_scoring_raises_is_dead_lettered_alone(fault_stack) -
 async def test_an_unexpected_failure_exits_before_the_ack_and_the_pairs_are_redelivered(
     fault_stack,  # type: ignore[no-untyped-def]
 ) -> None:
-    settings = isolated_settings(fault_stack, f"qdfault:{uuid.uuid4().hex}:", partitions=2)
-    await make_topics(settings)
+    settings = guard.isolated_settings(fault_stack, f"qdfault:{uuid.uuid4().hex}:", partitions=2)
+    await guard.make_topics(settings)
     kafka = settings.kafka
     route = "agent/crash"
     pairs = healthy(route, 10, seed=62)
@@ -107,7 +98,7 @@ async def test_an_unexpected_failure_exits_before_the_ack_and_the_pairs_are_rede
     second: FailpointWorker | None = None
     first.start()
     try:
-        await send_pairs(
+        await guard.send_pairs(
             kafka.bootstrap_servers,
             kafka.topics.pairs,
             [(route.encode(), p.dumps()) for p in pairs],
@@ -116,13 +107,13 @@ async def test_an_unexpected_failure_exits_before_the_ack_and_the_pairs_are_rede
         assert await asyncio.to_thread(first.wait_exit, 90) == 70, first.log_tail()
         assert "raise:send_score: raising InjectedFault" in first.stderr()
         assert "not acknowledged; exiting (code 70)" in first.log_tail(20_000)
-        state = await route_state(fault_stack.redis_url, settings.redis.key_prefix, route)
+        state = await guard.route_state(fault_stack.redis_url, settings.redis.key_prefix, route)
         assert state.pairs_seen == 0
         # The same group, a healthy worker: every pair comes back, each judged once.
         second = FailpointWorker(settings, fault_stack.redis_url).start()
-        await until_seen(settings, route, len(pairs), second, timeout=90)
+        await guard.until_seen(settings, route, len(pairs), second, timeout=90)
         await asyncio.sleep(1.0)
-        state = await route_state(fault_stack.redis_url, settings.redis.key_prefix, route)
+        state = await guard.route_state(fault_stack.redis_url, settings.redis.key_prefix, route)
         assert state.pairs_seen == len(pairs)
     finally:
         first.stop()

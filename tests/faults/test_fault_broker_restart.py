@@ -18,15 +18,7 @@ import pytest
 from quantdrift.demo import synthetic
 from quantdrift.gateway.shadow.publisher import ShadowPublisher
 from quantdrift.stack import TansuBroker, free_port
-from support.faults import (
-    isolated_settings,
-    make_topics,
-    on_route,
-    route_state,
-    shadow_only,
-    until_seen,
-    wait_scored,
-)
+from support import guard
 from support.workers import start_worker
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(150)]
@@ -40,7 +32,7 @@ async def test_broker_restart_worker_and_publisher_carry_on(fault_stack) -> None
     broker = TansuBroker(port=port).start()
     prefix = f"qdfault:{uuid.uuid4().hex}:"
     # 4 partitions: what Tansu auto-creates if a client asks for a topic before we recreate it.
-    settings = isolated_settings(
+    settings = guard.isolated_settings(
         SimpleNamespace(bootstrap=broker.bootstrap, redis_url=fault_stack.redis_url),
         prefix,
         partitions=4,
@@ -48,20 +40,20 @@ async def test_broker_restart_worker_and_publisher_carry_on(fault_stack) -> None
     settings = settings.model_copy(
         update={"kafka": settings.kafka.model_copy(update={"request_timeout_ms": 15_000})}
     )
-    await make_topics(settings)
-    pairs = on_route(shadow_only(synthetic.healthy(ROUTE, seed=51), 60), ROUTE, "b")
+    await guard.make_topics(settings)
+    pairs = guard.on_route(guard.shadow_only(synthetic.healthy(ROUTE, seed=51), 60), ROUTE, "b")
     before, during, after = pairs[:20], pairs[20:40], pairs[40:]
     worker = start_worker(settings, fault_stack.redis_url)
     # A small in-flight window: most pairs offered during the outage stay in the
     # publisher's own queue, the rest are in aiokafka's hands when the broker goes.
     publisher = ShadowPublisher(settings.kafka, 1.0, max_in_flight=IN_FLIGHT)
     try:
-        await wait_scored(settings, worker)
+        await guard.wait_scored(settings, worker)
         await publisher.start()
         assert await publisher.wait_connected(15)
         for p in before:
             assert publisher.offer(p)
-        await until_seen(settings, ROUTE, len(before), worker, timeout=60)
+        await guard.until_seen(settings, ROUTE, len(before), worker, timeout=60)
         assert publisher.stats.sent == len(before)
 
         broker.stop()
@@ -77,7 +69,7 @@ async def test_broker_restart_worker_and_publisher_carry_on(fault_stack) -> None
         # Tansu refuses a produce that races CreateTopics (UnknownError), which would
         # drop pairs the publisher still held. So create them without yielding the loop.
         with ThreadPoolExecutor(1) as pool:
-            pool.submit(asyncio.run, make_topics(settings)).result()
+            pool.submit(asyncio.run, guard.make_topics(settings)).result()
         for p in after:
             assert publisher.offer(p)
         await publisher.stop(timeout=30.0)
@@ -89,9 +81,9 @@ async def test_broker_restart_worker_and_publisher_carry_on(fault_stack) -> None
         assert stats.sent >= len(pairs) - IN_FLIGHT - 1
         assert stats.dropped_total == stats.failed <= IN_FLIGHT + 1
         # Every pair the new broker accepted is judged once; the old broker's ones were too.
-        state = await until_seen(settings, ROUTE, stats.sent, worker, timeout=60)
+        state = await guard.until_seen(settings, ROUTE, stats.sent, worker, timeout=60)
         await asyncio.sleep(1.0)
-        state = await route_state(fault_stack.redis_url, prefix, ROUTE)
+        state = await guard.route_state(fault_stack.redis_url, prefix, ROUTE)
         assert state.pairs_seen == stats.sent
         assert worker.alive()
     finally:

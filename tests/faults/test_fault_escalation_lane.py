@@ -24,17 +24,8 @@ from quantdrift.demo import synthetic
 from quantdrift.failpoints import SLEEP_S
 from quantdrift.schemas import PairEvent
 from quantdrift.schemas.record_keys import pair_record_key
-from support.faults import (
-    consume_n,
-    isolated_settings,
-    make_topics,
-    on_route,
-    route_state,
-    send_pairs,
-    shadow_only,
-    until_seen,
-    wait_scored,
-)
+from support import guard
+from support.kafka import consume_n
 from support.transitions import FailpointWorker
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
@@ -48,8 +39,8 @@ SLOW_LANE = {
 
 
 def healthy(route: str, n: int, seed: int) -> list[PairEvent]:
-    return on_route(
-        shadow_only(synthetic.healthy(route, seed=seed), n), route, uuid.uuid4().hex[:6]
+    return guard.on_route(
+        guard.shadow_only(synthetic.healthy(route, seed=seed), n), route, uuid.uuid4().hex[:6]
     )
 
 
@@ -69,8 +60,8 @@ def sent_at(records: list) -> dict[str, tuple[float, int, int]]:  # type: ignore
 
 
 async def test_a_settled_pair_is_sent_before_a_slow_escalation_in_its_batch(fault_stack) -> None:  # type: ignore[no-untyped-def]
-    settings = isolated_settings(fault_stack, f"qdfault:{uuid.uuid4().hex}:", partitions=1)
-    await make_topics(settings)
+    settings = guard.isolated_settings(fault_stack, f"qdfault:{uuid.uuid4().hex}:", partitions=1)
+    await guard.make_topics(settings)
     kafka = settings.kafka
     slow_route, fast_route = "lane/slow", "lane/fast"
     slow, behind = healthy(slow_route, 2, seed=71)
@@ -80,10 +71,10 @@ async def test_a_settled_pair_is_sent_before_a_slow_escalation_in_its_batch(faul
         settings, fault_stack.redis_url, failpoints=("sleep:escalate",), extra_env=SLOW_LANE
     ).start()
     try:
-        await wait_scored(settings, worker, timeout=180)
+        await guard.wait_scored(settings, worker, timeout=180)
         # One send: the pairs arrive together and share a batch; the escalated pair first.
         batch = [slow, behind, *fast]
-        await send_pairs(
+        await guard.send_pairs(
             kafka.bootstrap_servers,
             kafka.topics.pairs,
             [(pair_record_key(p), p.dumps()) for p in batch],
@@ -114,8 +105,8 @@ async def test_a_settled_pair_is_sent_before_a_slow_escalation_in_its_batch(faul
         }
         assert tiers[slow.pair_id] == "minilm"
         assert {tiers[p.pair_id] for p in [behind, *fast]} == {"static"}
-        await until_seen(settings, slow_route, 2, worker, timeout=60)
-        await until_seen(settings, fast_route, len(fast), worker, timeout=60)
+        await guard.until_seen(settings, slow_route, 2, worker, timeout=60)
+        await guard.until_seen(settings, fast_route, len(fast), worker, timeout=60)
         assert "sleep:escalate: sleeping" in worker.stderr()
         assert worker.alive(), worker.log_tail()
     finally:
@@ -123,8 +114,8 @@ async def test_a_settled_pair_is_sent_before_a_slow_escalation_in_its_batch(faul
 
 
 async def test_a_worker_killed_while_an_escalation_waits_loses_no_pair(fault_stack) -> None:  # type: ignore[no-untyped-def]
-    settings = isolated_settings(fault_stack, f"qdfault:{uuid.uuid4().hex}:", partitions=1)
-    await make_topics(settings)
+    settings = guard.isolated_settings(fault_stack, f"qdfault:{uuid.uuid4().hex}:", partitions=1)
+    await guard.make_topics(settings)
     kafka = settings.kafka
     slow_route, fast_route = "lanekill/slow", "lanekill/fast"
     slow, behind = healthy(slow_route, 2, seed=73)
@@ -135,29 +126,29 @@ async def test_a_worker_killed_while_an_escalation_waits_loses_no_pair(fault_sta
     ).start()
     second: FailpointWorker | None = None
     try:
-        await wait_scored(settings, first, timeout=180)
+        await guard.wait_scored(settings, first, timeout=180)
         batch = [slow, behind, *fast]
-        await send_pairs(
+        await guard.send_pairs(
             kafka.bootstrap_servers,
             kafka.topics.pairs,
             [(pair_record_key(p), p.dumps()) for p in batch],
         )
         # The settled pairs are judged while the escalation sleeps; a commit interval
         # (0.5 s) later the worker has committed every offset it acknowledged.
-        await until_seen(settings, fast_route, len(fast), first, timeout=60)
+        await guard.until_seen(settings, fast_route, len(fast), first, timeout=60)
         await asyncio.sleep(1.0)
         prefix = settings.redis.key_prefix
-        waiting = await route_state(fault_stack.redis_url, prefix, slow_route)
+        waiting = await guard.route_state(fault_stack.redis_url, prefix, slow_route)
         assert first.kill_9() == -9
         assert waiting.pairs_seen == 0, "the escalation finished before the kill: no test"
         # The same group, a worker without the failpoint: the two waiting pairs come back.
         second = FailpointWorker(settings, fault_stack.redis_url, extra_env=SLOW_LANE).start()
-        await until_seen(settings, slow_route, 2, second, timeout=120)
+        await guard.until_seen(settings, slow_route, 2, second, timeout=120)
         await asyncio.sleep(1.5)  # a pair judged twice would land now
-        assert (await route_state(fault_stack.redis_url, prefix, slow_route)).pairs_seen == 2
-        assert (await route_state(fault_stack.redis_url, prefix, fast_route)).pairs_seen == len(
-            fast
-        )
+        assert (await guard.route_state(fault_stack.redis_url, prefix, slow_route)).pairs_seen == 2
+        assert (
+            await guard.route_state(fault_stack.redis_url, prefix, fast_route)
+        ).pairs_seen == len(fast)
     finally:
         first.kill()
         if second is not None:

@@ -19,16 +19,8 @@ import pytest
 
 from quantdrift.demo import synthetic
 from quantdrift.schemas import CommandSigner, DeadLetter, Metrics, ScoreEvent
-from support.faults import (
-    commands_on,
-    consume_n,
-    on_route,
-    records_for,
-    route_state,
-    send_pairs,
-    shadow_only,
-    until_seen,
-)
+from support import guard
+from support.kafka import consume_n
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(120)]
 
@@ -76,7 +68,7 @@ async def test_forged_scores_move_no_route_and_genuine_ones_still_do(fault_worke
     huge = forged_score(route, 0).model_dump(mode="json")
     huge["route"] = "r" * 100_000
     forged += [json.dumps(huge).encode()]
-    await send_pairs(kafka.bootstrap_servers, kafka.topics.scores, [(key, f) for f in forged])
+    await guard.send_pairs(kafka.bootstrap_servers, kafka.topics.scores, [(key, f) for f in forged])
 
     # Every forged record reaches the DLQ with its reason: the judge read them all.
     letters = [
@@ -96,17 +88,19 @@ async def test_forged_scores_move_no_route_and_genuine_ones_still_do(fault_worke
     assert sum("route: String should have at most 200 characters" in e for e in reasons) == 1
     assert sum("unknown key id 'attacker'" in e for e in reasons) == n
     assert sum("does not match the payload" in e for e in reasons) == n + 1
-    state = await route_state(cfg.redis.url, cfg.redis.key_prefix, route)
+    state = await guard.route_state(cfg.redis.url, cfg.redis.key_prefix, route)
     assert (state.state, state.pairs_seen, state.trips) == ("closed", 0, 0), state
-    control = await records_for(kafka.bootstrap_servers, kafka.topics.control, route)
-    assert commands_on(control) == []
+    control = await guard.records_for(kafka.bootstrap_servers, kafka.topics.control, route)
+    assert guard.commands_on(control) == []
 
     # The front door still works, on the same route: the worker scores, signs, judges.
-    drifted = on_route(shadow_only(synthetic.drifted(route, seed=31), 25), route, "real")
-    await send_pairs(
+    drifted = guard.on_route(
+        guard.shadow_only(synthetic.drifted(route, seed=31), 25), route, "real"
+    )
+    await guard.send_pairs(
         kafka.bootstrap_servers, kafka.topics.pairs, [(key, p.dumps()) for p in drifted]
     )
-    state = await until_seen(cfg, route, len(drifted), worker, timeout=60)
+    state = await guard.until_seen(cfg, route, len(drifted), worker, timeout=60)
     assert (state.state, state.trips) == ("open", 1), state
     commands = await consume_n(
         kafka.bootstrap_servers,
@@ -115,5 +109,5 @@ async def test_forged_scores_move_no_route_and_genuine_ones_still_do(fault_worke
         timeout=20,
         predicate=lambda r: r.key == key,
     )
-    assert commands_on(commands) == [("rollback", state.epoch)]
+    assert guard.commands_on(commands) == [("rollback", state.epoch)]
     assert worker.alive(), worker.log_tail()

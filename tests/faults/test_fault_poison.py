@@ -25,7 +25,8 @@ from quantdrift.demo import synthetic
 from quantdrift.schemas import DeadLetter, unverified_score
 from quantdrift.schemas.pair import MAX_TEXT_CHARS
 from quantdrift.streams.handlers import RawRecord, parse_batch
-from support.faults import consume_n, on_route, send_pairs, shadow_only, until_seen
+from support.guard import on_route, send_pairs, shadow_only, until_seen
+from support.kafka import consume_n
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(200)]
 

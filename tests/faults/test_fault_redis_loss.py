@@ -19,7 +19,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from support.faults import make_topics, send_pairs, wait_scored
+from support.guard import make_topics, send_pairs, wait_scored
 from support.transitions import (
     FailpointWorker,
     Follower,

@@ -13,37 +13,28 @@ from quantdrift.demo import synthetic
 from quantdrift.gateway.control.controller import RouteController
 from quantdrift.schemas.record_keys import pair_record_key
 from quantdrift.schemas.signing import verifier_from_settings
-from support.faults import (
-    PersistentRedis,
-    commands_on,
-    isolated_settings,
-    make_topics,
-    on_route,
-    records_for,
-    route_state,
-    send_pairs,
-    shadow_only,
-    until_seen,
-    wait_scored,
-)
+from support import guard
+from support.faults import PersistentRedis
 from support.workers import start_worker
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(150)]
 
 
 def route_pairs(route: str, seed: int) -> list[tuple[bytes | None, bytes | None]]:
-    pairs = on_route(shadow_only(synthetic.healthy(route, seed=seed), 25), route, "r")
-    pairs += on_route(shadow_only(synthetic.drifted(route, seed=seed + 1), 10), route, "r")
+    pairs = guard.on_route(guard.shadow_only(synthetic.healthy(route, seed=seed), 25), route, "r")
+    pairs += guard.on_route(
+        guard.shadow_only(synthetic.drifted(route, seed=seed + 1), 10), route, "r"
+    )
     return [(pair_record_key(p), p.dumps()) for p in pairs]
 
 
 async def test_redis_restart_under_load_loses_no_decision(fault_stack) -> None:  # type: ignore[no-untyped-def]
     server = PersistentRedis().start()
     prefix = f"qdfault:{uuid.uuid4().hex}:"
-    settings = isolated_settings(
+    settings = guard.isolated_settings(
         SimpleNamespace(bootstrap=fault_stack.bootstrap, redis_url=server.url), prefix
     )
-    await make_topics(settings)
+    await guard.make_topics(settings)
     kafka = settings.kafka
     before, during = "redis/before", "redis/during"
     worker = start_worker(settings, server.url)
@@ -57,11 +48,11 @@ async def test_redis_restart_under_load_loses_no_decision(fault_stack) -> None: 
         redis_options={"socket_connect_timeout": 0.5, "socket_timeout": 0.5},
     )
     try:
-        await wait_scored(settings, worker)
+        await guard.wait_scored(settings, worker)
         await controller.start()
         # Phase 1: a route rolls back while Redis is up; the gateway applies it.
         first = route_pairs(before, seed=31)
-        await send_pairs(kafka.bootstrap_servers, kafka.topics.pairs, first)
+        await guard.send_pairs(kafka.bootstrap_servers, kafka.topics.pairs, first)
         await controller.wait_for(before, lambda c: c.action == "rollback", timeout=60)
         target = controller.target(before)
         assert target is not None
@@ -70,9 +61,9 @@ async def test_redis_restart_under_load_loses_no_decision(fault_stack) -> None: 
         # pairs produced while Redis is down.
         second = route_pairs(during, seed=41)
         producing = asyncio.create_task(
-            send_pairs(kafka.bootstrap_servers, kafka.topics.pairs, second, rate_per_s=8.0)
+            guard.send_pairs(kafka.bootstrap_servers, kafka.topics.pairs, second, rate_per_s=8.0)
         )
-        await until_seen(settings, during, 8, worker, timeout=30)
+        await guard.until_seen(settings, during, 8, worker, timeout=30)
         server.stop()
         down_at = time.monotonic()
         errors_before = controller.stats.redis_errors
@@ -87,15 +78,15 @@ async def test_redis_restart_under_load_loses_no_decision(fault_stack) -> None: 
         # The decisive (drifted) pairs were produced while Redis was down.
         drifted_sent = [sent_at[v] for _, v in second[-10:] if v is not None]
         assert all(down_at < t < up_at for t in drifted_sent), "not produced during the outage"
-        state = await until_seen(settings, during, len(second), worker, timeout=60)
+        state = await guard.until_seen(settings, during, len(second), worker, timeout=60)
         command = await controller.wait_for(during, lambda c: c.action == "rollback", timeout=30)
         await asyncio.sleep(1.0)
         for route, n in ((before, len(first)), (during, len(second))):
-            state = await route_state(server.url, prefix, route)
+            state = await guard.route_state(server.url, prefix, route)
             assert state.pairs_seen == n, f"{route}: {state.pairs_seen} of {n}"
             assert (state.state, state.trips) == ("open", 1), route
-            commands = commands_on(
-                await records_for(kafka.bootstrap_servers, kafka.topics.control, route)
+            commands = guard.commands_on(
+                await guard.records_for(kafka.bootstrap_servers, kafka.topics.control, route)
             )
             assert commands == [("rollback", state.epoch)], f"{route}: {commands}"
         assert controller.target(before) == target

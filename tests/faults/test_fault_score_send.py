@@ -27,14 +27,7 @@ from quantdrift.demo import synthetic
 from quantdrift.schemas.record_keys import pair_record_key
 from quantdrift.stack import EmbeddedStack
 from quantdrift.streams.exits import EX_SOFTWARE
-from support.faults import (
-    isolated_settings,
-    make_topics,
-    on_route,
-    route_state,
-    send_pairs,
-    shadow_only,
-)
+from support import guard
 from support.transitions import FailpointWorker
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(180)]
@@ -57,7 +50,7 @@ async def _until(predicate, timeout: float, what: str, worker: FailpointWorker) 
 
 
 async def _judged(stack: EmbeddedStack, prefix: str) -> int:
-    return (await route_state(stack.redis_url, prefix, ROUTE)).pairs_seen
+    return (await guard.route_state(stack.redis_url, prefix, ROUTE)).pairs_seen
 
 
 @pytest.mark.parametrize("frozen_past_bound", [False, True], ids=["resent", "exit-70"])
@@ -68,8 +61,8 @@ async def test_a_score_send_that_times_out_is_resent_or_the_worker_exits_unacked
     assert stack.broker is not None and stack.broker.pid is not None
     broker_pid = stack.broker.pid
     prefix = f"qdfault:{uuid.uuid4().hex}:"
-    settings = isolated_settings(stack, prefix, partitions=1)
-    await make_topics(settings)
+    settings = guard.isolated_settings(stack, prefix, partitions=1)
+    await guard.make_topics(settings)
     # stall_after_s is the give-up bound: 30 s outlasts the freeze, 4 s does not.
     bound_s = 4.0 if frozen_past_bound else 30.0
     env = {
@@ -81,9 +74,9 @@ async def test_a_score_send_that_times_out_is_resent_or_the_worker_exits_unacked
     ).start()
     second: FailpointWorker | None = None
     frozen = False
-    pair = on_route(shadow_only(synthetic.healthy(ROUTE, seed=3), 1), ROUTE, "send")[0]
+    pair = guard.on_route(guard.shadow_only(synthetic.healthy(ROUTE, seed=3), 1), ROUTE, "send")[0]
     try:
-        await send_pairs(
+        await guard.send_pairs(
             settings.kafka.bootstrap_servers,
             settings.kafka.topics.pairs,
             [(pair_record_key(pair), pair.dumps())],

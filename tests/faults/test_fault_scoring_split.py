@@ -17,14 +17,8 @@ from collections import defaultdict
 import pytest
 
 from quantdrift.schemas import ScoreEvent, unverified_score
-from support.faults import (
-    commands_on,
-    consume_n,
-    isolated_settings,
-    make_topics,
-    records_for,
-    route_state,
-)
+from support import guard
+from support.kafka import consume_n
 from support.scoring_split import (
     PacedProducer,
     healthy_then_drifted,
@@ -36,21 +30,6 @@ from support.scoring_split import (
 )
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
-
-
-async def assert_decided_once(settings, routes: list[str], per_route: int) -> None:  # type: ignore[no-untyped-def]
-    """Every pair judged once, one trip, one command and one alert per route."""
-    kafka, redis_url = settings.kafka, settings.redis.url
-    for route in routes:
-        state = await route_state(redis_url, settings.redis.key_prefix, route)
-        assert state.pairs_seen == per_route, f"{route}: {state.pairs_seen}/{per_route} judged"
-        assert (state.state, state.trips) == ("open", 1), f"{route}: transition repeated"
-        commands = commands_on(
-            await records_for(kafka.bootstrap_servers, kafka.topics.control, route)
-        )
-        assert commands == [("rollback", state.epoch)], f"{route}: {commands}"
-        alerts = await records_for(kafka.bootstrap_servers, kafka.topics.alerts, route)
-        assert len(alerts) == 1, f"{route}: {len(alerts)} alerts"
 
 
 async def scores_by_pair(settings, route: str) -> dict[str, list[ScoreEvent]]:  # type: ignore[no-untyped-def]
@@ -83,8 +62,8 @@ def same_score(a: ScoreEvent, b: ScoreEvent) -> bool:
 
 async def test_one_route_is_scored_by_two_workers_and_decided_once(fault_stack) -> None:  # type: ignore[no-untyped-def]
     route = "split/r0"
-    settings = isolated_settings(fault_stack, f"qdfault:{uuid.uuid4().hex}:", partitions=2)
-    await make_topics(settings)
+    settings = guard.isolated_settings(fault_stack, f"qdfault:{uuid.uuid4().hex}:", partitions=2)
+    await guard.make_topics(settings)
     workers = [worker_with_web(settings, fault_stack.redis_url) for _ in range(2)]
     try:
         await warm_all(settings, workers)
@@ -107,7 +86,7 @@ async def test_one_route_is_scored_by_two_workers_and_decided_once(fault_stack) 
         # Both workers scored this one route: the split the layout exists for.
         assert all(n > 0 for n in scored), f"pairs scored per worker: {scored}"
         assert sum(scored) == len(pairs), f"scored {scored}, sent {len(pairs)} (no fault here)"
-        await assert_decided_once(settings, [route], len(pairs))
+        await guard.decided_once(settings, {route: len(pairs)})
         by_pair = await scores_by_pair(settings, route)
         assert sorted(by_pair) == sorted(p.pair_id for p in pairs)
         # Each worker's /metrics counts the pairs its static tier saw and those it
@@ -134,9 +113,9 @@ async def test_two_scoring_workers_killed_in_turn_every_pair_judged_once(fault_s
     must come back with the same tier, cosine and verdict.
     """
     routes = ["split/k0", "split/k1"]
-    settings = isolated_settings(fault_stack, f"qdfault:{uuid.uuid4().hex}:", partitions=4)
+    settings = guard.isolated_settings(fault_stack, f"qdfault:{uuid.uuid4().hex}:", partitions=4)
     assert settings.embedding.tier == "tiered"
-    await make_topics(settings)
+    await guard.make_topics(settings)
     stream = []
     per_route = 0
     for i, route in enumerate(routes):
@@ -196,7 +175,7 @@ async def test_two_scoring_workers_killed_in_turn_every_pair_judged_once(fault_s
             )
             await asyncio.sleep(0.1)
         await asyncio.sleep(2.0)  # any late redelivery would land now
-        await assert_decided_once(settings, routes, per_route)
+        await guard.decided_once(settings, dict.fromkeys(routes, per_route))
         # A pair scored twice (redelivered to another worker after a kill) carries the
         # same score from both: decisions do not depend on which worker scored it.
         rescored = rescored_minilm = escalated = 0

@@ -23,7 +23,8 @@ from quantdrift.gateway.shadow.publisher import ShadowPublisher
 from quantdrift.schemas import CommandSigner, DeadLetter, PairEvent, RouteCommand
 from quantdrift.schemas.pair import RequestInfo
 from quantdrift.schemas.signing import signer_from_settings, verifier_from_settings
-from support.faults import consume_n, on_route, send_pairs, shadow_only, until_seen
+from support.guard import on_route, send_pairs, shadow_only, until_seen
+from support.kafka import consume_n
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(90)]
 

@@ -25,16 +25,7 @@ import pytest
 from quantdrift.demo import synthetic
 from quantdrift.failpoints import SLEEP_S
 from quantdrift.stack import free_port
-from support.faults import (
-    isolated_settings,
-    make_topics,
-    on_route,
-    route_state,
-    send_pairs,
-    shadow_only,
-    until_seen,
-    wait_scored,
-)
+from support import guard
 from support.transitions import FailpointWorker
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
@@ -69,7 +60,7 @@ async def until_health(
 
 
 async def test_a_stalled_partition_fails_healthz_until_it_moves(fault_stack) -> None:  # type: ignore[no-untyped-def]
-    base = isolated_settings(fault_stack, f"qdfault:{uuid.uuid4().hex}:", partitions=1)
+    base = guard.isolated_settings(fault_stack, f"qdfault:{uuid.uuid4().hex}:", partitions=1)
     port = free_port()
     settings = base.model_copy(
         update={
@@ -78,10 +69,10 @@ async def test_a_stalled_partition_fails_healthz_until_it_moves(fault_stack) -> 
             )
         }
     )
-    await make_topics(settings)
+    await guard.make_topics(settings)
     kafka = settings.kafka
     route = "stall/int4"
-    pairs = on_route(shadow_only(synthetic.healthy(route, seed=81), 12), route, "stall")
+    pairs = guard.on_route(guard.shadow_only(synthetic.healthy(route, seed=81), 12), route, "stall")
     slow = pairs[:SLOW_PAIRS]
     worker = FailpointWorker(
         settings,
@@ -89,18 +80,18 @@ async def test_a_stalled_partition_fails_healthz_until_it_moves(fault_stack) -> 
         failpoints=tuple(f"sleep:score:{p.pair_id}" for p in slow),
     ).start()
     try:
-        await wait_scored(settings, worker)
+        await guard.wait_scored(settings, worker)
         code, body = await health(port)
         assert code == 200 and body["stalled"] == {}, body
         started = time.monotonic()
-        await send_pairs(
+        await guard.send_pairs(
             kafka.bootstrap_servers,
             kafka.topics.pairs,
             [(route.encode(), p.dumps()) for p in pairs],
         )
         body = await until_health(port, 503, SLOW_PAIRS * SLEEP_S, worker)
         flagged_after = time.monotonic() - started
-        state = await route_state(fault_stack.redis_url, settings.redis.key_prefix, route)
+        state = await guard.route_state(fault_stack.redis_url, settings.redis.key_prefix, route)
         # The fault is in the window: the thread sleeps and the route waits for its pairs.
         assert state.pairs_seen < len(pairs), state
         # Which slow pair sleeps first is the lanes' choice (shortest pairs are staged
@@ -115,11 +106,11 @@ async def test_a_stalled_partition_fails_healthz_until_it_moves(fault_stack) -> 
         assert log.count("stalled: ") == 1, log
         assert "'committed_offset'" in log and "'aiokafka_paused': False" in log, log
 
-        await until_seen(settings, route, len(pairs), worker, timeout=60)
+        await guard.until_seen(settings, route, len(pairs), worker, timeout=60)
         body = await until_health(port, 200, 15, worker)
         assert body["stalled"] == {}
         assert "stall over" in worker.log_tail(200_000)
-        state = await route_state(fault_stack.redis_url, settings.redis.key_prefix, route)
+        state = await guard.route_state(fault_stack.redis_url, settings.redis.key_prefix, route)
         assert state.pairs_seen == len(pairs), state
     finally:
         worker.stop()

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from support.faults import make_topics, send_pairs, wait_scored
+from support.guard import make_topics, send_pairs, wait_scored
 from support.transitions import (
     FailpointWorker,
     Follower,

@@ -19,7 +19,7 @@ import pytest
 
 from quantdrift.demo.workers import WorkerProcess
 from quantdrift.stack import TansuBroker, kafka_metadata_ok
-from support.faults import isolated_settings, make_topics, wait_scored
+from support.guard import isolated_settings, make_topics, wait_scored
 from support.workers import start_worker
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(180)]

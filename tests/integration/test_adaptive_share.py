@@ -30,7 +30,14 @@ from prometheus_client.parser import text_string_to_metric_families
 from quantdrift.config import Settings
 from quantdrift.demo.workers import WorkerProcess
 from quantdrift.stack import EmbeddedStack
-from support.e2e import Gateway, example_config, scripted_world, start_gateway
+from support.e2e import (
+    ANSWERS,
+    Gateway,
+    example_config,
+    paraphrasing,
+    scripted_world,
+    start_gateway,
+)
 from support.guard import until_seen
 from support.scripted_llm import ScriptedLLM
 
@@ -39,12 +46,6 @@ openai = pytest.importorskip("openai")
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
 
 ROUTE = "cs-agent/int4"  # the example config's route
-ANSWERS = [
-    "The capital of France is Paris, a city on the Seine.",
-    "Paris is the capital of France; the Seine runs through it.",
-    "France's capital city is Paris, on the river Seine.",
-    "The French capital is Paris, which lies on the Seine.",
-]
 FLOOR = 6
 SALT = "adaptive-share-sample-salt-0123456"
 POLICY = {"default": {"min_pairs": 5, "min_floor_pairs": FLOOR, "slice_min_pairs": 8}}
@@ -56,11 +57,7 @@ CAPPED_REQUESTS, ARMING, QUIET = 40, 7, 60
 def world(
     stack: EmbeddedStack, tmp_path: Path
 ) -> Iterator[tuple[Settings, WorkerProcess, dict[str, str], ScriptedLLM]]:
-    def script(llm: ScriptedLLM) -> None:
-        llm.texts["int4"] = ANSWERS[0]
-        llm.variants["bf16"] = ANSWERS
-
-    with scripted_world(stack, tmp_path, POLICY, script) as world:
+    with scripted_world(stack, tmp_path, POLICY, paraphrasing) as world:
         yield world
 
 

@@ -39,7 +39,17 @@ import pytest
 from quantdrift.config import Settings
 from quantdrift.demo.workers import WorkerProcess
 from quantdrift.stack import EmbeddedStack
-from support.e2e import Gateway, cli, example_config, scripted_world, start_gateway, verdict_api
+from support.e2e import (
+    ANSWERS,
+    Gateway,
+    cli,
+    example_config,
+    paraphrasing,
+    route_verdict,
+    scripted_world,
+    start_gateway,
+    verdict_api,
+)
 from support.guard import records_for, until_seen
 from support.scripted_llm import ScriptedLLM
 
@@ -49,12 +59,6 @@ pytestmark = [pytest.mark.timeout(240)]
 
 ROUTE = "cs-agent/int4"  # the example config's route
 TOKEN = "armed-e2e-verdict-token"
-ANSWERS = [
-    "The capital of France is Paris, a city on the Seine.",
-    "Paris is the capital of France; the Seine runs through it.",
-    "France's capital city is Paris, on the river Seine.",
-    "The French capital is Paris, which lies on the Seine.",
-]
 BROKEN = "Bananas ripen faster in a paper bag because they release ethylene gas."
 SAMPLED, GREEDY = 7, 7  # requests of each phase
 # The default rule (tolerance), warming, flooring and alerting sooner than the defaults
@@ -68,11 +72,7 @@ POLICY = {"default": {"min_pairs": 5, "min_floor_pairs": FLOOR, "unarmed_alert_p
 def world(
     stack: EmbeddedStack, tmp_path: Path
 ) -> Iterator[tuple[Settings, WorkerProcess, dict[str, str], ScriptedLLM]]:
-    def script(llm: ScriptedLLM) -> None:
-        llm.texts["int4"] = ANSWERS[0]
-        llm.variants["bf16"] = ANSWERS
-
-    with scripted_world(stack, tmp_path, POLICY, script) as world:
+    with scripted_world(stack, tmp_path, POLICY, paraphrasing) as world:
         yield world
 
 
@@ -84,13 +84,7 @@ def verdict_base(world: Any, tmp_path: Path) -> Iterator[str]:
 
 
 def ask(base: str, show: bool = True) -> dict[str, Any]:
-    reply = httpx.get(
-        f"{base}/api/v1/routes/{ROUTE}/verdict",
-        headers={"Authorization": f"Bearer {TOKEN}"},
-        timeout=10,
-    )
-    assert reply.status_code == 200, reply.text
-    body: dict[str, Any] = reply.json()
+    body = route_verdict(base, ROUTE, TOKEN)
     if show:
         shown = {k: body[k] for k in ("verdict", "reason", "armed", "readiness", "missing")}
         print(f"\n$ curl .../api/v1/routes/{ROUTE}/verdict\n{json.dumps(shown, indent=1)}")

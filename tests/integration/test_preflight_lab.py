@@ -11,6 +11,7 @@ sets 0.9 / 0.05 (the defaults).
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import time
@@ -22,6 +23,7 @@ import pytest
 
 from quantdrift.stack import free_port
 from quantdrift.stack.ports import stop_popen
+from support.cli import quantdrift
 from support.lab import start_lab
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
@@ -51,28 +53,11 @@ def _preflight(tmp_path: Path, candidate: str, reference: str, name: str) -> tup
     )
     report = tmp_path / f"{name}.json"
     t0 = time.monotonic()
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "quantdrift",
-            "preflight",
-            "--config",
-            str(cfg),
-            "--candidate",
-            candidate,
-            "--reference",
-            reference,
-            "--niah-lengths",
-            "256",
-            "--only",
-            "niah,perplexity",
-            "--json",
-            "--report",
-            str(report),
-        ],
-        capture_output=True,
-        text=True,
+    proc = quantdrift(
+        *("preflight", "--config", str(cfg), "--candidate", candidate, "--reference", reference),
+        *("--niah-lengths", "256", "--only", "niah,perplexity", "--json", "--report", str(report)),
+        cwd=Path.cwd(),
+        env=os.environ,
         timeout=600,
     )
     assert proc.stderr.count("preflight: [") >= 4, proc.stderr  # progress on stderr
@@ -160,26 +145,11 @@ def test_load_warmup_and_probes_through_a_real_gateway(lab: dict[str, str], tmp_
             f"load: {{peak_rps: 0.2, duration_s: 20, max_tokens: 8, pids: {{gateway: {gw.pid}}}}}\n"
         )
         report = tmp_path / "load.json"
-        proc = subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "quantdrift",
-                "preflight",
-                "--config",
-                str(cfg),
-                "--candidate",
-                lab["int8"],
-                "--gateway-url",
-                url,
-                "--only",
-                "warmup,probes,load",
-                "--json",
-                "--report",
-                str(report),
-            ],
-            capture_output=True,
-            text=True,
+        proc = quantdrift(
+            *("preflight", "--config", str(cfg), "--candidate", lab["int8"], "--gateway-url", url),
+            *("--only", "warmup,probes,load", "--json", "--report", str(report)),
+            cwd=Path.cwd(),
+            env=os.environ,
             timeout=300,
         )
         printed = json.loads(proc.stdout)

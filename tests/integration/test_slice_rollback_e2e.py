@@ -37,7 +37,15 @@ from quantdrift.config import Settings
 from quantdrift.demo.workers import WorkerProcess
 from quantdrift.detectors.script import language_of
 from quantdrift.stack import EmbeddedStack, free_port
-from support.e2e import Gateway, cli, example_config, isolated_world, start_gateway, verdict_api
+from support.e2e import (
+    Gateway,
+    cli,
+    example_config,
+    isolated_world,
+    route_verdict,
+    start_gateway,
+    verdict_api,
+)
 from support.guard import records_for, until_seen
 from support.scripted_llm import ScriptedLLM
 from support.workers import start_worker
@@ -189,14 +197,7 @@ class SliceWatch:
 
 
 def ask_verdict(base: str) -> dict[str, Any]:
-    reply = httpx.get(
-        f"{base}/api/v1/routes/{ROUTE}/verdict",
-        headers={"Authorization": f"Bearer {TOKEN}"},
-        timeout=10,
-    )
-    assert reply.status_code == 200, reply.text
-    body: dict[str, Any] = reply.json()
-    return body
+    return route_verdict(base, ROUTE, TOKEN)
 
 
 def route_row(status_url: str) -> dict[str, Any]:

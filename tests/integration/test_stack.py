@@ -249,11 +249,12 @@ def test_stop_from_state_leaves_a_reused_pid_alone(tmp_path: Path) -> None:
 
 _CLI = """
 import argparse, sys
-from quantdrift.cli.stack import register
+from quantdrift.cli import resolve
+from quantdrift.cli.parsers.stack import register
 parser = argparse.ArgumentParser(prog="quantdrift")
 register(parser.add_subparsers(dest="command", required=True))
 args = parser.parse_args(sys.argv[1:])
-sys.exit(args.func(args))
+sys.exit(resolve(args)(args))
 """
 
 

@@ -129,6 +129,18 @@ def verdict_api(env: dict[str, str], workdir: Path, token: str) -> Iterator[str]
         stop_popen(proc, timeout=10)
 
 
+def route_verdict(base: str, route: str, token: str) -> dict[str, Any]:
+    """What the verdict API answers for ``route`` (GET with the bearer token; 200 asserted)."""
+    reply = httpx.get(
+        f"{base}/api/v1/routes/{route}/verdict",
+        headers={"Authorization": f"Bearer {token}"},
+        timeout=10,
+    )
+    assert reply.status_code == 200, reply.text
+    body: dict[str, Any] = reply.json()
+    return body
+
+
 def until_healthz(
     proc: subprocess.Popen[bytes], base: str, log: Path, within_s: float = 60
 ) -> None:
@@ -172,6 +184,22 @@ def isolated_world(
         yield settings, env
     finally:
         forget_prefix(stack.redis_url, prefix)
+
+
+# Four ways to give one answer: a healthy route whose pairs differ as sampled answers do.
+ANSWERS = [
+    "The capital of France is Paris, a city on the Seine.",
+    "Paris is the capital of France; the Seine runs through it.",
+    "France's capital city is Paris, on the river Seine.",
+    "The French capital is Paris, which lies on the Seine.",
+]
+
+
+def paraphrasing(llm: ScriptedLLM) -> None:
+    """A ``scripted_world`` script: the candidate (int4) gives the first of ``ANSWERS``,
+    the reference (bf16) one of them in turn."""
+    llm.texts["int4"] = ANSWERS[0]
+    llm.variants["bf16"] = ANSWERS
 
 
 @contextmanager

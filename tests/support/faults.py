@@ -1,8 +1,5 @@
-"""Helpers for fault tests: a restartable Redis, and the guard-loop helpers they use.
-
-The guard-loop helpers (:mod:`support.guard`, :mod:`support.kafka`) are re-exported
-so a fault test imports what it needs from one place.
-"""
+"""A restartable Redis for fault tests; the guard-loop helpers they use are in
+:mod:`support.guard` and :mod:`support.kafka`."""
 
 from __future__ import annotations
 
@@ -14,33 +11,6 @@ from pathlib import Path
 
 from quantdrift.stack import default_server_bin, free_port, redis_ping
 from quantdrift.stack.ports import stop_popen
-from support.guard import (  # noqa: F401 - re-exported for the fault tests
-    commands_on,
-    isolated_settings,
-    make_topics,
-    on_route,
-    records_for,
-    route_state,
-    send_pairs,
-    shadow_only,
-    until_seen,
-    wait_scored,
-)
-from support.kafka import consume_n
-
-__all__ = [
-    "PersistentRedis",
-    "consume_n",
-    "isolated_settings",
-    "make_topics",
-    "on_route",
-    "records_for",
-    "route_state",
-    "send_pairs",
-    "shadow_only",
-    "until_seen",
-    "wait_scored",
-]
 
 
 class PersistentRedis:

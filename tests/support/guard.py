@@ -7,7 +7,7 @@ import asyncio
 import itertools
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +16,14 @@ import redis.asyncio as aioredis
 from aiokafka import AIOKafkaProducer
 
 from quantdrift.breaker.state import RouteState
-from quantdrift.config import KafkaSettings, RedisSettings, Settings, TopicNames, WorkerSettings
+from quantdrift.config import (
+    KafkaSettings,
+    RedisSettings,
+    Settings,
+    TopicNames,
+    WorkerSettings,
+    configured_redis_url,
+)
 from quantdrift.demo.workers import WorkerProcess
 from quantdrift.schemas import PairEvent
 from quantdrift.schemas.keys import route_key
@@ -186,3 +193,19 @@ def route_field(value: bytes | None) -> str | None:
 
 def commands_on(records: list[Any]) -> list[tuple[str, int]]:
     return [(c.action, c.epoch) for c in (unverified_command(r.value) for r in records)]
+
+
+async def decided_once(settings: Settings, per_route: Mapping[str, int]) -> None:
+    """Each route's pairs (``per_route``: route -> how many) judged once each, one trip,
+    one rollback command and one alert: what a fault must not repeat or lose."""
+    kafka = settings.kafka
+    for route, n in per_route.items():
+        state = await route_state(configured_redis_url(settings), settings.redis.key_prefix, route)
+        assert state.pairs_seen == n, f"{route}: {state.pairs_seen} of {n} judged (twice or lost)"
+        assert (state.state, state.trips) == ("open", 1), f"{route}: transition repeated"
+        commands = commands_on(
+            await records_for(kafka.bootstrap_servers, kafka.topics.control, route)
+        )
+        assert commands == [("rollback", state.epoch)], f"{route}: {commands}"
+        alerts = await records_for(kafka.bootstrap_servers, kafka.topics.alerts, route)
+        assert len(alerts) == 1, f"{route}: {len(alerts)} alerts"

@@ -91,6 +91,17 @@ def _free_subnet() -> int:
     return random.SystemRandom().choice(choices)
 
 
+def counted(rig: Rig, node: str, family: str, table: str) -> int:
+    """Packets counted so far by the rules of nft table ``family table`` on ``node``."""
+    out = run(*rig.exec_argv(node, ["nft", "-j", "list", "table", family, table]))
+    total = 0
+    for item in json.loads(out)["nftables"]:
+        for expr in item.get("rule", {}).get("expr", []):
+            if "counter" in expr:
+                total += int(expr["counter"]["packets"])
+    return total
+
+
 @dataclass
 class Partition:
     """Silent drops between ``a`` and ``b``, as rules in ``a``'s namespace."""
@@ -105,13 +116,7 @@ class Partition:
         """Packets dropped so far (both directions): the fault met traffic when > 0."""
         if self.healed:
             raise RuntimeError("the partition is healed: read packets() before heal()")
-        out = run(*self.rig.exec_argv(self.a, ["nft", "-j", "list", "table", "inet", self.table]))
-        total = 0
-        for item in json.loads(out)["nftables"]:
-            for expr in item.get("rule", {}).get("expr", []):
-                if "counter" in expr:
-                    total += int(expr["counter"]["packets"])
-        return total
+        return counted(self.rig, self.a, "inet", self.table)
 
     def heal(self) -> None:
         if not self.healed:
@@ -129,13 +134,7 @@ class Redirect:
 
     def connections(self) -> int:
         """Connections redirected so far: a nat chain sees only each flow's first packet."""
-        out = run(*self.rig.exec_argv(self.a, ["nft", "-j", "list", "table", "ip", self.table]))
-        total = 0
-        for item in json.loads(out)["nftables"]:
-            for expr in item.get("rule", {}).get("expr", []):
-                if "counter" in expr:
-                    total += int(expr["counter"]["packets"])
-        return total
+        return counted(self.rig, self.a, "ip", self.table)
 
     def remove(self) -> None:
         run(*self.rig.exec_argv(self.a, ["nft", "delete", "table", "ip", self.table]))

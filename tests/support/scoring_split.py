@@ -22,7 +22,7 @@ from quantdrift.demo.workers import WorkerProcess
 from quantdrift.schemas import PairEvent
 from quantdrift.schemas.record_keys import pair_record_key
 from quantdrift.stack import free_port
-from support.faults import on_route, route_state, shadow_only
+from support.guard import on_route, route_state, shadow_only
 from support.workers import start_worker
 
 WARM_ROUTE = "warmup/int4"

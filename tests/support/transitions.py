@@ -49,7 +49,7 @@ from quantdrift.schemas.record_keys import pair_record_key
 from quantdrift.schemas.signing import CommandVerifier, verifier_from_settings
 from quantdrift.stack import default_server_bin, free_port, redis_ping
 from quantdrift.stack.ports import stop_popen
-from support.faults import isolated_settings, on_route, records_for, shadow_only
+from support.guard import isolated_settings, on_route, records_for, shadow_only
 
 Record = tuple[bytes | None, bytes | None]
 

@@ -8,8 +8,8 @@ from collections.abc import Callable
 import pytest
 
 from quantdrift.cli.common import comma_names, non_negative_int, positive_int
-from quantdrift.cli.lab import register as register_lab
-from quantdrift.cli.preflight import register as register_preflight
+from quantdrift.cli.parsers.lab import register as register_lab
+from quantdrift.cli.parsers.preflight import register as register_preflight
 
 
 @pytest.mark.parametrize(

@@ -10,9 +10,9 @@ from typing import Any
 import pytest
 
 from quantdrift.alerts.forward import run_forward
-from quantdrift.cli.alerts import register as register_alerts
-from quantdrift.cli.archive import register as register_archive
 from quantdrift.cli.common import consumer_loop_options
+from quantdrift.cli.parsers.alerts import register as register_alerts
+from quantdrift.cli.parsers.archive import register as register_archive
 from quantdrift.replay.archive import run_archive
 
 SETTINGS: Any = SimpleNamespace(worker=SimpleNamespace(app_id="qd"))

@@ -11,15 +11,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from rouge_score import rouge_scorer
 
+from quantdrift.detectors import lexical
 from quantdrift.detectors.bleu import sentence_bleu
-from quantdrift.detectors.lexical import (
-    first_divergence,
-    jaccard,
-    lcs_length,
-    length_ratio,
-    rouge1_f,
-    rougeL_f,
-)
 from quantdrift.detectors.tokenize import tokenize
 from support.references import lcs_table
 
@@ -43,8 +36,8 @@ ENGLISH = [
 def test_rouge_equals_rouge_score(cand: str, ref: str) -> None:
     expected = SCORER.score(ref, cand)
     c, r = tokenize(cand), tokenize(ref)
-    assert rouge1_f(c, r) == expected["rouge1"].fmeasure
-    assert rougeL_f(c, r) == expected["rougeL"].fmeasure
+    assert lexical.rouge1_f(c, r) == expected["rouge1"].fmeasure
+    assert lexical.rougeL_f(c, r) == expected["rougeL"].fmeasure
 
 
 WORDS = [
@@ -78,15 +71,15 @@ WORDS = [
 def test_rouge_property_equals_rouge_score(cand: str, ref: str) -> None:
     expected = SCORER.score(ref, cand)
     c, r = tokenize(cand), tokenize(ref)
-    assert rouge1_f(c, r) == expected["rouge1"].fmeasure
-    assert rougeL_f(c, r) == expected["rougeL"].fmeasure
+    assert lexical.rouge1_f(c, r) == expected["rouge1"].fmeasure
+    assert lexical.rougeL_f(c, r) == expected["rougeL"].fmeasure
 
 
 @settings(max_examples=300, deadline=None)
 @given(st.text(alphabet="abcAB ,.\n", max_size=60), st.text(alphabet="abcAB ,.\n", max_size=60))
 def test_lcs_equals_dynamic_programming(a: str, b: str) -> None:
     ta, tb = list(a), list(b)
-    assert lcs_length(ta, tb) == lcs_table(ta, tb) == lcs_length(tb, ta)
+    assert lexical.lcs_length(ta, tb) == lcs_table(ta, tb) == lexical.lcs_length(tb, ta)
 
 
 @pytest.mark.parametrize(
@@ -109,8 +102,8 @@ def test_lcs_equals_dynamic_programming(a: str, b: str) -> None:
 )
 def test_rouge_chinese_by_hand(cand: str, ref: str, r1: float, rl: float) -> None:
     c, r = tokenize(cand), tokenize(ref)
-    assert rouge1_f(c, r) == pytest.approx(r1, abs=1e-12)
-    assert rougeL_f(c, r) == pytest.approx(rl, abs=1e-12)
+    assert lexical.rouge1_f(c, r) == pytest.approx(r1, abs=1e-12)
+    assert lexical.rougeL_f(c, r) == pytest.approx(rl, abs=1e-12)
 
 
 @pytest.mark.parametrize(
@@ -144,7 +137,7 @@ def test_bleu_uses_zh_tokenizer_for_cjk() -> None:
     ],
 )
 def test_jaccard(cand: list[str], ref: list[str], expected: float) -> None:
-    assert jaccard(cand, ref) == pytest.approx(expected)
+    assert lexical.jaccard(cand, ref) == pytest.approx(expected)
 
 
 @pytest.mark.parametrize(
@@ -152,7 +145,7 @@ def test_jaccard(cand: list[str], ref: list[str], expected: float) -> None:
     [([], [], 1.0), (["a"] * 3, [], 3.0), ([], ["a"], 0.0), (["a"] * 3, ["a"] * 2, 1.5)],
 )
 def test_length_ratio(cand: list[str], ref: list[str], expected: float) -> None:
-    assert length_ratio(cand, ref) == expected
+    assert lexical.length_ratio(cand, ref) == expected
 
 
 @pytest.mark.parametrize(
@@ -167,7 +160,7 @@ def test_length_ratio(cand: list[str], ref: list[str], expected: float) -> None:
     ],
 )
 def test_first_divergence(cand: str, ref: str, expected: int | None) -> None:
-    assert first_divergence(cand.split(), ref.split()) == expected
+    assert lexical.first_divergence(cand.split(), ref.split()) == expected
 
 
 def test_rouge_l_is_fast_on_200_words() -> None:
@@ -177,7 +170,7 @@ def test_rouge_l_is_fast_on_200_words() -> None:
     b = [rng.choice(vocab) for _ in range(200)]
     start = time.perf_counter()
     for _ in range(20):
-        rougeL_f(a, b)
+        lexical.rougeL_f(a, b)
     per_pair = (time.perf_counter() - start) / 20
     assert per_pair < 0.005  # rouge-score's DP table takes ~12 ms here
-    assert lcs_length(a, b) == lcs_table(a, b)
+    assert lexical.lcs_length(a, b) == lcs_table(a, b)

@@ -1,16 +1,17 @@
 """One command line for all of quantdrift: ``quantdrift <command> ...``.
 
-Each command lives in its own module with ``register(subparsers)``; a bad
-argument gets one line on stderr saying what is wrong and exit code 2, and
-:mod:`quantdrift.cli.exits` maps what a command raises to the other codes.
+Each command is named in one registry (below); a bad argument gets one line on
+stderr saying what is wrong and exit code 2, and :mod:`quantdrift.cli.exits` maps
+what a command raises to the other codes.
 
-``COMMANDS`` is the registry: each command's name, the module that registers it and
-the one line ``quantdrift --help`` shows. It is lazy: the parser imports only the
-module of the command on the line (``quantdrift --help`` imports none), so what one
-command imports at its module's top costs no other command. Inside a command's
-module, whatever is heavy (torch, transformers, faust, aiokafka, fastapi, even
-pydantic-settings) is still imported by the function that runs it, so that
-``quantdrift COMMAND --help`` stays instant too (tests/unit/test_cli_startup.py).
+``COMMANDS`` is the registry: each command's name, its module and the one line
+``quantdrift --help`` shows. A command is two modules of one name: its flags,
+``quantdrift.cli.parsers.NAME`` (``register(subparsers)``, argparse and nothing heavy),
+and what it runs, ``quantdrift.cli.NAME``, which imports what it needs at its top.
+The parser imports only the flags of the command on the line (``quantdrift --help``
+imports none), so ``quantdrift COMMAND --help`` loads no torch, faust or pydantic;
+a command's flags name the function that runs it (``set_defaults(func="run")``), and
+only then is its module imported (tests/unit/test_cli_startup.py).
 """
 
 from __future__ import annotations
@@ -19,8 +20,9 @@ import argparse
 import importlib
 import logging
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import cast
 
 from quantdrift import __version__
 from quantdrift.cli import exits
@@ -28,57 +30,45 @@ from quantdrift.cli import exits
 
 @dataclass(frozen=True, slots=True)
 class Command:
-    module: str  # its ``register(subparsers)`` adds the command and its arguments
+    module: str  # quantdrift.cli.parsers.<module> holds its flags, quantdrift.cli.<module> runs it
     help: str  # the line ``quantdrift --help`` shows
+
+    @property
+    def parser(self) -> str:
+        """The module whose ``register(subparsers)`` adds the command and its flags."""
+        return f"quantdrift.cli.parsers.{self.module}"
+
+    @property
+    def runner(self) -> str:
+        """The module holding the functions the flags name (``func="run"``)."""
+        return f"quantdrift.cli.{self.module}"
 
 
 # The registry, in the order ``quantdrift --help`` lists the commands.
 COMMANDS: dict[str, Command] = {
-    "stack": Command("quantdrift.cli.stack", "start or stop the embedded broker and Redis"),
-    "worker": Command("quantdrift.cli.worker", "score pairs and judge routes (a Faust worker)"),
-    "schema": Command("quantdrift.cli.schema", "message schemas"),
-    "route": Command("quantdrift.cli.route", "show or steer a route's breaker"),
-    "demo": Command("quantdrift.cli.demo", "healthy then drifted pairs on the embedded stack"),
-    "score": Command("quantdrift.cli.score", "every metric and the verdict for one pair of texts"),
-    "eval": Command(
-        "quantdrift.cli.evaluate", "false rollbacks and detection delay per policy, offline"
-    ),
-    "calibrate": Command(
-        "quantdrift.cli.calibrate", "seed the per-route noise floor in Redis from noise pairs"
-    ),
-    "lab": Command(
-        "quantdrift.cli.lab", "real model lab: generate, score and serve quantized variants"
-    ),
-    "distill": Command(
-        "quantdrift.cli.distill", "build the static-embedding tier and its calibration"
-    ),
-    "gateway": Command(
-        "quantdrift.cli.gateway", "OpenAI-compatible gateway with shadow dual-run and guards"
-    ),
+    "stack": Command("stack", "start or stop the embedded broker and Redis"),
+    "worker": Command("worker", "score pairs and judge routes (a Faust worker)"),
+    "schema": Command("schema", "message schemas"),
+    "route": Command("route", "show or steer a route's breaker"),
+    "demo": Command("demo", "healthy then drifted pairs on the embedded stack"),
+    "score": Command("score", "every metric and the verdict for one pair of texts"),
+    "eval": Command("evaluate", "false rollbacks and detection delay per policy, offline"),
+    "calibrate": Command("calibrate", "seed the per-route noise floor in Redis from noise pairs"),
+    "lab": Command("lab", "real model lab: generate, score and serve quantized variants"),
+    "distill": Command("distill", "build the static-embedding tier and its calibration"),
+    "gateway": Command("gateway", "OpenAI-compatible gateway with shadow dual-run and guards"),
     "collector": Command(
-        "quantdrift.cli.collector",
+        "collector",
         "take mirrored requests (nginx, Envoy, Gateway API) and publish pairs",
     ),
-    "follow": Command(
-        "quantdrift.cli.follow", "apply signed route commands to a gateway we do not own"
-    ),
-    "shadow": Command(
-        "quantdrift.cli.shadow", "shadow traffic as a budget: its cost before it starts"
-    ),
-    "replay": Command(
-        "quantdrift.cli.replay", "re-score pairs under a policy, no side effects; report"
-    ),
-    "archive": Command(
-        "quantdrift.cli.archive", "write pairs and scores topics to compressed JSONL files"
-    ),
-    "alerts": Command("quantdrift.cli.alerts", "tail the alerts, or forward them to webhooks"),
-    "preflight": Command(
-        "quantdrift.cli.preflight", "launch checklist: checks, go / no-go, sign-off"
-    ),
-    "verdict-api": Command(
-        "quantdrift.cli.verdict_api", "serve route verdicts to Argo Rollouts / Flagger"
-    ),
-    "config": Command("quantdrift.cli.config", "show, validate or document the settings"),
+    "follow": Command("follow", "apply signed route commands to a gateway we do not own"),
+    "shadow": Command("shadow", "shadow traffic as a budget: its cost before it starts"),
+    "replay": Command("replay", "re-score pairs under a policy, no side effects; report"),
+    "archive": Command("archive", "write pairs and scores topics to compressed JSONL files"),
+    "alerts": Command("alerts", "tail the alerts, or forward them to webhooks"),
+    "preflight": Command("preflight", "launch checklist: checks, go / no-go, sign-off"),
+    "verdict-api": Command("verdict_api", "serve route verdicts to Argo Rollouts / Flagger"),
+    "config": Command("config", "show, validate or document the settings"),
 }
 
 
@@ -111,10 +101,17 @@ def build_parser(argv: Sequence[str] = ()) -> argparse.ArgumentParser:
     name = chosen(argv)
     for command, entry in COMMANDS.items():
         if command == name:
-            importlib.import_module(entry.module).register(sub)
+            importlib.import_module(entry.parser).register(sub)
         else:
             sub.add_parser(command, help=entry.help)
     return parser
+
+
+def resolve(args: argparse.Namespace) -> Callable[[argparse.Namespace], int]:
+    """The function that runs the parsed command: the one its flags named, from the
+    command's runner module, imported now and not before."""
+    runner = importlib.import_module(COMMANDS[args.command].runner)
+    return cast("Callable[[argparse.Namespace], int]", getattr(runner, args.func))
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -125,7 +122,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         # aiokafka's log records ("Unable connect to ...") would only repeat it less
         # clearly. Services (worker, gateway) keep their logs.
         logging.getLogger("aiokafka").setLevel(logging.CRITICAL)
-    return exits.run(args.func, args)
+    return exits.run(resolve(args), args)
 
 
 if __name__ == "__main__":

@@ -10,32 +10,14 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-from pathlib import Path
 
-from quantdrift.cli.common import (
-    add_consumer_options,
-    add_seconds,
-    consumer_loop_options,
-    load_settings,
-    with_stack,
-)
-
-
-def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("archive")
-    p.add_argument("--dir", type=Path, required=True, help="archive root directory")
-    p.add_argument("--topic", action="append", help="topics (default: the pairs and scores)")
-    p.add_argument("--rotate-mb", type=float, default=64.0, help="rotate a file at this size")
-    p.add_argument("--rotate-records", type=int, default=100_000, help="or at this many records")
-    add_seconds(p, "flush-interval", 60.0, "flush and commit every N seconds")
-    add_consumer_options(p, "archive", "records")
-    p.set_defaults(func=run)
+from quantdrift.cli.common import consumer_loop_options
+from quantdrift.cli.settings import load_settings, with_stack
+from quantdrift.kafka_clients import consumer_kwargs
+from quantdrift.replay.archive import ArchiveWriter, run_archive
 
 
 def run(args: argparse.Namespace) -> int:
-    from quantdrift.kafka_clients import consumer_kwargs
-    from quantdrift.replay.archive import ArchiveWriter, run_archive
-
     settings = with_stack(load_settings())
     if args.rotate_mb <= 0 or args.rotate_records < 1:
         raise SystemExit("quantdrift: error: --rotate-mb and --rotate-records must be > 0")

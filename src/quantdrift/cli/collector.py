@@ -12,16 +12,9 @@ from __future__ import annotations
 
 import argparse
 
-from quantdrift.cli.serving import add_server_args, serve
-
-
-def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("collector")
-    add_server_args(p, 8090)
-    p.set_defaults(func=run, service=True)
+from quantdrift.cli.serving import serve
+from quantdrift.gateway.foreign.collector import create_collector_app
 
 
 def run(args: argparse.Namespace) -> int:
-    from quantdrift.gateway.foreign.collector import create_collector_app
-
     return serve(args, create_collector_app, collector=True)

@@ -6,8 +6,8 @@ of a command that reads topics in a consumer group of its own (``alerts forward`
 from __future__ import annotations
 
 import argparse
-import json
 import re
+import sys
 import time
 from collections.abc import Collection
 from datetime import datetime
@@ -18,130 +18,6 @@ from quantdrift.errors import ConfigError
 
 if TYPE_CHECKING:
     from quantdrift.config import Settings
-
-STACK_STATE = Path(".quantdrift/stack.json")
-
-
-def load_settings(config_file: Path | None = None) -> Settings:
-    """The one place the environment is read (QUANTDRIFT_* variables).
-
-    ``config_file`` is a YAML file of the same tree (``kafka:``, ``redis:``, ...);
-    the environment wins over it. A ``QUANTDRIFT_`` variable nothing reads gets a
-    warning on stderr naming the closest valid one; a bad value is a ConfigError
-    listing every problem.
-    """
-    # Deferred: pydantic-settings costs ~0.1 s, and --help needs no settings.
-    import os
-    import sys
-
-    from pydantic import ValidationError
-    from pydantic_settings import SettingsError
-
-    from quantdrift.config import Settings
-    from quantdrift.config_env import DEPRECATED_ENV, unknown_env
-
-    for line in unknown_env(os.environ, Settings):
-        sys.stderr.write(f"quantdrift: warning: {line}\n")
-    for old, new in DEPRECATED_ENV.items():
-        if old in os.environ:
-            sys.stderr.write(f"quantdrift: warning: {old} is deprecated; use {new}\n")
-    cls = Settings if config_file is None else _with_file(Settings, config_file)
-    try:
-        return cls()
-    except ValidationError as exc:
-        where = f"{config_file} or QUANTDRIFT_*" if config_file else "QUANTDRIFT_*"
-        problems = [
-            f"{'__'.join(str(p) for p in e['loc']).upper()}: {e['msg']}" for e in exc.errors()
-        ]
-        raise ConfigError(f"bad setting ({where}) " + "; ".join(problems)) from None
-    except SettingsError as exc:
-        # pydantic-settings could not even parse a variable (e.g. a dict that is not JSON)
-        raise ConfigError(_settings_error_line(exc)) from None
-
-
-def read_settings_file(path: Path) -> dict[str, object]:
-    """A settings YAML file as data, refused whole if it has a key the model lacks."""
-    from quantdrift.config import Settings
-    from quantdrift.config_env import read_yaml, unknown_keys
-
-    data = read_yaml(path)
-    if not isinstance(data, dict):
-        raise ConfigError(f"{path}: expected a mapping of sections (kafka:, redis:, ...)")
-    unknown = unknown_keys(data, Settings)
-    if unknown:
-        raise ConfigError(f"{path}: " + "; ".join(unknown))
-    return data
-
-
-def _with_file(base: type[Settings], path: Path) -> type[Settings]:
-    """``base`` reading ``path`` below the environment (env > file > defaults)."""
-    from pydantic_settings import InitSettingsSource, PydanticBaseSettingsSource
-
-    data = read_settings_file(path)
-
-    class FileSettings(base):  # type: ignore[valid-type,misc]
-        @classmethod
-        def settings_customise_sources(
-            cls,
-            settings_cls: type[Settings],
-            init_settings: PydanticBaseSettingsSource,
-            env_settings: PydanticBaseSettingsSource,
-            dotenv_settings: PydanticBaseSettingsSource,
-            file_secret_settings: PydanticBaseSettingsSource,
-        ) -> tuple[PydanticBaseSettingsSource, ...]:
-            file_source = InitSettingsSource(settings_cls, init_kwargs=data)
-            return (init_settings, env_settings, dotenv_settings, file_secret_settings, file_source)
-
-    return FileSettings
-
-
-def _settings_error_line(exc: Exception) -> str:
-    """'error parsing value for field "signing" ...' -> which variables to look at."""
-    import re
-
-    text = str(exc)
-    m = re.search(r'field "(\w+)"', text)
-    section = m.group(1).upper() if m else ""
-    return (
-        f"cannot parse the QUANTDRIFT_{section}__* environment variables: {text} "
-        '(dict and list values must be JSON, e.g. QUANTDRIFT_SIGNING__KEYS=\'{"k1": "secret"}\')'
-    )
-
-
-def with_stack(settings: Settings, state_path: Path = STACK_STATE) -> Settings:
-    """Fill broker and Redis from a running ``quantdrift stack up`` when not set."""
-    if not state_path.exists():
-        return settings
-    try:
-        data = json.loads(state_path.read_text())
-    except (OSError, ValueError) as exc:
-        raise ConfigError(
-            f"cannot read the stack state {state_path} ({exc}); delete it if no stack is running"
-        ) from None
-    update: dict[str, object] = {}
-    if settings.redis.url is None and data.get("redis_url"):
-        update["redis"] = settings.redis.model_copy(update={"url": data["redis_url"]})
-    if data.get("bootstrap") and settings.kafka.bootstrap_servers == "127.0.0.1:9092":
-        update["kafka"] = settings.kafka.model_copy(update={"bootstrap_servers": data["bootstrap"]})
-    return settings.model_copy(update=update) if update else settings
-
-
-def redis_url(settings: Settings) -> str:
-    """The Redis this command was configured with; never a guess (one rule for every
-    caller: :func:`quantdrift.config.configured_redis_url`)."""
-    from quantdrift.config import configured_redis_url
-
-    return configured_redis_url(settings)
-
-
-def signing_settings(settings: Settings) -> Settings:
-    """Settings for a command that signs or obeys RouteCommands, checked for a safe key."""
-    from quantdrift.config import require_safe_signing
-
-    # No Redis configured means none is contacted (redis_url() refuses later), so
-    # only the broker's hosts can make the dev key unsafe here.
-    require_safe_signing(settings, settings.redis.url or "redis://127.0.0.1")
-    return settings
 
 
 def positive_int(text: str) -> int:
@@ -192,8 +68,6 @@ class _DeprecatedAlias(argparse.Action):
     """Store like the new flag (named in ``const``), and say on stderr to use that one."""
 
     def __call__(self, parser, namespace, values, option_string=None):  # type: ignore[no-untyped-def]
-        import sys
-
         sys.stderr.write(f"quantdrift: warning: {option_string} is deprecated; use {self.const}\n")
         setattr(namespace, self.dest, values)
 
@@ -279,3 +153,14 @@ def parse_time(value: str | None, now: float | None = None) -> float | None:
     except ValueError as exc:
         raise ConfigError(f"cannot read time {value!r}: use 1h, 30m, ISO 8601 or epoch") from exc
     return dt.timestamp()
+
+
+def add_server_args(p: argparse.ArgumentParser, port: int) -> None:
+    """The options the gateway and the collector share."""
+    p.add_argument("--config", type=Path, required=True, help="gateway YAML (see examples/)")
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--port", type=int, default=port)
+    p.add_argument(
+        "--no-control", action="store_true", help="do not follow RouteCommands (no Redis/Kafka)"
+    )
+    add_log_level(p, "info")

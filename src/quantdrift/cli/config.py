@@ -11,35 +11,32 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
-from pathlib import Path
 from typing import Any
 
-KINDS = ("gateway", "policy", "preflight", "settings")
+from pydantic import BaseModel, ValidationError
 
-
-def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("config")
-    cmds = p.add_subparsers(dest="config_command", required=True)
-    s = cmds.add_parser("show", help="effective settings, secrets masked, with their source")
-    s.add_argument("--config", type=Path, default=None, help="a settings YAML file (as worker)")
-    s.add_argument("--json", action="store_true", help="print one JSON array")
-    s.set_defaults(func=show)
-    v = cmds.add_parser("validate", help="every error of a gateway, policy or preflight YAML")
-    v.add_argument("file", type=Path, help="the YAML file")
-    v.add_argument("--kind", choices=KINDS, default=None, help="default: from its top-level keys")
-    v.set_defaults(func=validate)
-    r = cmds.add_parser("reference", help="print the Markdown reference of every setting")
-    r.set_defaults(func=reference)
+from quantdrift.breaker.policy import Policy, RoutePolicy
+from quantdrift.cli.parsers.config import KINDS
+from quantdrift.cli.settings import load_settings, read_settings_file, with_stack
+from quantdrift.config import Settings
+from quantdrift.config_env import (
+    error_lines,
+    fields,
+    lookup,
+    masked,
+    read_yaml,
+    reference_markdown,
+    source_of,
+    unknown_keys,
+)
+from quantdrift.errors import InputError
+from quantdrift.gateway.gateway_config import GatewayConfig
+from quantdrift.preflight.config import PreflightConfig
 
 
 def show(args: argparse.Namespace) -> int:
-    import os
-
-    from quantdrift.cli.common import load_settings, read_settings_file, with_stack
-    from quantdrift.config import Settings
-    from quantdrift.config_env import fields, lookup, masked, source_of
-
     loaded = load_settings(args.config)
     effective = with_stack(loaded)
     file_data = read_settings_file(args.config) if args.config else None
@@ -64,9 +61,6 @@ def show(args: argparse.Namespace) -> int:
 
 
 def validate(args: argparse.Namespace) -> int:
-    from quantdrift.config_env import read_yaml
-    from quantdrift.errors import InputError
-
     data = read_yaml(args.file)
     if not isinstance(data, dict):
         raise InputError(f"{args.file}: expected a mapping at the top")
@@ -87,11 +81,6 @@ def validate(args: argparse.Namespace) -> int:
 
 def guess_kind(data: dict[str, Any]) -> str | None:
     """Which model a YAML file is for, from its top-level keys."""
-    from quantdrift.breaker.policy import Policy
-    from quantdrift.config import Settings
-    from quantdrift.gateway.gateway_config import GatewayConfig
-    from quantdrift.preflight.config import PreflightConfig
-
     keys = {str(k).replace("-", "_") for k in data}
     if "pools" in keys or "precisions" in keys:
         return "gateway"
@@ -105,24 +94,20 @@ def guess_kind(data: dict[str, Any]) -> str | None:
     return best if scores[best] else None
 
 
+# The model each kind of file is read into.
+MODELS: dict[str, type[BaseModel]] = {
+    "gateway": GatewayConfig,
+    "policy": Policy,
+    "preflight": PreflightConfig,
+    "settings": Settings,
+}
+
+
 def problems_of(kind: str, data: dict[str, Any]) -> list[str]:
     """Every problem of ``data`` as a ``kind`` file, one line each (empty: valid)."""
-    from pydantic import BaseModel, ValidationError
-
-    from quantdrift.config_env import error_lines, unknown_keys
-
-    model: type[BaseModel]
-    if kind == "gateway":
-        from quantdrift.gateway.gateway_config import GatewayConfig as model
-    elif kind == "policy":
-        from quantdrift.breaker.policy import Policy as model
-    elif kind == "preflight":
-        from quantdrift.preflight.config import PreflightConfig as model
-
+    model = MODELS[kind]
+    if kind == "preflight":
         data = {k.replace("-", "_"): v for k, v in data.items()}
-    else:
-        from quantdrift.config import Settings as model
-
     problems = unknown_keys(data, model) if kind == "settings" else []
     try:
         parsed = model.model_validate(data)
@@ -135,11 +120,6 @@ def problems_of(kind: str, data: dict[str, Any]) -> list[str]:
 
 def _route_policy_problems(policy: Any) -> list[str]:
     """Each route override checked like the worker will check it, all at once."""
-    from pydantic import ValidationError
-
-    from quantdrift.breaker.policy import RoutePolicy
-    from quantdrift.config_env import error_lines
-
     out = []
     for route, override in policy.routes.items():
         try:
@@ -151,12 +131,6 @@ def _route_policy_problems(policy: Any) -> list[str]:
 
 def reference_text() -> str:
     """The generated reference (``docs/settings.md``)."""
-    from quantdrift.breaker.policy import Policy
-    from quantdrift.config import Settings
-    from quantdrift.config_env import reference_markdown
-    from quantdrift.gateway.gateway_config import GatewayConfig
-    from quantdrift.preflight.config import PreflightConfig
-
     return reference_markdown(
         [
             (

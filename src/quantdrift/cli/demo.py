@@ -9,35 +9,17 @@ import argparse
 import asyncio
 import json
 import sys
-from pathlib import Path
 
-from quantdrift.cli.common import positive_int
+from rich.console import Console
+from rich.live import Live
+from rich.table import Table
 
-
-def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("demo")
-    p.add_argument("--json", action="store_true", help="print one JSON object at the end")
-    p.add_argument(
-        "--pairs",
-        type=Path,
-        default=None,
-        help="PairEvent JSONL(.gz/.xz) to replay (default: the shipped traffic-corpus slice)",
-    )
-    p.add_argument("--synthetic", action="store_true", help="generated pairs, not recorded ones")
-    p.add_argument("--healthy-pairs", type=positive_int, default=60)
-    p.add_argument("--rate", type=float, default=20.0, help="pairs per second")
-    p.set_defaults(func=run)
+from quantdrift.cli.settings import load_settings
+from quantdrift.demo.runner import DemoResult, run_demo
+from quantdrift.demo.sources import demo_streams
 
 
 def run(args: argparse.Namespace) -> int:
-    from rich.console import Console
-    from rich.live import Live
-    from rich.table import Table
-
-    from quantdrift.cli.common import load_settings
-    from quantdrift.demo.runner import DemoResult, run_demo
-    from quantdrift.demo.sources import demo_streams
-
     if args.rate <= 0:
         raise SystemExit(f"quantdrift: error: --rate must be > 0, got {args.rate}")
     healthy, drifted, source, calibration = demo_streams(args.pairs, synthetic=args.synthetic)

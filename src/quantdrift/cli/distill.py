@@ -14,33 +14,18 @@ import argparse
 import json
 from pathlib import Path
 
-
-def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("distill")
-    p.add_argument(
-        "--out", type=Path, default=None, help="model folder (default: the packaged one)"
-    )
-    p.add_argument(
-        "--pairs", type=Path, nargs="*", default=None, help="PairEvent JSONL(.gz) to calibrate on"
-    )
-    p.add_argument(
-        "--calibrate-only", action="store_true", help="keep the model, refit calibration"
-    )
-    p.add_argument("--threshold", type=float, default=0.88, help="similarity threshold (0.88)")
-    p.add_argument("--json", action="store_true", help="print the calibration report as JSON")
-    p.set_defaults(func=run)
+from quantdrift.embedding.minilm import SentenceTransformerEmbedder
+from quantdrift.embedding.static import (
+    CALIBRATION_FILE,
+    StaticEmbedder,
+    calibrate,
+    distill_static,
+    packaged_static_path,
+)
+from quantdrift.services.pairs import read_pairs
 
 
 def run(args: argparse.Namespace) -> int:
-    from quantdrift.embedding.minilm import SentenceTransformerEmbedder
-    from quantdrift.embedding.static import (
-        CALIBRATION_FILE,
-        StaticEmbedder,
-        calibrate,
-        distill_static,
-        packaged_static_path,
-    )
-
     out = args.out or packaged_static_path()
     if not args.calibrate_only:
         distill_static(out)
@@ -65,7 +50,6 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _pairs(paths: list[Path] | None) -> list:  # type: ignore[type-arg]
-    from quantdrift.services.pairs import read_pairs
 
     if paths:
         return [p for path in paths for p in read_pairs(path)]

@@ -22,6 +22,8 @@ import traceback
 from collections.abc import Callable
 from typing import TextIO
 
+from quantdrift import errors
+
 OK = 0
 NEGATIVE = 1
 USAGE = 2
@@ -39,8 +41,6 @@ def classify(exc: BaseException) -> tuple[int, str] | None:
     an exception cannot come from a module nobody imported, and importing
     aiokafka or redis here would slow every command down.
     """
-    from quantdrift import errors
-
     text = _one_line(exc)
     if isinstance(exc, errors.BrokerError):
         return RUNTIME, text

@@ -17,16 +17,9 @@ from __future__ import annotations
 
 import argparse
 
-from quantdrift.cli.serving import add_server_args, serve
-
-
-def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("gateway")
-    add_server_args(p, 8080)
-    p.set_defaults(func=run, service=True)
+from quantdrift.cli.serving import serve
+from quantdrift.gateway.http.app import create_app
 
 
 def run(args: argparse.Namespace) -> int:
-    from quantdrift.gateway.http.app import create_app
-
     return serve(args, create_app)

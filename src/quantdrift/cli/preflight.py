@@ -23,119 +23,28 @@ import json
 import sys
 import time
 from collections.abc import Mapping, Sequence
-from pathlib import Path
 from typing import Any, Protocol
 
-from quantdrift.cli.common import comma_names, positive_int
+from quantdrift.cli.settings import load_settings, with_stack
+from quantdrift.errors import ConfigError
+from quantdrift.preflight import config as pconfig
+from quantdrift.preflight.certificate import check_file, issue_file
+from quantdrift.preflight.certificate import keygen as write_pair
+from quantdrift.preflight.certificate_page import draw_certificate
+from quantdrift.preflight.page import draw, page_path
+from quantdrift.preflight.report import report_bytes, summary_lines
+from quantdrift.preflight.runner import run as run_checks
+from quantdrift.preflight.signoff import read_approvals, sign_file, trusted
+from quantdrift.preflight.signoff import verify as verify_report
+from quantdrift.schemas.certificate_live import evidence_lines, evidence_of
+from quantdrift.services.certificate_events import certificate_events as events
+from quantdrift.services.preflight import preflight_context
 
 EXIT_NO_GO = 1
 
 
-def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("preflight")
-    p.add_argument("--config", type=Path, help="PREFLIGHT.yaml (see examples/preflight.yaml)")
-    p.add_argument("--candidate", help="candidate endpoint URL (OpenAI-compatible)")
-    p.add_argument("--reference", help="reference endpoint URL")
-    p.add_argument("--candidate-model", help="model name the candidate server expects")
-    p.add_argument("--reference-model", help="model name the reference server expects")
-    p.add_argument("--gateway-url", help="the gateway's URL (load)")
-    p.add_argument("--gateway-config", type=Path, help="the gateway's YAML (probes, shadow-link)")
-    p.add_argument("--route", help="the route being launched, e.g. cs-agent/int4")
-    p.add_argument("--checkpoint", type=Path, help="quantized checkpoint (safetensors dir or GGUF)")
-    p.add_argument(
-        "--niah-lengths", type=_lengths, help="comma-separated haystack lengths (tokens)"
-    )
-    p.add_argument("--only", type=_only, help="comma-separated check ids to run")
-    p.add_argument("--report", type=Path, help="where to write the JSON report")
-    p.add_argument("--html", type=Path, help="where to write the HTML page")
-    p.add_argument("--json", action="store_true", help="print the report as JSON on stdout")
-    p.add_argument("--quiet", action="store_true", help="no progress on stderr")
-    p.set_defaults(func=run)
-    ps = p.add_subparsers(dest="preflight_command", parser_class=type(p))
-    s = ps.add_parser("sign", help="add a signed approval to a go report")
-    s.add_argument("report", type=Path)
-    s.add_argument("--by", required=True, help="the approver's name")
-    s.add_argument("--key", type=Path, help="Ed25519 private key (default: the settings')")
-    s.set_defaults(func=sign)
-    v = ps.add_parser("verify", help="go and two distinct signers, or exit 1")
-    v.add_argument("report", type=Path)
-    v.add_argument("--required", type=positive_int, default=2, help="signers needed (default 2)")
-    v.add_argument("--distinct-keys", action="store_true", help="signers must use distinct keys")
-    v.add_argument("--json", action="store_true", help="print the verification as JSON")
-    v.set_defaults(func=verify)
-    g = ps.add_parser("page", help="draw the launch page of a report, with its sign-off block")
-    g.add_argument("report", type=Path)
-    g.add_argument("--html", type=Path, help="where to write it (default: REPORT with .html)")
-    g.add_argument(
-        "--required", type=positive_int, help="signers needed (default: the report's policy)"
-    )
-    g.add_argument(
-        "--distinct-keys",
-        action="store_true",
-        default=None,
-        help="signers must use distinct keys (default: the report's policy)",
-    )
-    g.set_defaults(func=page)
-    c = ps.add_parser("certificate", help="a signed certificate binding a build to its evidence")
-    c.add_argument("report", type=Path, help="a verified (go, signed) preflight report")
-    c.add_argument("--out", type=Path, required=True, help="where to write the certificate")
-    c.add_argument("--live", type=Path, help="live evidence after launch (a JSON document)")
-    c.add_argument("--key", type=Path, help="Ed25519 private key (default: the settings')")
-    c.add_argument("--html", type=Path, help="its page (default: CERT with .html)")
-    c.set_defaults(func=certificate)
-    vc = ps.add_parser("verify-certificate", help="check a certificate offline, or exit 1")
-    vc.add_argument("certificate", type=Path)
-    _public_keys(vc)
-    vc.add_argument("--json", action="store_true", help="print the check as JSON")
-    vc.set_defaults(func=verify_certificate)
-    cp = ps.add_parser("certificate-page", help="draw a certificate's page, verified now")
-    cp.add_argument("certificate", type=Path)
-    _public_keys(cp)
-    cp.add_argument("--html", type=Path, help="where to write it (default: CERT with .html)")
-    cp.set_defaults(func=certificate_page)
-    ev = ps.add_parser(
-        "certificate-events",
-        help="export a verified certificate as OpenTelemetry gen_ai.evaluation.result events",
-    )
-    ev.add_argument("certificate", type=Path)
-    _public_keys(ev)
-    ev.add_argument("--json", action="store_true", help="print the events instead of exporting")
-    ev.set_defaults(func=certificate_events)
-    k = ps.add_parser("keygen", help="write an Ed25519 key pair: KEY (private) and KEY.pub")
-    k.add_argument("key", type=Path)
-    k.set_defaults(func=keygen)
-
-
-def _public_keys(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--public-key",
-        type=Path,
-        action="append",
-        default=[],
-        help="a trusted Ed25519 public key (PEM); repeat for each signer",
-    )
-
-
-def _only(text: str) -> list[str]:
-    from quantdrift.preflight.runner import CHECK_IDS
-
-    return comma_names(text, CHECK_IDS, "check")
-
-
-def _lengths(text: str) -> list[int]:
-    try:
-        values = [int(x) for x in text.split(",") if x.strip()]
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r}: use whole numbers, e.g. 256,1024") from None
-    if not values or any(v < 16 for v in values):
-        raise argparse.ArgumentTypeError(f"{text!r}: lengths must be >= 16 tokens")
-    return values
-
-
 def build_config(args: argparse.Namespace):  # type: ignore[no-untyped-def]
     """The YAML (if any) with the flags on top."""
-    from quantdrift.preflight import config as pconfig
-
     cfg = pconfig.load(args.config) if args.config else pconfig.PreflightConfig()
     update: dict[str, object] = {}
     for side in ("candidate", "reference"):
@@ -161,12 +70,6 @@ def build_config(args: argparse.Namespace):  # type: ignore[no-untyped-def]
 
 
 def run(args: argparse.Namespace) -> int:
-    from quantdrift.cli.common import load_settings, with_stack
-    from quantdrift.preflight.page import draw, page_path
-    from quantdrift.preflight.report import report_bytes, summary_lines
-    from quantdrift.preflight.runner import run as run_checks
-    from quantdrift.services.preflight import preflight_context
-
     cfg = build_config(args)
 
     def progress(msg: str) -> None:
@@ -191,10 +94,6 @@ def run(args: argparse.Namespace) -> int:
 
 
 def sign(args: argparse.Namespace) -> int:
-    from quantdrift.cli.common import load_settings
-    from quantdrift.preflight.page import draw, page_path
-    from quantdrift.preflight.signoff import sign_file
-
     signing = load_settings().signing
     record = sign_file(args.report, args.by, signing, time.time(), args.key)
     print(f"{args.report.name}: approved by {record['by']} (key {record['key_id']})")
@@ -204,9 +103,6 @@ def sign(args: argparse.Namespace) -> int:
 
 
 def page(args: argparse.Namespace) -> int:
-    from quantdrift.cli.common import load_settings
-    from quantdrift.preflight.page import draw, page_path
-
     out = args.html or page_path(args.report)
     b = draw(args.report, out, load_settings().signing, args.required, args.distinct_keys)
     print(f"{out}: sign-off {b.state}, {b.valid} of {b.required}")
@@ -216,11 +112,6 @@ def page(args: argparse.Namespace) -> int:
 
 
 def verify(args: argparse.Namespace) -> int:
-    from quantdrift.cli.common import load_settings
-    from quantdrift.errors import ConfigError
-    from quantdrift.preflight.signoff import read_approvals, trusted
-    from quantdrift.preflight.signoff import verify as verify_report
-
     try:
         raw = args.report.read_bytes()
     except OSError as exc:
@@ -234,10 +125,6 @@ def verify(args: argparse.Namespace) -> int:
 
 
 def certificate(args: argparse.Namespace) -> int:
-    from quantdrift.cli.common import load_settings
-    from quantdrift.preflight.certificate import issue_file
-    from quantdrift.preflight.certificate_page import draw_certificate, page_path
-
     signing = load_settings().signing
     env = issue_file(args.report, args.out, signing, time.time(), args.live, args.key)
     payload = json.loads(env["payload"])
@@ -254,10 +141,6 @@ def certificate(args: argparse.Namespace) -> int:
 
 
 def verify_certificate(args: argparse.Namespace) -> int:
-    from quantdrift.cli.common import load_settings
-    from quantdrift.preflight.certificate import check_file
-    from quantdrift.schemas.certificate_live import evidence_lines, evidence_of
-
     result = check_file(args.certificate, load_settings().signing, args.public_key)
     detail = f"issuer {result.key_id or 'unknown'}"
     evidence = evidence_of(result.payload)
@@ -316,9 +199,6 @@ def _print_check(
 
 
 def certificate_page(args: argparse.Namespace) -> int:
-    from quantdrift.cli.common import load_settings
-    from quantdrift.preflight.certificate_page import draw_certificate, page_path
-
     out = args.html or page_path(args.certificate)
     result = draw_certificate(args.certificate, out, load_settings().signing, args.public_key)
     print(f"{out}: {'verified' if result.ok else 'NOT verified'}")
@@ -328,9 +208,6 @@ def certificate_page(args: argparse.Namespace) -> int:
 
 
 def certificate_events(args: argparse.Namespace) -> int:
-    from quantdrift.cli.common import load_settings
-    from quantdrift.services.certificate_events import certificate_events as events
-
     rows = events(args.certificate, load_settings().signing, args.public_key, not args.json)
     if args.json:
         for attrs in rows:
@@ -341,8 +218,6 @@ def certificate_events(args: argparse.Namespace) -> int:
 
 
 def keygen(args: argparse.Namespace) -> int:
-    from quantdrift.preflight.certificate import keygen as write_pair
-
     key_id = write_pair(args.key)
     print(f"{args.key}: Ed25519 private key {key_id}; public key {args.key}.pub")
     return 0

@@ -6,6 +6,7 @@ goes there; and a log file or a pipe gets no bar redrawn a thousand times.
 
 from __future__ import annotations
 
+import atexit
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -73,8 +74,6 @@ def self_closing(flag: bool, desc: str) -> Update | None:
     """
     if not enabled(flag):
         return None
-    import atexit
-
     bar = _stderr_bar()
     state: dict[str, Any] = {"task": None, "left": 0}
     atexit.register(bar.stop)  # a failure mid-way still gives the terminal back

@@ -14,19 +14,13 @@ import json
 import sys
 from typing import TYPE_CHECKING, Any
 
-from quantdrift.cli.common import load_settings, signing_settings, with_stack
+from quantdrift.cli.settings import load_settings, signing_settings, with_stack
 from quantdrift.errors import InputError
+from quantdrift.schemas.certificate_live import evidence_lines
+from quantdrift.services.console import manual_step, route_status
 
 if TYPE_CHECKING:
     from quantdrift.config import Settings
-
-
-def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("route")
-    p.add_argument("action", choices=["status", "rollback", "restore", "release"])
-    p.add_argument("--route", required=False, help="route name, e.g. cs-agent/int4 (status: all)")
-    p.add_argument("--json", action="store_true", help="print JSON")
-    p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -37,10 +31,6 @@ def run(args: argparse.Namespace) -> int:
 
 
 async def _run(settings: Settings, args: argparse.Namespace) -> int:
-    # Deferred: the console loads aiokafka and redis, which `quantdrift --help` never needs.
-    from quantdrift.schemas.certificate_live import evidence_lines
-    from quantdrift.services.console import manual_step, route_status
-
     if args.action == "status":
         rows = await route_status(settings, args.route)
         if args.json:

@@ -15,22 +15,11 @@ import sys
 from pathlib import Path
 from typing import Any
 
-EMBEDDERS = ("minilm", "tiered", "static", "none")
-
-
-def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("score")
-    p.add_argument("candidate", help="candidate text, @FILE, or - for stdin")
-    p.add_argument("reference", help="reference text, @FILE, or - for stdin")
-    p.add_argument("--json", action="store_true", help="print one JSON object")
-    p.add_argument(
-        "--embedder",
-        choices=EMBEDDERS,
-        default=None,
-        help="the scorer to build, exactly as named: minilm, tiered, static or none "
-        "(no cosine); default: the worker's (settings embedding.tier)",
-    )
-    p.set_defaults(func=run)
+from quantdrift.cli.settings import load_settings
+from quantdrift.detectors import score_text_pair, verdict
+from quantdrift.embedding.factory import score_with
+from quantdrift.schemas import ModelOutput, PairEvent
+from quantdrift.services.scoring import build_embedder
 
 
 def _fail(message: str) -> int:
@@ -54,8 +43,6 @@ def read_text(arg: str, stdin: Any) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    from quantdrift.detectors import score_text_pair, verdict
-
     if args.candidate == "-" and args.reference == "-":
         return _fail("only one of CANDIDATE and REFERENCE can be read from stdin (-)")
     try:
@@ -63,11 +50,6 @@ def run(args: argparse.Namespace) -> int:
         reference = read_text(args.reference, sys.stdin)
     except ValueError as exc:
         return _fail(str(exc))
-    from quantdrift.cli.common import load_settings
-    from quantdrift.embedding.factory import score_with
-    from quantdrift.schemas import ModelOutput, PairEvent
-    from quantdrift.services.scoring import build_embedder
-
     embedder, _tier = build_embedder(load_settings().embedding, args.embedder)
     if embedder is None:
         metrics = score_text_pair(candidate, reference, None)

@@ -4,30 +4,24 @@ building the parts from ``--config`` and the settings and serving them with uvic
 from __future__ import annotations
 
 import argparse
+import asyncio
 import os
 import sys
 from collections.abc import Callable
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from quantdrift.cli.common import add_log_level, load_settings, signing_settings, with_stack
+import uvicorn
+
+from quantdrift.cli.settings import load_settings, signing_settings, with_stack
+from quantdrift.gateway.http.app import create_admin_app
+from quantdrift.gateway.http.lingering import lingering_protocol
+from quantdrift.services.gateway import build_gateway
 
 if TYPE_CHECKING:
     from quantdrift.gateway.http.service import Gateway
 
 # Seconds open HTTP requests get after SIGTERM before uvicorn closes them.
 GRACEFUL_S = 2
-
-
-def add_server_args(p: argparse.ArgumentParser, port: int) -> None:
-    """The options the gateway and the collector share."""
-    p.add_argument("--config", type=Path, required=True, help="gateway YAML (see examples/)")
-    p.add_argument("--host", default="127.0.0.1")
-    p.add_argument("--port", type=int, default=port)
-    p.add_argument(
-        "--no-control", action="store_true", help="do not follow RouteCommands (no Redis/Kafka)"
-    )
-    add_log_level(p, "info")
 
 
 def serve(
@@ -38,14 +32,6 @@ def serve(
     if not 0 < args.port < 65536:
         sys.stderr.write(f"quantdrift: error: --port must be in 1..65535, got {args.port}\n")
         return 2
-    import asyncio
-
-    import uvicorn
-
-    from quantdrift.gateway.http.app import create_admin_app
-    from quantdrift.gateway.http.lingering import lingering_protocol
-    from quantdrift.services.gateway import build_gateway
-
     settings = signing_settings(with_stack(load_settings()))
     gateway = build_gateway(
         args.config,

@@ -12,47 +12,8 @@ import sys
 from pathlib import Path
 
 from quantdrift.errors import StackError
-
-_REDIS_SCHEMES = ("redis://", "rediss://", "unix://")
-
-
-def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
-    """Add ``stack up`` and ``stack down`` to the main parser's subcommands."""
-    stack = subparsers.add_parser("stack")
-    commands = stack.add_subparsers(dest="stack_command", metavar="{up,down}", required=True)
-
-    up = commands.add_parser(
-        "up",
-        help="start Tansu and a Redis in the background; prints export lines to eval",
-    )
-    up.add_argument(
-        "--redis-url",
-        type=_redis_url,
-        default=None,
-        help="use this Redis instead of starting one",
-    )
-    up.add_argument(
-        "--adopt-redis",
-        action="store_true",
-        help="use a Redis already answering on 127.0.0.1:6379 instead of starting one "
-        "(off by default: a Redis we did not start may hold someone else's keys)",
-    )
-    up.add_argument("--state", type=Path, default=None, help="state file (.quantdrift/stack.json)")
-    up.set_defaults(func=stack_up)
-
-    down = commands.add_parser("down", help="stop what `stack up` started")
-    down.add_argument(
-        "--state", type=Path, default=None, help="state file (.quantdrift/stack.json)"
-    )
-    down.set_defaults(func=stack_down)
-
-
-def _redis_url(value: str) -> str:
-    if not value.startswith(_REDIS_SCHEMES):
-        raise argparse.ArgumentTypeError(
-            f"{value!r} is not a Redis URL (expected redis://, rediss:// or unix://)"
-        )
-    return value
+from quantdrift.stack.embedded import EmbeddedStack, default_state_path, read_state, stop_from_state
+from quantdrift.stack.redis_server import DEFAULT_PROBE_URL
 
 
 def _down_command(path: Path, default: Path) -> str:
@@ -79,10 +40,6 @@ def _fail(command: str, exc: Exception, code: int = 3) -> int:
 
 def stack_up(args: argparse.Namespace) -> int:
     """Start the stack detached, record it, print how to reach it."""
-    # Deferred: the stack modules pull in asyncio and subprocess plumbing --help never needs.
-    from quantdrift.stack.embedded import EmbeddedStack, default_state_path, read_state
-    from quantdrift.stack.redis_server import DEFAULT_PROBE_URL
-
     path: Path = args.state or default_state_path()
     if path.exists():
         try:
@@ -126,8 +83,6 @@ def stack_up(args: argparse.Namespace) -> int:
 
 def stack_down(args: argparse.Namespace) -> int:
     """Stop the processes recorded by ``stack up``, and only those."""
-    from quantdrift.stack.embedded import default_state_path, stop_from_state
-
     path: Path = args.state or default_state_path()
     try:
         outcomes = stop_from_state(path)

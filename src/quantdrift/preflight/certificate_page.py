@@ -31,11 +31,6 @@ from quantdrift.schemas.certificate_live import live_routes
 _OK, _BAD = "#1a7f37", "#cf222e"
 
 
-def page_path(certificate: Path) -> Path:
-    """Where a certificate's page goes by default: beside it, ``.html`` for ``.json``."""
-    return certificate.with_suffix(".html")
-
-
 def _claimed(raw: bytes) -> dict[str, Any]:
     """The payload as the document states it, unverified (for a page that says so)."""
     try:

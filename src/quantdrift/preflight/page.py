@@ -17,7 +17,8 @@ from quantdrift.preflight.signoff import Block, block, policy_of, read_approvals
 
 
 def page_path(report: Path) -> Path:
-    """Where a report's page goes by default: beside it, ``.html`` for ``.json``."""
+    """Where a report's (or a certificate's) page goes by default: beside it, ``.html``
+    for ``.json``."""
     return report.with_suffix(".html")
 
 

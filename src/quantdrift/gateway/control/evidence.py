@@ -71,16 +71,8 @@ class EvidenceWatch(RedisPoll):
     keeping = "keeping it"
     task_name = "route-evidence"
 
-    def __init__(
-        self,
-        config: GatewayConfig,
-        redis_url: str,
-        key_prefix: str,
-        redis_options: Mapping[str, Any] | None = None,
-    ) -> None:
-        super().__init__(redis_url, key_prefix, redis_options)
-        self.config = config
-        self.routes = [r for r in config.routes if config.adaptive(r) is not None]
+    def clear(self) -> None:
+        self.routes = [r for r in self.config.routes if self.config.adaptive(r) is not None]
         self.evidence: dict[str, Evidence] = {}
 
     def of(self, route: str) -> Evidence:

@@ -24,7 +24,6 @@ import redis.asyncio as aioredis
 
 from quantdrift.detectors.noise_floor import FLOOR_METRICS
 from quantdrift.gateway.control.redis_poll import RedisPoll
-from quantdrift.gateway.gateway_config import GatewayConfig
 from quantdrift.schemas.keys import noise_key
 
 log = logging.getLogger(__name__)
@@ -57,15 +56,7 @@ class FloorWatch(RedisPoll):
     keeping = "keeping counts"
     task_name = "noise-floors"
 
-    def __init__(
-        self,
-        config: GatewayConfig,
-        redis_url: str,
-        key_prefix: str,
-        redis_options: Mapping[str, Any] | None = None,
-    ) -> None:
-        super().__init__(redis_url, key_prefix, redis_options)
-        self.config = config
+    def clear(self) -> None:
         self.sizes: dict[str, int] = {}
 
     @property

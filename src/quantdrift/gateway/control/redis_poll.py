@@ -16,12 +16,15 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import redis.asyncio as aioredis
 from redis.exceptions import RedisError
 
 from quantdrift.supervision import Supervisor, cancelled
+
+if TYPE_CHECKING:
+    from quantdrift.gateway.gateway_config import GatewayConfig
 
 log = logging.getLogger(__name__)
 
@@ -39,8 +42,13 @@ class RedisPoll:
     task_name = "redis-poll"
 
     def __init__(
-        self, redis_url: str, key_prefix: str, redis_options: Mapping[str, Any] | None = None
+        self,
+        config: GatewayConfig,
+        redis_url: str,
+        key_prefix: str,
+        redis_options: Mapping[str, Any] | None = None,
     ) -> None:
+        self.config = config
         self._url = redis_url
         self._prefix = key_prefix
         self._options = dict(redis_options or {})
@@ -48,6 +56,10 @@ class RedisPoll:
         self.supervisor = Supervisor()
         self._redis: aioredis.Redis | None = None
         self._task: asyncio.Task[None] | None = None
+        self.clear()
+
+    def clear(self) -> None:
+        """Set what the watch holds before its first read (its own fields)."""
 
     @property
     def active(self) -> bool:
