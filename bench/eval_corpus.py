@@ -73,6 +73,15 @@ def complete_prompts(path: Path) -> int:
     return len(complete(by_prompt(read_pairs(path)), (HEALTHY, *VARIANTS)))
 
 
+def pool_size(path: Path, sizes: list[int]) -> tuple[int, int]:
+    """(complete prompts, calibration pool): the pool is sized once for the largest
+    calibration the corpus can spare while keeping at least two thirds of its prompts
+    for the streams. A corpus still being recorded may spare none of the sizes asked:
+    then the largest third it can spare is the pool (the benches that use it say so)."""
+    n = complete_prompts(path)
+    return n, max((s for s in sizes if s <= n // 3), default=n // 3)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--corpus", type=Path, default=ROOT / "corpus" / "pairs")
@@ -107,12 +116,7 @@ def main(argv: list[str] | None = None) -> int:
             seed=args.seed,
             embedder=args.embedder,
         )
-        # The pool is sized once for the largest calibration the corpus can spare while
-        # keeping at least two thirds of its prompts for the streams.
-        complete = complete_prompts(args.corpus)
-        # A corpus still being recorded may spare none of the sizes asked: then the
-        # largest third it can spare is the one size run, and the table says so.
-        pool = max((s for s in sizes if s <= complete // 3), default=complete // 3)
+        _, pool = pool_size(args.corpus, sizes)
         skipped = [str(s) for s in sizes if s > pool]
         ev = corpus_eval.load(
             EmbeddingSettings(), CorpusRequest(**{**base.__dict__, "calibration_pool": pool})
