@@ -131,7 +131,8 @@ def run(
     seed: int,
 ) -> dict[str, Any]:
     started = time.perf_counter()
-    complete, pool = eval_corpus.pool_size(corpus, [calibration])
+    # The pool eval_corpus.py cuts (the same prompts apart), the calibration at most it.
+    complete, pool = eval_corpus.pool_size(corpus)
     size = min(calibration, pool)
     base = CorpusRequest(
         pairs=corpus,
@@ -295,7 +296,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         default=300,
         help="calibration prompts per draw (at most the pool the corpus can spare)",
     )
-    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument(
+        "--seed", type=int, default=0, help="the cut and the draws (0: eval_corpus.py's cut)"
+    )
     ap.add_argument("--modes", default=",".join(MODES), help="comma-separated decoding/logprobs")
     ap.add_argument("--embedders", default=",".join(EMBEDDERS))
     ap.add_argument("--json", action="store_true", help="end with one JSON object")
