@@ -1,21 +1,22 @@
 """Route decisions per scorer: does the tiered scorer decide as MiniLM on every pair does?
 
-    python bench/decisions.py [--small] [--streams K --length N] [--modes greedy/full,...]
+    python bench/decisions.py [--corpus corpus/pairs] [--draws 100] [--calibration 300]
+                              [--small] [--modes greedy/full,...]
                               [--embedders minilm,tiered,static] [--json] [--write BENCHMARKS.md]
 
 For each mode (greedy / sampled decoding x log-probs full / no-teacher-forcing /
-none) it runs ``quantdrift eval``'s service (:func:`quantdrift.services.evaluation.run_eval`,
-the same call the CLI makes, through ``eval_modes.py``'s per-mode run) with each
-scorer, on the shipped lab pairs, with the protocol of docs/deciding.md::
+none) it runs the traffic corpus's evaluation (:mod:`quantdrift.services.corpus_eval`,
+what ``quantdrift eval --no-replay`` and ``bench/eval_corpus.py`` run, read and split
+as ``eval_corpus.py`` does) with each scorer: the prompts split once into a calibration
+pool and an evaluation pool; per draw, ``--calibration`` prompts of the pool seed the
+floors and the blessed int8 baseline, and a stream takes each evaluation prompt of the
+mode's decoding at most once (the route carries that slice, ``--only decoding=D``),
+int8 until a random onset, then the GPTQ int4 checkpoint or int3.
 
-    --healthy P --healthy-label int8 --drifted P --drifted-label int4,int3,int2
-    --calibrate P --blessed-label int8 --holdout --decoding D --logprobs L
-    --streams S --length N --seed 1
-
-and the production policy (``default``). Per scorer it reports false rollbacks on
-the healthy streams and, per broken variant, the detection delay (median of the
-streams that caught it, p90 with a missed stream counted as ``drift_length + 1``)
-and how many streams missed it. Every scorer sees the same seeded draws, so the
+The production policy (``default``). Per scorer it reports false rollbacks on the
+healthy streams and, per broken variant, the detection delay in route pairs (median of
+the streams that caught it, p90 with a missed stream counted as the rest of its stream
++ 1) and how many streams missed it. Every scorer sees the same seeded draws, so the
 rows differ by the scores alone.
 
 The question asked of the tiered scorer (issue 21): in every mode, 0 false
@@ -35,6 +36,7 @@ import os
 import sys
 import time
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -43,44 +45,47 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import eval_modes
+import eval_corpus
 from common import machine, write_section
 
+from quantdrift.config import EmbeddingSettings
+from quantdrift.evaluation.corpus import CorpusEval
+from quantdrift.services import corpus_eval
+from quantdrift.services.corpus_eval import CorpusRequest
+
 SECTION = "## Decisions per scorer: tiered against MiniLM (bench/decisions.py)"
-MODES = tuple(f"{d}/{lp}" for d, lp in eval_modes.MODES)
+LOGPROBS = ("full", "no-teacher-forcing", "none")
+MODES = tuple(f"{d}/{lp}" for d in ("greedy", "sampled") for lp in LOGPROBS)
 EMBEDDERS = ("minilm", "tiered", "static", "tiered-bf16")
 KNOWN = (*EMBEDDERS, "minilm-bf16")
 # Each compared with MiniLM everywhere (float32): the question of the module docstring.
 COMPARED = ("tiered", "tiered-bf16", "minilm-bf16")
-VARIANTS = ("int4", "int3", "int2")
+VARIANTS = eval_corpus.VARIANTS
 TOLERANCE = 0.10
-SIZES = {"default": (20, 5000), "small": (2, 300)}
+SIZES = {"default": 100, "small": 2}  # calibration draws, one stream each
 
 
-def run_mode(mode: str, embedder: str, streams: int, length: int, seed: int) -> dict[str, Any]:
-    """One ``quantdrift eval`` of a mode on the lab pairs with one scorer, reduced to the
-    decision: eval_modes.py's run (the service the CLI calls) and its summary."""
-    decoding, logprobs = mode.split("/")
-    path, variants = eval_modes.SETS["lab"]
+def load(request: CorpusRequest, embedder: str) -> CorpusEval:
+    """The corpus read, stripped to the request's mode and scored by one scorer
+    (``tiered-bf16``: the tiered scorer with MiniLM in bfloat16, ``embedding.dtype``)."""
     tier, _, dtype = embedder.partition("-")
-    # One calibration, the whole calibration set: the scorers are compared on the same
-    # floors, so the rows differ by the scores alone.
-    args = argparse.Namespace(
-        embedder=tier,
-        dtype={"bf16": "bfloat16"}.get(dtype, "float32"),
-        streams=streams,
-        length=length,
-        seed=seed,
-        calibration_draws=1,
-    )
+    settings = EmbeddingSettings(dtype={"bf16": "bfloat16"}.get(dtype, "float32"))
+    return corpus_eval.load(settings, replace(request, embedder=tier))
+
+
+def run_mode(ev: CorpusEval, request: CorpusRequest, decoding: str) -> dict[str, Any]:
+    """One mode with one scorer, reduced to the decision: the route carries the
+    evaluation prompts of one decoding, each at most once a stream."""
     t0 = time.perf_counter()
-    summary = eval_modes.summarise(eval_modes.run_mode(path, variants, decoding, logprobs, args))
+    rows = corpus_eval.run(ev, replace(request, only=("decoding", decoding)))
+    healthy = rows[0]
     return {
-        "false_rollbacks": summary["false_rollbacks"],
-        "healthy_pairs": summary["healthy_pairs"],
+        "false_rollbacks": healthy.false_rollbacks,
+        "healthy_pairs": healthy.healthy_pairs,
+        "streams": healthy.streams,
         "delay": {
-            v: {"median": d["median"], "p90": d["p90"], "missed": d["missed"]}
-            for v, d in summary["delays"].items()
+            r.variant: {"median": r.delay_p50, "p90": r.delay_p90, "missed": r.missed}
+            for r in rows[1:]
         },
         "seconds": round(time.perf_counter() - t0, 1),
     }
@@ -118,12 +123,39 @@ def compare(tiered: dict[str, Any], minilm: dict[str, Any]) -> dict[str, Any]:
 
 
 def run(
-    modes: Sequence[str], embedders: Sequence[str], streams: int, length: int, seed: int
+    corpus: Path,
+    modes: Sequence[str],
+    embedders: Sequence[str],
+    draws: int,
+    calibration: int,
+    seed: int,
 ) -> dict[str, Any]:
     started = time.perf_counter()
+    # The pool eval_corpus.py cuts (the same prompts apart), the calibration at most it.
+    complete, pool = eval_corpus.pool_size(corpus)
+    size = min(calibration, pool)
+    base = CorpusRequest(
+        pairs=corpus,
+        healthy_label=eval_corpus.HEALTHY,
+        variants=VARIANTS,
+        calibration_prompts=size,
+        calibration_pool=pool,
+        draws=draws,
+        seed=seed,
+    )
+    loaded: dict[tuple[str, str], CorpusEval] = {}
     out: dict[str, Any] = {}
+    distinct = 0
     for mode in modes:
-        per = {e: run_mode(mode, e, streams, length, seed) for e in embedders}
+        decoding, logprobs = mode.split("/")
+        request = replace(base, logprobs=logprobs)  # type: ignore[arg-type]
+        per: dict[str, Any] = {}
+        for e in embedders:
+            if (logprobs, e) not in loaded:  # one scoring per scorer and log-prob mode
+                loaded[(logprobs, e)] = load(request, e)
+            ev = loaded[(logprobs, e)]
+            distinct = len(ev.eval_pool)
+            per[e] = run_mode(ev, request, decoding)
         for name in COMPARED:
             if name in per and "minilm" in per:
                 per[f"{name}_vs_minilm"] = compare(per[name], per["minilm"])
@@ -138,8 +170,16 @@ def run(
         "modes": out,
         "tiered_equivalent_everywhere": everywhere.get("tiered", False),
         "equivalent_everywhere": everywhere,
-        "size": {"streams": streams, "length": length, "seed": seed},
-        "protocol": "docs/deciding.md (--holdout, int8 healthy and blessed, int4/int3/int2)",
+        "size": {
+            "complete_prompts": complete,
+            "calibration_pool": pool,
+            "calibration_prompts": size,
+            "distinct_eval_prompts": distinct,
+            "draws": draws,
+            "seed": seed,
+        },
+        "protocol": "bench/eval_corpus.py's (no replay, calibration drawn apart, "
+        "int8 healthy and blessed, GPTQ int4 and int3 from a random onset)",
         "machine": machine(),
         "seconds": round(time.perf_counter() - started, 1),
     }
@@ -168,15 +208,21 @@ def _markdown(result: dict[str, Any]) -> str:
     lines = [
         SECTION,
         "",
-        f"`python bench/decisions.py --streams {size['streams']} --length {size['length']}`: "
-        "`quantdrift eval`'s service on the lab pairs with each scorer, the protocol of "
-        "docs/deciding.md (held-out prompts, int8 healthy and blessed, seed "
-        f"{size['seed']}), the default policy. Delay in drifted pairs, median / p90 "
-        "(a missed stream counts as the drift length + 1); FR: false rollbacks over "
-        f"{size['streams'] * size['length']} healthy pairs. Machine: {m['nproc']} cores, "
-        f"{m['cpu']}.",
+        f"`python bench/decisions.py --draws {size['draws']} --calibration "
+        f"{size['calibration_prompts']}`: the traffic corpus's evaluation "
+        "(`bench/eval_corpus.py`'s protocol) with each scorer: calibrations of "
+        f"{size['calibration_prompts']} prompts drawn {size['draws']} times from a pool of "
+        f"{size['calibration_pool']}, apart from the {size['distinct_eval_prompts']} "
+        "evaluation prompts; per mode the route carries the evaluation prompts of that "
+        "decoding, each at most once a stream, int8 until a random onset, then the broken "
+        f"variant (seed {size['seed']}, the default policy). Delay in route pairs, median / "
+        "p90 (a missed stream counts as the rest of its stream + 1); FR: false rollbacks "
+        "over the healthy pairs shown. Machine: "
+        f"{m['nproc']} cores, {m['cpu']}.",
         "",
-        "| mode | scorer | FR | " + " | ".join(f"{v} delay | {v} missed" for v in VARIANTS) + " |",
+        "| mode | scorer | FR (healthy pairs) | "
+        + " | ".join(f"{v} delay | {v} missed" for v in VARIANTS)
+        + " |",
         "|---|---|---:|" + "---:|---:|" * len(VARIANTS),
     ]
     for mode, per in result["modes"].items():
@@ -196,7 +242,9 @@ def _markdown(result: dict[str, Any]) -> str:
                     ]
                 )
             lines.append(
-                f"| {mode} | {name} | {r['false_rollbacks']} | " + " | ".join(cells) + " |"
+                f"| {mode} | {name} | {r['false_rollbacks']} ({r['healthy_pairs']:,}) | "
+                + " | ".join(cells)
+                + " |"
             )
     lines += [
         "",
@@ -239,24 +287,40 @@ def _markdown(result: dict[str, Any]) -> str:
 
 def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--small", action="store_true", help="a smoke size: 2 streams of 300 pairs")
-    ap.add_argument("--streams", type=int, default=None)
-    ap.add_argument("--length", type=int, default=None)
-    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--corpus", type=Path, default=eval_corpus.ROOT / "corpus" / "pairs")
+    ap.add_argument("--small", action="store_true", help="a smoke size: 2 calibration draws")
+    ap.add_argument("--draws", type=int, default=None, help="calibration draws, a stream each")
+    ap.add_argument(
+        "--calibration",
+        type=int,
+        default=300,
+        help="calibration prompts per draw (at most the pool the corpus can spare)",
+    )
+    ap.add_argument(
+        "--seed", type=int, default=0, help="the cut and the draws (0: eval_corpus.py's cut)"
+    )
     ap.add_argument("--modes", default=",".join(MODES), help="comma-separated decoding/logprobs")
     ap.add_argument("--embedders", default=",".join(EMBEDDERS))
     ap.add_argument("--json", action="store_true", help="end with one JSON object")
     ap.add_argument("--write", type=Path, default=None, help="write/update a section in this file")
     args = ap.parse_args(argv)
-    streams, length = SIZES["small" if args.small else "default"]
-    streams = args.streams or streams
-    length = args.length or length
+    draws = args.draws or SIZES["small" if args.small else "default"]
     modes = [m.strip() for m in args.modes.split(",") if m.strip()]
     embedders = [e.strip() for e in args.embedders.split(",") if e.strip()]
     unknown = [m for m in modes if m not in MODES] + [e for e in embedders if e not in KNOWN]
     if unknown:
         ap.error(f"unknown mode or embedder: {', '.join(unknown)}")
-    result = run(modes, embedders, streams, length, args.seed)
+    if not args.corpus.exists():
+        sys.exit(f"{args.corpus} is missing (quantdrift lab corpus record writes it)")
+    result = run(args.corpus, modes, embedders, draws, args.calibration, args.seed)
+    size = result["size"]
+    print(
+        f"decisions: corpus {args.corpus}: {size['complete_prompts']} complete prompts, "
+        f"{size['distinct_eval_prompts']} evaluation, calibration {size['calibration_prompts']} "
+        f"of a pool of {size['calibration_pool']}, {draws} draws",
+        file=sys.stderr,
+        flush=True,
+    )
     if args.write:
         write_section(args.write, _markdown(result), SECTION)
         print(f"wrote {args.write}")

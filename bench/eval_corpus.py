@@ -2,7 +2,7 @@
 
     python bench/eval_corpus.py [--corpus corpus/pairs] [--prompts corpus/prompts.jsonl.gz]
                                 [--draws 200] [--sizes 100,300,1000]
-                                [--modes full,no-teacher-forcing,none] [--json]
+                                [--modes full,no-teacher-forcing,none] [--policy FILE] [--json]
                                 [--write docs/deciding.md]
 
 The corpus is ``quantdrift lab corpus record``'s (``corpus/pairs``): for every prompt
@@ -40,14 +40,16 @@ import json
 import sys
 import time
 from collections import Counter
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from common import write_section
+from common import policy_flag, write_section
 
 from quantdrift.config import EmbeddingSettings
-from quantdrift.evaluation.corpus import CorpusEval, by_prompt, complete
+from quantdrift.evaluation.corpus import CorpusEval, by_prompt, complete, split
 from quantdrift.lab.corpus.build import answers, load
+from quantdrift.schemas import PairEvent
 from quantdrift.services import corpus_eval
 from quantdrift.services.corpus_eval import CorpusRequest
 from quantdrift.services.pairs import read_pairs
@@ -56,6 +58,7 @@ ROOT = Path(__file__).resolve().parent.parent
 HEALTHY = "int8"
 VARIANTS = ("int4-g64-gptq", "int3-g64")
 SECTION = "## Decisions on the traffic corpus"
+SIZES = (100, 300, 1000)  # calibration sizes, in prompts (the issue's three)
 MODE_NAMES = {"full": "teacher-forced", "no-teacher-forcing": "logprobs", "none": "text only"}
 
 
@@ -85,6 +88,33 @@ def complete_prompts(path: Path) -> int:
     return len(complete(by_prompt(read_pairs(path)), (HEALTHY, *VARIANTS)))
 
 
+def pool_for(complete_prompts: int, sizes: Sequence[int] = SIZES) -> int:
+    """The calibration pool, sized once for the largest calibration the corpus can
+    spare while keeping at least two thirds of its prompts for the streams. A corpus
+    still being recorded may spare none of the sizes asked: then the largest third it
+    can spare is the pool (the benches that use it say so).
+
+    >>> pool_for(575), pool_for(3000), pool_for(90)
+    (100, 1000, 30)
+    """
+    return max((s for s in sizes if s <= complete_prompts // 3), default=complete_prompts // 3)
+
+
+def pool_size(path: Path, sizes: Sequence[int] = SIZES) -> tuple[int, int]:
+    """(complete prompts, calibration pool) of the corpus at ``path``."""
+    n = complete_prompts(path)
+    return n, pool_for(n, sizes)
+
+
+def cut(pairs: Sequence[PairEvent], seed: int = 0) -> tuple[set[str], set[str]]:
+    """(calibration pool, evaluation prompts) by prompt id, as this bench cuts the
+    corpus at ``seed`` (the split :class:`CorpusEval` makes): for the benches that read
+    the same prompts another way and must keep their calibration apart the same way."""
+    full = complete(by_prompt(pairs), (HEALTHY, *VARIANTS))
+    cal, ev = split(full, pool_for(len(full)), seed)
+    return set(cal), set(ev)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--corpus", type=Path, default=ROOT / "corpus" / "pairs")
@@ -96,11 +126,14 @@ def main(argv: list[str] | None = None) -> int:
     )
     ap.add_argument("--draws", type=int, default=200, help="calibration draws (one stream each)")
     ap.add_argument("--slice-draws", type=int, default=40, help="draws for the per-slice rows")
-    ap.add_argument("--sizes", default="100,300,1000", help="calibration sizes, in prompts")
+    ap.add_argument(
+        "--sizes", default=",".join(map(str, SIZES)), help="calibration sizes, in prompts"
+    )
     ap.add_argument("--modes", default="full,no-teacher-forcing,none")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--no-slices", action="store_true", help="skip the per-slice rows")
     ap.add_argument("--embedder", default=None)
+    ap.add_argument("--policy", type=Path, default=None, help="a policy file (default: none)")
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--write", type=Path, default=None)
     args = ap.parse_args(argv)
@@ -115,6 +148,7 @@ def main(argv: list[str] | None = None) -> int:
         "bench": "eval_corpus",
         "draws": args.draws,
         "slice_draws": args.slice_draws,
+        "policy": str(args.policy) if args.policy else None,
         "rows": [],
     }
     skipped: list[str] = []
@@ -128,13 +162,9 @@ def main(argv: list[str] | None = None) -> int:
             seed=args.seed,
             embedder=args.embedder,
             answers=expected,
+            policy_file=args.policy,
         )
-        # The pool is sized once for the largest calibration the corpus can spare while
-        # keeping at least two thirds of its prompts for the streams.
-        complete = complete_prompts(args.corpus)
-        # A corpus still being recorded may spare none of the sizes asked: then the
-        # largest third it can spare is the one size run, and the table says so.
-        pool = max((s for s in sizes if s <= complete // 3), default=complete // 3)
+        _, pool = pool_size(args.corpus, sizes)
         skipped = [str(s) for s in sizes if s > pool]
         ev = corpus_eval.load(
             EmbeddingSettings(), CorpusRequest(**{**base.__dict__, "calibration_pool": pool})
@@ -192,7 +222,7 @@ def markdown(result: dict[str, Any]) -> str:
         SECTION,
         "",
         f"`python bench/eval_corpus.py --draws {result['draws']} --slice-draws "
-        f"{result.get('slice_draws', '-')}`: "
+        f"{result.get('slice_draws', '-')}{policy_flag(result.get('policy'))}`: "
         f"{result['distinct_eval_prompts']} distinct evaluation prompts, each at most once a "
         f"stream; calibration from a pool of {result['calibration_pool']} other prompts, "
         f"drawn {result['draws']} times per size; broken variants from a random onset in the "

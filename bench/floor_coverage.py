@@ -1,6 +1,7 @@
 """How often a calibration sets a divergence null below what healthy traffic then shows.
 
-    python bench/floor_coverage.py [--draws 200] [--seed 1] [--json] [--write docs/vllm.md]
+    python bench/floor_coverage.py [--corpus corpus/pairs] [--draws 200] [--seed 1] [--json]
+                                   [--write BENCHMARKS.md]
 
 A divergence test (lexical, dissimilarity, teacher-forced KL, entropy) rolls a route
 back, given pairs enough, whenever the healthy candidate's mean x on the traffic sits
@@ -8,12 +9,12 @@ above its null: the blessed floor's upper bound plus δ. That happens exactly wh
 calibration came out low against the traffic, so the rate of such calibrations is the
 false-rollback rate a long healthy stream meets, before the e-detector's own share.
 
-On each recorded pair set (``corpus``, the traffic corpus of ``corpus/pairs``, its
-prompts split by the stable hash every non-lab prompt gets; ``lab`` and ``vllm``, as
-``bench/eval_modes.py``) and decoding mode, the healthy int8 pairs of the evaluation
-prompts stand for the traffic (their mean x is what a long stream of them learns), and
-the null is drawn ``--draws`` times from the calibration prompts' blessed int8 pairs,
-through the same ``seed_from_pairs`` and null as ``quantdrift calibrate`` and the judge:
+On the traffic corpus (``corpus/pairs``, cut into a calibration pool and evaluation
+prompts as ``bench/eval_corpus.py`` cuts it) and per decoding mode, the healthy int8
+pairs of the evaluation prompts stand for the traffic (their mean x is what a long
+stream of them learns), and the null is drawn ``--draws`` times from the calibration
+pool's blessed int8 pairs, through the same ``seed_from_pairs`` and null as
+``quantdrift calibrate`` and the judge:
 
 * ``bootstrap``: the eval's ``--calibration-draws`` (a bootstrap over the calibration
   prompts, as many as there are);
@@ -39,6 +40,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import eval_corpus
 import numpy as np
 from common import policy_flag, write_section
 
@@ -52,6 +54,7 @@ from quantdrift.detectors.tolerance import DIVERGENCES, BettingSR
 from quantdrift.evaluation import ScoreCache
 from quantdrift.evaluation.cache import to_score
 from quantdrift.evaluation.calibration import seed_from_pairs
+from quantdrift.evaluation.corpus import prompt_of
 from quantdrift.evaluation.modes import select, strip
 from quantdrift.schemas import PairEvent
 from quantdrift.services.evaluation import calibration_draws, calibration_prompts
@@ -59,19 +62,11 @@ from quantdrift.services.pairs import read_pairs
 from quantdrift.services.scoring import build_embedder
 
 ROOT = Path(__file__).resolve().parent.parent
-DATA = ROOT / "src" / "quantdrift" / "data"
-SETS = {
-    "corpus": ROOT / "corpus" / "pairs",
-    "lab": DATA / "lab_pairs.jsonl.gz",
-    "vllm": DATA / "lab_pairs_vllm.jsonl.gz",
-}
+CORPUS = ROOT / "corpus" / "pairs"
 ROUTE = "eval/route"
-# The broken variants, by the column that shows them and the labels a set gives them. The
-# traffic corpus (a folder of blocks) names its builds: its int4 is the GPTQ checkpoint on
-# vLLM's kernel, its int3 group-wise. Matched by label alone in the corpus: the vllm set's
-# GPTQ pairs are served by a model of that name too.
-BROKEN = {"int4": "int4", "int4-gptq": "int4-gptq", "int3": "int3", "int2": "int2"}
-CORPUS_BROKEN = {"int4": "int4-g64-gptq", "int3": "int3-g64"}
+# The broken variants by the column that shows them: the corpus's int4 is the GPTQ
+# checkpoint on vLLM's kernel, its int3 group-wise.
+BROKEN = {"int4": "int4-g64-gptq", "int3": "int3-g64"}
 SECTION = "## How often a calibration comes out low"
 
 
@@ -85,23 +80,17 @@ def floor_state(
 
 
 def split(
-    pairs: list[PairEvent], decoding: str, broken_labels: dict[str, str] = BROKEN
+    pairs: list[PairEvent], decoding: str
 ) -> tuple[list[PairEvent], list[PairEvent], dict[str, list[PairEvent]]]:
-    """One decoding mode's calibration pairs, its healthy int8 traffic (shadow pairs of the
-    evaluation prompts), and each broken variant's shadow pairs there (those recorded)."""
+    """One decoding mode's calibration pairs (the calibration pool ``bench/eval_corpus.py``
+    cuts), its healthy int8 traffic (shadow pairs of the evaluation prompts), and each
+    broken variant's shadow pairs there."""
+    cal, ev = eval_corpus.cut(pairs)
     mine = select(pairs, decoding=decoding)  # type: ignore[arg-type]
-    evaluation = select(mine, kinds=("shadow",), part="evaluation")
-    broken = {
-        col: v
-        for col, label in broken_labels.items()
-        if (v := [p for p in evaluation if p.label == label])
-    }
-    return select(mine, part="calibration"), select(evaluation, labels=("int8",)), broken
-
-
-def broken_of(path: Path) -> dict[str, str]:
-    """The broken variants' labels by column for the set at ``path``."""
-    return CORPUS_BROKEN if path.is_dir() else BROKEN
+    evaluation = [p for p in select(mine, kinds=("shadow",)) if prompt_of(p) in ev]
+    broken = {col: [p for p in evaluation if p.label == label] for col, label in BROKEN.items()}
+    calibration = [p for p in mine if prompt_of(p) in cal]
+    return calibration, select(evaluation, labels=("int8",)), broken
 
 
 def half_draws(
@@ -120,16 +109,20 @@ def half_draws(
 
 
 def coverage(
-    path: Path, draws: int, seed: int, cache: ScoreCache, policy_file: Path | None = None
+    pairs: list[PairEvent],
+    draws: int,
+    seed: int,
+    cache: ScoreCache,
+    policy_file: Path | None = None,
 ) -> list[dict[str, Any]]:
     """One row per (decoding, signal) with a blessed floor: traffic mean, nulls, misses
     (the nulls of ``policy_file``'s default route policy; none: the default policy)."""
     policy = load_policy(policy_file)
     rp = policy.for_route(ROUTE)
-    pairs = [strip(p, "full") for p in read_pairs(path)]
+    pairs = [strip(p, "full") for p in pairs]
     rows = []
     for decoding in ("greedy", "sampled"):
-        calibration, traffic, broken = split(pairs, decoding, broken_of(path))
+        calibration, traffic, broken = split(pairs, decoding)
         cache.fill([*calibration, *traffic, *(p for v in broken.values() for p in v)])
         scores = [to_score(p, cache[p], rp, ROUTE) for p in traffic]
         broken_scores = {
@@ -187,14 +180,17 @@ def markdown(result: dict[str, Any]) -> str:
         "",
         f"`python bench/floor_coverage.py --draws {result['draws']} --seed {result['seed']}"
         f"{policy_flag(result.get('policy'))}`: "
-        "per pair set, decoding mode and divergence test, the healthy int8 pairs of the "
+        f"on the traffic corpus, cut as `bench/eval_corpus.py` cuts it "
+        f"({result['calibration_prompts']} calibration prompts, "
+        f"{result['distinct_eval_prompts']} evaluation prompts), "
+        "per decoding mode and divergence test: the healthy int8 pairs of the "
         "evaluation prompts stand for traffic (*traffic mean* x, what a long healthy stream "
         "learns), and the test's null (blessed floor bound + δ) is drawn from the "
         "calibration prompts' int8 pairs: the whole calibration once, then "
         f"{result['draws']} bootstrap draws (as `--calibration-draws`) and "
         f"{result['draws']} halves without replacement. *miss*: the share of draws whose "
         "null sits below the traffic mean, each of which rolls a long healthy stream back. "
-        "*int4*: the broken variant's mean x (on the corpus, the GPTQ checkpoint) on the "
+        "*int4*: the broken variant's mean x (the GPTQ checkpoint; *int3*: int3-g64) on the "
         "evaluation prompts and, after the arrow, "
         "the pairs the test alone needs at the whole calibration's null (Wald's "
         "approximation; `-`: never, its mean is under the null).",
@@ -230,7 +226,7 @@ def run_sets(
     bench: str,
     description: str,
     section: str,
-    per_set: Callable[[Path, int, int, ScoreCache, Path | None], list[dict[str, Any]]],
+    per_set: Callable[[list[PairEvent], int, int, ScoreCache, Path | None], list[dict[str, Any]]],
     markdown: Callable[[dict[str, Any]], str],
 ) -> int:
     """The command line of a bench that reads each recorded pair set with ``--draws``
@@ -240,7 +236,7 @@ def run_sets(
     ap.add_argument("--draws", type=int, default=200)
     ap.add_argument("--embedder", default=None, help="the worker's default when not given")
     ap.add_argument("--seed", type=int, default=1)
-    ap.add_argument("--sets", default=",".join(SETS))
+    ap.add_argument("--corpus", type=Path, default=CORPUS, help="the recorded traffic corpus")
     ap.add_argument("--policy", type=Path, default=None, help="a policy file (default: none)")
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--write", type=Path, default=None)
@@ -252,14 +248,18 @@ def run_sets(
         "policy": str(args.policy) if args.policy else None,
         "sets": {},
     }
-    for name in args.sets.split(","):
-        if not SETS[name].exists():
-            sys.exit(
-                f"{SETS[name]} is missing (`quantdrift lab corpus record` or "
-                "bench/lab_pairs_vllm.py records it)"
-            )
-        cache = ScoreCache(embedder)
-        result["sets"][name] = per_set(SETS[name], args.draws, args.seed, cache, args.policy)
+    if not args.corpus.exists():
+        sys.exit(f"{args.corpus} is missing (quantdrift lab corpus record writes it)")
+    pairs = read_pairs(args.corpus)
+    cal, ev = eval_corpus.cut(pairs)
+    result["calibration_prompts"], result["distinct_eval_prompts"] = len(cal), len(ev)
+    print(
+        f"{bench}: corpus {args.corpus}: {len(cal)} calibration prompts, {len(ev)} evaluation",
+        file=sys.stderr,
+        flush=True,
+    )
+    cache = ScoreCache(embedder)
+    result["sets"]["corpus"] = per_set(pairs, args.draws, args.seed, cache, args.policy)
     text = markdown(result)
     if args.write:
         write_section(args.write, text, section)

@@ -5,17 +5,18 @@
 Order: ``scoring.py``, ``escalation_means.py``, ``static_features.py``, ``redis_bytes.py``,
 ``gateway_fallback.py``, ``gateway_overhead.py``, ``shadow_isolation.py``,
 ``gateway_capacity.py``, ``gateway_vllm.py``, ``e2e.py``, ``soak.py``, ``scale_out.py``,
-``profile_worker.py``, ``eval_modes.py``, ``floor_coverage.py``, ``signal_power.py``,
+``profile_worker.py``, ``eval_corpus.py``, ``floor_coverage.py``, ``signal_power.py``,
 ``shadow_cost.py`` (the shadow cost estimate beside the breaker's measured delays),
 ``decisions.py``, each as a subprocess with ``--json --write OUT`` so a failing one leaves
 the others' sections. ``floor_coverage.py`` says how often a calibration sets a divergence
 test's null below the healthy traffic's mean, and what that null costs a broken variant;
 ``signal_power.py`` asks the same of every signal a pair carries, under one oracle
-tolerance, to see whether another test would call a broken variant sooner. ``decisions.py`` runs
-``quantdrift eval`` per mode and scorer at the issue's size (20 streams of 5,000
-pairs), last because it is the longest; ``eval_modes.py`` gives the decision table per
-mode on the lab's and vLLM's pairs with resampled calibrations (the copy in
-docs/vllm.md comes from the same script); ``gateway_capacity.py`` needs the LiteLLM
+tolerance, to see whether another test would call a broken variant sooner; both, and
+``decisions.py``, read the traffic corpus (``corpus/pairs``) cut as ``eval_corpus.py``
+cuts it. ``eval_corpus.py`` gives the decision table (no replay, calibration drawn
+apart; the copy in docs/deciding.md comes from the same script). ``decisions.py`` runs
+the corpus evaluation per mode and scorer, last because it is the longest;
+``gateway_capacity.py`` needs the LiteLLM
 proxy's virtualenv (``make bench-litellm``, which ``make bench`` builds);
 ``gateway_vllm.py`` starts one real vLLM engine from ``.venv-vllm`` (``make vllm``,
 which ``make bench`` builds too) and measures TTFT and TPOT direct and through the
@@ -192,13 +193,12 @@ def main(argv: list[str] | None = None) -> int:
     # And the same load on a bfloat16 worker: what embedding.dtype buys on this CPU.
     bf16 = ["--also-dtype", "bfloat16"]
     results["profile_worker"] = run_bench("profile_worker.py", [*write, *rated, *bf16], timeout=420)
-    results["eval_modes"] = run_bench("eval_modes.py", write, timeout=1800)
     # The decision table on the recorded traffic corpus (no replay, calibration apart).
     results["eval_corpus"] = run_bench("eval_corpus.py", write, timeout=5400)
     results["floor_coverage"] = run_bench("floor_coverage.py", write, timeout=900)
     results["signal_power"] = run_bench("signal_power.py", write, timeout=900)
     results["shadow_cost"] = run_bench("shadow_cost.py", write, timeout=900)
-    # Last: the longest (18 evals at full size, MiniLM among the scorers).
+    # Last: the longest (every scorer scores the corpus once per log-prob mode).
     results["decisions"] = run_bench("decisions.py", write, timeout=3600)
     failed = [name for name, r in results.items() if r is None and (HERE / f"{name}.py").exists()]
     text = out.read_text().rstrip("\n") + "\n"

@@ -27,7 +27,7 @@ import sys
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -228,12 +228,27 @@ def verdict_agreement(
     }
 
 
-def lab_evaluation_pairs() -> list[PairEvent]:
-    """The shipped lab pairs' evaluation part (shadow and noise), as ``quantdrift eval``."""
-    from quantdrift.evaluation.modes import select
+CORPUS_SAMPLE = 180  # pairs of the traffic corpus the verdicts are compared on
+
+
+def corpus_pairs(
+    part: Literal["calibration", "evaluation"], limit: int = CORPUS_SAMPLE, seed: int = 0
+) -> list[PairEvent]:
+    """A seeded sample of ``limit`` pairs (noise and shadow, in corpus order) of the
+    traffic corpus's calibration pool or evaluation prompts, cut as
+    ``bench/eval_corpus.py`` cuts it: recorded traffic, not the lab's 40 prompts."""
+    import numpy as np
+    from eval_corpus import ROOT, cut
+
+    from quantdrift.evaluation.corpus import prompt_of
     from quantdrift.services.pairs import read_pairs
 
-    return select(read_pairs(), part="evaluation")
+    pairs = read_pairs(ROOT / "corpus" / "pairs")
+    calibration, evaluation = cut(pairs)
+    keep = calibration if part == "calibration" else evaluation
+    mine = [p for p in pairs if prompt_of(p) in keep]
+    picked = np.random.default_rng([seed, 3]).permutation(len(mine))[:limit]
+    return [mine[int(i)] for i in sorted(picked)]
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -295,8 +310,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         "bench": verdict_agreement(
             minilm_pairs[8:], static, full, calibration, args.rate, args.batch
         ),
-        "lab_evaluation": verdict_agreement(
-            lab_evaluation_pairs(), static, full, calibration, args.rate, args.batch
+        "corpus_evaluation": verdict_agreement(
+            corpus_pairs("evaluation"), static, full, calibration, args.rate, args.batch
         ),
     }
     naive_rate = rows[0]["pairs_per_s"]

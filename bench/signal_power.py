@@ -1,14 +1,15 @@
 """Would another per-pair signal call a broken variant sooner than the tolerance tests do?
 
-    python bench/signal_power.py [--draws 200] [--seed 1] [--json] [--write docs/vllm.md]
+    python bench/signal_power.py [--corpus corpus/pairs] [--draws 200] [--seed 1] [--json]
+                                 [--write BENCHMARKS.md]
 
 The tolerance rule tests four divergences (lexical, dissimilarity, entropy, teacher-forced
 KL) beside the paired outcomes and hard failures. A pair carries more: Jaccard, ROUGE-1,
 BLEU, the length ratio, the top-k KL and the flip rate of the candidate's log-probs, and
 the entropy shift's sign (``entropy_up``, ``entropy_down``: one-sided, where the test
-takes its size). This bench asks, on the recorded pair sets (``lab`` and ``vllm``, as
-``bench/eval_modes.py``), whether any of them would make a better test, under the same
-terms for every signal:
+takes its size). This bench asks, on the traffic corpus (``corpus/pairs``, its calibration
+pool and evaluation prompts cut as ``bench/eval_corpus.py`` cuts them), whether any of
+them would make a better test, under the same terms for every signal:
 
 * each signal maps a pair to ``x`` in [0, 1] (larger: further from the reference), and
   its null is the blessed int8 calibration's bound (``mix_robust_upper``, the one the
@@ -36,7 +37,7 @@ from typing import Any
 
 import numpy as np
 from common import policy_flag
-from floor_coverage import ROUTE, broken_of, power_cell, run_sets, split, wald_pairs
+from floor_coverage import ROUTE, power_cell, run_sets, split, wald_pairs
 
 from quantdrift.breaker.policy import RoutePolicy, load_policy
 from quantdrift.breaker.rules import signal_arl
@@ -51,7 +52,6 @@ from quantdrift.evaluation.modes import select, strip
 from quantdrift.schemas import PairEvent
 from quantdrift.schemas.score import Metrics
 from quantdrift.services.evaluation import calibration_draws
-from quantdrift.services.pairs import read_pairs
 
 SECTION = "## Would another signal call int4 sooner?"
 LOG4 = math.log(4.0)
@@ -127,17 +127,21 @@ def oracle_delta(bounds: list[float], traffic_mean: float, alpha: float) -> floa
 
 
 def power(
-    path: Path, draws: int, seed: int, cache: ScoreCache, policy_file: Path | None = None
+    pairs: list[PairEvent],
+    draws: int,
+    seed: int,
+    cache: ScoreCache,
+    policy_file: Path | None = None,
 ) -> list[dict[str, Any]]:
     """One row per (decoding, signal) that the int8 calibration and traffic both carry
     (bounds at ``policy_file``'s calibration mix ratio; none: the default policy's)."""
     rp = load_policy(policy_file).for_route(ROUTE)
     ratio = rp.calibration_mix_ratio
     arl = signal_arl(rp, "lexical") or 1e6
-    pairs = [strip(p, "full") for p in read_pairs(path)]
+    pairs = [strip(p, "full") for p in pairs]
     rows = []
     for decoding in ("greedy", "sampled"):
-        calibration, traffic, broken = split(pairs, decoding, broken_of(path))
+        calibration, traffic, broken = split(pairs, decoding)
         blessed = select(calibration, labels=("int8",), kinds=("shadow",))
         cache.fill([*blessed, *traffic, *(p for v in broken.values() for p in v)])
         drawn = [
@@ -175,7 +179,10 @@ def markdown(result: dict[str, Any]) -> str:
         "",
         f"`python bench/signal_power.py --draws {result['draws']} --seed {result['seed']}"
         f"{policy_flag(result.get('policy'))}`: "
-        "every signal a pair carries, tested alike. The null is the blessed int8 "
+        "every signal a pair carries, tested alike, on the traffic corpus cut as "
+        f"`bench/eval_corpus.py` cuts it ({result['calibration_prompts']} calibration "
+        f"prompts, {result['distinct_eval_prompts']} evaluation prompts). "
+        "The null is the blessed int8 "
         "calibration's bound plus the *oracle* δ, the smallest tolerance for which at most "
         "2.5 % of the calibration's bootstrap draws would set the null below the healthy "
         "int8 traffic's mean (fitted on the evaluation prompts: optimistic for every "

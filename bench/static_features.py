@@ -10,14 +10,16 @@ length ratio, BLEU), fed to a model fitted to MiniLM's cosine:
 * ``gradient boosting``: scikit-learn's HistGradientBoostingRegressor, seeded.
 
 The models are fitted on pairs the evaluation never sees: bench pairs of
-another seed (``long_pairs(seed=7)``) and the lab's *calibration* prompts. They
-are evaluated on the bench pairs ``bench/scoring.py`` measures agreement on
-(seed 0, the same slice) and on the lab's *evaluation* prompts. Reported per
+another seed (``long_pairs(seed=7)``) and a seeded sample of the traffic corpus's
+*calibration* pool. They are evaluated on the bench pairs ``bench/scoring.py``
+measures agreement on (seed 0, the same slice) and on its sample of the corpus's
+*evaluation* prompts (the corpus cut as ``bench/eval_corpus.py`` cuts it). Reported per
 set: the share of pairs whose drift decision at the threshold (0.88) differs
 from MiniLM's when the model decides alone, the share inside the model's band
 (which the tiered scorer would have to escalate), and the residuals.
 
-    python bench/static_features.py [--train-pairs 400] [--json] [--write BENCHMARKS.md]
+    python bench/static_features.py [--train-pairs 400] [--corpus-pairs 400] [--json]
+                                    [--write BENCHMARKS.md]
 """
 
 from __future__ import annotations
@@ -104,12 +106,10 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     from sklearn.linear_model import LinearRegression
 
     torch.set_num_threads(1)
-    from scoring import lab_evaluation_pairs
+    from scoring import corpus_pairs
 
     from quantdrift.embedding.minilm import SentenceTransformerEmbedder
     from quantdrift.embedding.static import StaticEmbedder, load_calibration
-    from quantdrift.evaluation.modes import select
-    from quantdrift.services.pairs import read_pairs
 
     t0 = time.perf_counter()
     full = SentenceTransformerEmbedder(threads=1)
@@ -119,11 +119,11 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     bench_eval = long_pairs(1168, seed=0)[1040:1168]
     sets = {
         "fit: bench pairs, seed 7": features(long_pairs(args.train_pairs, seed=7), static, full),
-        "fit: lab calibration prompts": features(
-            select(read_pairs(), part="calibration"), static, full
+        "fit: corpus calibration pool": features(
+            corpus_pairs("calibration", args.corpus_pairs), static, full
         ),
         "bench pairs (scoring.py's)": features(bench_eval, static, full),
-        "lab evaluation prompts": features(lab_evaluation_pairs(), static, full),
+        "corpus evaluation prompts": features(corpus_pairs("evaluation"), static, full),
     }
     fit_names = [k for k in sets if k.startswith("fit:")]
     x_fit = np.vstack([sets[k]["x"] for k in fit_names])
@@ -140,7 +140,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     }
     rows = []
     for name, (predict, band) in models.items():
-        for set_name in ("bench pairs (scoring.py's)", "lab evaluation prompts"):
+        for set_name in ("bench pairs (scoring.py's)", "corpus evaluation prompts"):
             rows.append(
                 {"model": name, "band": round(band, 4), "set": set_name}
                 | judge(predict, band, sets[set_name])
@@ -155,14 +155,16 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
-def markdown(result: dict[str, Any], train_pairs: int) -> str:
+def markdown(result: dict[str, Any], train_pairs: int, corpus_pairs: int) -> str:
     lines = [
         SECTION,
         "",
-        f"`python bench/static_features.py --train-pairs {train_pairs}`: a model of MiniLM's "
+        f"`python bench/static_features.py --train-pairs {train_pairs} --corpus-pairs "
+        f"{corpus_pairs}`: a model of MiniLM's "
         f"cosine from {', '.join(result['features'])}, fitted on "
         f"{result['fitted_on_pairs']} pairs the evaluation never sees (bench pairs of another "
-        "seed, the lab's calibration prompts). *Flips alone*: the share of pairs whose decision "
+        "seed, pairs of the traffic corpus's calibration pool). *Flips alone*: the share of "
+        "pairs whose decision "
         f"at {result['threshold']} differs from MiniLM's when the model decides every pair; "
         "*in band*: the share the tiered scorer would escalate with the model's band (90 % "
         "residual quantile near the bar, on the fitting pairs); *flips outside*: wrong "
@@ -185,13 +187,16 @@ def markdown(result: dict[str, Any], train_pairs: int) -> str:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--train-pairs", type=int, default=400, help="bench pairs to fit on")
+    ap.add_argument(
+        "--corpus-pairs", type=int, default=400, help="corpus calibration pairs to fit on"
+    )
     ap.add_argument("--json", action="store_true", help="end with one JSON object")
     ap.add_argument("--write", type=Path, default=None, help="write/update a section in this file")
     args = ap.parse_args(argv)
     if not 50 <= args.train_pairs <= 5000:
         sys.exit("--train-pairs must be in 50..5000")
     result = run(args)
-    text = markdown(result, args.train_pairs)
+    text = markdown(result, args.train_pairs, args.corpus_pairs)
     print(text)
     if args.write:
         write_section(args.write, text, SECTION)

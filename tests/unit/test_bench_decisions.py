@@ -1,14 +1,20 @@
-"""bench/decisions.py: the tiered-vs-MiniLM rule, and a small run's JSON and section
-(about fifteen seconds of CPU: three scorers, one mode, one stream of 60 pairs)."""
+"""bench/decisions.py: the tiered-vs-MiniLM rule, and a small run's JSON and section on
+the first recorded corpus block (three scorers, one mode, one calibration draw)."""
 
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 from typing import Any
 
 import decisions  # bench/ is not a package
 import pytest
+
+from quantdrift.evaluation.corpus import by_prompt, complete, split
+from quantdrift.services.pairs import read_pairs
+
+BLOCK = Path(__file__).resolve().parents[2] / "corpus" / "pairs" / "block-00000.jsonl.xz"
 
 
 def scorer(fr: int, **delays: tuple[float | None, float | None, int]) -> dict[str, Any]:
@@ -46,18 +52,25 @@ def test_tiered_is_equivalent_only_within_ten_percent_and_without_false_rollback
 def test_a_small_run_gives_the_json_and_the_section(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
+    folder = tmp_path / "pairs"
+    folder.mkdir()
+    shutil.copy(BLOCK, folder / BLOCK.name)
     out = tmp_path / "BENCHMARKS.md"
-    argv = ["--small", "--streams", "1", "--length", "60", "--modes", "greedy/none"]
-    assert (
-        decisions.main(
-            [*argv, "--embedders", "minilm,tiered,tiered-bf16", "--json", "--write", str(out)]
-        )
-        == 0
-    )
+    argv = ["--corpus", str(folder), "--draws", "1", "--calibration", "6"]
+    argv += ["--modes", "greedy/none", "--embedders", "minilm,tiered,tiered-bf16"]
+    assert decisions.main([*argv, "--json", "--write", str(out)]) == 0
     result = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    # Counted apart from the bench: the block's complete prompts, the pool cut as the
+    # corpus evaluation cuts it, and the greedy ones left for the stream, each once.
+    grouped = by_prompt(read_pairs(folder))
+    full = complete(grouped, ["int8", *decisions.VARIANTS])
+    pool = len(full) // 3  # a block spares none of the sizes: the largest third it can
+    _, evaluation = split(full, pool, seed=0)
+    greedy = [pid for pid in evaluation if grouped[pid].tags["decoding"] == "greedy"]
+    assert 0 < len(greedy) < len(evaluation)
     mode = result["modes"]["greedy/none"]
     for name in ("minilm", "tiered", "tiered-bf16"):
-        assert mode[name]["healthy_pairs"] == 60
+        assert mode[name]["healthy_pairs"] == len(greedy)
         assert set(mode[name]["delay"]) == set(decisions.VARIANTS)
         assert isinstance(mode[name]["false_rollbacks"], int)
     comparison = mode["tiered_vs_minilm"]
@@ -69,7 +82,15 @@ def test_a_small_run_gives_the_json_and_the_section(
         "tiered": comparison["equivalent"],
         "tiered-bf16": bf16["equivalent"],
     }
-    assert result["size"] == {"streams": 1, "length": 60, "seed": 1}
+    assert result["size"] == {
+        "complete_prompts": len(full),
+        "calibration_pool": pool,
+        "calibration_prompts": 6,
+        "distinct_eval_prompts": len(evaluation),
+        "draws": 1,
+        "seed": 0,
+    }
     section = out.read_text()
     assert decisions.SECTION in section and "| greedy/none | tiered |" in section
     assert "| greedy/none | tiered-bf16 |" in section
+    assert f"apart from the {len(evaluation)} evaluation prompts" in section

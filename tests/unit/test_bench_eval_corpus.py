@@ -62,3 +62,33 @@ def test_one_document_with_every_scenario_row(
     assert {r["mode"] for r in rows} == {"teacher-forced", "text only"}
     # Each scenario: a healthy row and one per variant it drifts, in both modes.
     assert len(rows) == 2 * (3 + 3 + 3 + 2 + 2)
+
+
+@pytest.mark.slow  # scores a block twice
+def test_a_policy_file_reaches_the_judge(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # A block's streams hold fewer pairs after the onset than the default min_pairs
+    # (20), so nothing is called; a policy file with min_pairs 5 lets teacher-forced KL
+    # call int3 within the stream, and the section names the file.
+    folder = tmp_path / "pairs"
+    folder.mkdir()
+    shutil.copy(BLOCK, folder / BLOCK.name)
+    policy = tmp_path / "policy.yaml"
+    policy.write_text("default:\n  min_pairs: 5\n")
+    argv = ["--corpus", str(folder), "--draws", "3", "--sizes", "6", "--modes", "full"]
+    argv += ["--no-slices", "--embedder", "static", "--json"]
+    docs = []
+    for extra in ([], ["--policy", str(policy)]):
+        assert eval_corpus.main([*argv, *extra]) == 0
+        docs.append(json.loads(capsys.readouterr().out.strip().splitlines()[-1]))
+
+    def int3_missed(doc: dict[str, object]) -> int:
+        rows = doc["rows"]
+        assert isinstance(rows, list)
+        (row,) = [r for r in rows if r["scenario"] == "traffic mix" and r["variant"] == "int3-g64"]
+        return int(row["missed"])
+
+    assert int3_missed(docs[0]) == 3 and int3_missed(docs[1]) < 3
+    assert docs[1]["policy"] == str(policy)
+    assert f"--policy {policy}" in eval_corpus.markdown(docs[1])

@@ -1,5 +1,5 @@
-"""bench/signal_power.py on the lab pairs, small: the JSON, the section, and what it says
-(a few seconds of CPU with the static embedder)."""
+"""bench/signal_power.py on the committed traffic corpus, small: the JSON, the section,
+and what it says (about ten seconds of CPU with the static embedder)."""
 
 from __future__ import annotations
 
@@ -11,30 +11,31 @@ import signal_power  # bench/ is not a package
 from support.bench import rows_by_signal, write_section
 
 
-@pytest.mark.slow  # scores the lab set (~5 s): CI's `make test` runs it, `make test-fast` does not
+@pytest.mark.slow  # scores the corpus: CI's `make test` runs it, `make test-fast` does not
 def test_a_small_run_gives_every_signal_under_one_rule(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    argv = ["--draws", "8", "--sets", "lab", "--embedder", "static"]
+    argv = ["--draws", "8", "--embedder", "static"]
     heading = "Would another signal call int4 sooner?"
     result, text = write_section(signal_power.main, heading, argv, tmp_path, capsys)
-    rows = rows_by_signal(result)
-    # Every mode has the text signals, current and not; the lab pairs carry log-probs
-    # and teacher forcing, so those signals are there too.
+    rows = rows_by_signal(result, "corpus")
+    # Every mode has the text signals, current and not; the corpus carries vLLM's
+    # log-probs and teacher forcing, so those signals are there too.
     for decoding in ("greedy", "sampled"):
         for signal in ("lexical", "jaccard", "length", "flip_rate", "tf_kl"):
             assert (decoding, signal) in rows
     for r in rows.values():
         assert r["current"] == (r["signal"] in ("lexical", "dissimilarity", "entropy", "tf_kl"))
         assert r["oracle_delta"] >= 0.0 and r["null"] >= r["oracle_delta"]
-        for label in ("int4", "int3", "int2"):
+        for label in ("int4", "int3"):
             mean, pairs = r.get(f"{label}_mean"), r.get(f"{label}_pairs")
             if mean is not None and mean <= r["null"]:
                 assert pairs is None
-    # int2 sits far above teacher-forced KL's null and is called within a handful of pairs.
-    kl = rows[("greedy", "tf_kl")]
-    assert kl["int2_pairs"] is not None and kl["int2_pairs"] < 20
-    assert "| lab | greedy | lexical* |" in text and "| lab | greedy | jaccard |" in text
+    # int3 sits far above teacher-forced KL's null and is called within a handful of pairs.
+    for decoding in ("greedy", "sampled"):
+        kl = rows[(decoding, "tf_kl")]
+        assert kl["int3_pairs"] is not None and kl["int3_pairs"] < 20
+    assert "| corpus | greedy | lexical* |" in text and "| corpus | greedy | jaccard |" in text
 
 
 def test_the_oracle_delta_leaves_at_most_alpha_of_the_draws_below_the_mean() -> None:

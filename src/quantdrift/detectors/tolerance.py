@@ -25,8 +25,8 @@ a tolerance δ they accept. Each signal here is one bounded number per pair,
 * **dissimilarity**: 1 - cosine of the two answers' embeddings (needs an embedder);
 * **lexical**: 1 - ROUGE-L F1 of the two answers' tokens. A test of its own beside
   the cosine, not a fallback: greedy answers of a broken candidate keep the meaning
-  and lose the wording (greedy int4 on the lab's held-out prompts, text only: p90
-  99 pairs with the cosine alone, 43 with this test beside it; bench/eval_modes.py);
+  and lose the wording (greedy int4 on the lab's 40-prompt set, text only, when the
+  test was added: p90 99 pairs with the cosine alone, 43 with this test beside it);
 * **entropy**: |entropy shift| clipped to ``entropy_clip`` nats, scaled.
 
 Each is tested by :class:`BettingSR`, an e-detector (Shin, Ramdas & Rinaldo,
