@@ -169,8 +169,8 @@ async def test_a_redis_that_is_away_fails_no_request_and_the_reports_keep_trying
     """The reports are a background task's: with nothing listening where Redis should be,
     every request is served and shadowed, and each failed write is counted, not fatal."""
     dead = f"redis://127.0.0.1:{free_port()}/0"
-    report = SpendReport(dead, "qdtest:spend-away:", every_s=0.1, ttl_s=1.0)
     config = make_config(scripted_memory, GOOD, shadow_sample_rate=1.0, timeouts=ROOMY)
+    report = SpendReport(config, dead, "qdtest:spend-away:", every_s=0.1, ttl_s=1.0)
     gw = GatewayService(config, spend_report=report, transport=scripted_memory.transport)
     async with in_process(gw) as client:
         for i in range(5):

@@ -60,7 +60,7 @@ def build_gateway(
         redis_url, prefix = configured_redis_url(settings), settings.redis.key_prefix
         floors = FloorWatch(config, redis_url, prefix)
         evidence = EvidenceWatch(config, redis_url, prefix)
-        spend_report = SpendReport(redis_url, prefix)
+        spend_report = SpendReport(config, redis_url, prefix)
         controller = build_controller(config, settings)
     return Gateway(
         config,

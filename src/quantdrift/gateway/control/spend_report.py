@@ -26,7 +26,7 @@ import socket
 import time
 import uuid
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
 import redis.asyncio as aioredis
@@ -34,6 +34,9 @@ from redis.exceptions import RedisError
 
 from quantdrift.gateway.control.redis_poll import RedisPoll
 from quantdrift.schemas.keys import spend_key, spenders_key
+
+if TYPE_CHECKING:
+    from quantdrift.gateway.gateway_config import GatewayConfig
 
 # One route's report: what ``SpendMeter.totals`` gives per side, plus the share now.
 Reports = Callable[[], Mapping[str, Mapping[str, Any]]]
@@ -58,6 +61,7 @@ class SpendReport(RedisPoll):
 
     def __init__(
         self,
+        config: GatewayConfig,
         redis_url: str,
         key_prefix: str,
         redis_options: Mapping[str, Any] | None = None,
@@ -67,7 +71,7 @@ class SpendReport(RedisPoll):
         name: str | None = None,
         clock: Callable[[], float] = time.time,
     ) -> None:
-        super().__init__(redis_url, key_prefix, redis_options)
+        super().__init__(config, redis_url, key_prefix, redis_options)
         if not 0 < every_s < ttl_s:
             raise ValueError(f"need 0 < every_s < ttl_s, got {every_s}, {ttl_s}")
         self._every_s, self._ttl_s = every_s, ttl_s
