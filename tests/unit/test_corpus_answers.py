@@ -1,10 +1,11 @@
 """Checkable answers joined to the recorded corpus from its prompts file.
 
 Blocks 0-22 were recorded before pairs carried an expected answer (later ones carry
-their own); the join gives each pair its prompt's. What the join must yield is counted here from the raw
-files (JSON lines, no quantdrift code): per answer kind, the pairs whose prompt has a
-checkable answer, and the answer itself. Then the evaluation's correctness table on the
-first block is counted apart from it, pair by pair, with the answer checker.
+their own); the join gives each pair its prompt's. What the join must yield is counted
+here from the raw files (JSON lines, no quantdrift code): per answer kind, the pairs
+whose prompt has a checkable answer, and the answer itself. Then the evaluation's
+correctness table on the first block is counted apart from it, pair by pair, with the
+answer checker.
 """
 
 from __future__ import annotations
