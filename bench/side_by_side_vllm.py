@@ -22,7 +22,7 @@ route's candidate), since the question here is which build passes, not the rollb
 
 Prompts: the first ``--prompts`` *sampled* prompts of ``corpus/prompts.jsonl.gz`` of
 at most ``--max-input-tokens`` (a forced pass over a long prompt holds a
-full-vocabulary row per position), T 0.7, top-p 0.9, one seed per prompt, at most
+full-vocabulary row per position), T 0.7, top-p 0.9, no seed (see ``_sampling``), at most
 ``--max-tokens`` new tokens: one decoding mode, so the noise pairs fill one floor.
 ``--concurrency`` bounds the requests in flight, and the gateway's
 ``shadow_concurrency`` the shadow jobs, so engines busy with other work (a recording)
