@@ -34,6 +34,18 @@ def breaches(row: dict[str, object]) -> str:
     return "; ".join(v for v in found if not v.startswith("---"))
 
 
+def held(row: dict[str, object]) -> str:
+    """The hold, and the machine's 1-minute load average as the fault began and ended."""
+    load = f", load {row['load']}" if row.get("load") else ""
+    return f"{float(row['hold_s']):.0f} s{load}"  # type: ignore[arg-type]
+
+
+def restarted(row: dict[str, object]) -> str:
+    """The supervisor's restarts of the worker (rows of older runs have none recorded)."""
+    found = [str(v) for v in row.get("restarts", [])]  # type: ignore[attr-defined]
+    return "; ".join(found) or "none"
+
+
 def cell(text: str) -> str:
     return text.replace("|", "\\|").replace("\n", " ")
 
@@ -50,24 +62,26 @@ def render(runs: list[dict[str, object]], seed: int | None) -> str:
         f"`make bench-faults` (seed {seed}): {len(rows)} cases on the multi-host rig, "
         f"{passed} with no breach. Each fault held for the time shown under the openai "
         "SDK's load (10 requests/s, every one mirrored); recovery is from healing until "
-        "judging moves again and the gateway holds the route's newest epoch. "
+        "judging moves again and the gateway holds the route's newest epoch. A worker "
+        "that exits is started again by the rig's supervisor, as systemd or Kubernetes "
+        "would; each restart is listed with the exit status. "
         "How to run it and what each case means: docs/testing.md.",
         "",
-        "| case | expected | observed | pairs accounted | recover | breaches |",
-        "|---|---|---|---|---|---|",
+        "| case | expected | observed | pairs accounted | recover | worker restarts | breaches |",
+        "|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         observed = "; ".join(str(o) for o in r["observed"])  # type: ignore[attr-defined]
         recover = "—" if r["recover_s"] is None else f"{r['recover_s']} s"
         lines.append(
-            f"| {r['case']} ({r['hold_s']:.0f} s) | {cell(str(r['expected']))} | "
+            f"| {r['case']} ({held(r)}) | {cell(str(r['expected']))} | "
             f"{cell(observed)} | {cell(str(r['accounted']))} | {recover} | "
-            f"{cell(breaches(r)) or 'none'} |"
+            f"{cell(restarted(r))} | {cell(breaches(r)) or 'none'} |"
         )
     if earlier:
         lines += ["", "Earlier runs of a case (the table shows its last run):", ""]
         for r in earlier:
-            lines.append(f"- {r['case']} ({r['hold_s']:.0f} s): {breaches(r) or 'no breach'}")
+            lines.append(f"- {r['case']} ({held(r)}): {breaches(r) or 'no breach'}")
     return "\n".join(lines) + "\n"
 
 
