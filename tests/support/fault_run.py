@@ -47,7 +47,11 @@ DELAY_S = 0.3
 LOSS_PERCENT = 5
 COOLDOWN_S = 60.0  # the policy's default cool-down (open -> half_open)
 STALL_AFTER_S = 60.0  # the worker's default stall_after_s (it exits 70 past it)
-STALL_EXIT = 70  # the worker's designed exit when a score cannot be delivered
+# The worker's designed exits past stall_after_s, each restarted by a service manager.
+DESIGNED_EXITS = {
+    70: "exiting (code 70)",  # a score the broker would not take (streams/delivery.py)
+    69: "exiting (code 69)",  # the broker unreachable at startup (streams/broker_wait.py)
+}
 BROKER_DOWN_S = 5.0  # how long a restarted broker stays down, under load
 HEALTHY = "The capital of France is Paris, on the Seine."
 DRIFTED = "Bananas grow in bunches; twelve of them weigh about two kilos."
@@ -524,21 +528,26 @@ def latency_line(bench: Bench, healed_at: float) -> str:
 
 def restarts(bench: Bench, row: Row) -> None:
     """The supervisor's restarts, in the row; a breach unless the case allows the
-    designed exit 70 (a score undelivered for stall_after_s) and that was the exit."""
+    worker's designed exits (70: a score undelivered for stall_after_s; 69: the broker
+    unreachable at startup for as long) and the exit was one of them."""
     sup = bench.worker
     assert sup is not None
     since = bench.fault_on or time.monotonic()
     row.restarts = sup.describe(since)
     row.observed += row.restarts
-    stall = bench.rs.log("worker-worker", 10_000_000).count(f"exiting (code {STALL_EXIT})")
+    log = bench.rs.log("worker-worker", 10_000_000)
+    said = {code: log.count(line) for code, line in DESIGNED_EXITS.items()}
     for r in sup.restarts:
-        if r.status != STALL_EXIT or not bench.case.may_exit:
+        if r.status not in DESIGNED_EXITS or not bench.case.may_exit:
             row.violations.append(
                 f"{sup.name} exited {r.status} at {r.exited_at - since:+.1f}s of the fault "
                 f"(restarted by the supervisor): not the designed exit this case allows"
             )
     if sup.restarts:
-        row.observed.append(f"the worker's log gives the reason {stall} times: 'exiting (code 70)'")
+        row.observed.append(
+            "the worker's log says why: "
+            + ", ".join(f"'{DESIGNED_EXITS[c]}' {n} times" for c, n in said.items())
+        )
     if sup.gave_up:
         row.violations.append(f"{sup.name}: the supervisor gave up after {sup.burst} restarts")
 
