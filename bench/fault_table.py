@@ -6,7 +6,7 @@ what the end-of-run checker accounted for, the time to recover, any breach). Thi
 renders them as a Markdown table and, with ``--write``, replaces the "Fault schedule"
 section of BENCHMARKS.md.
 
-    python bench/fault_table.py ROWS.jsonl [--write BENCHMARKS.md] [--seed N]
+    python bench/fault_table.py ROWS.jsonl [--write BENCHMARKS.md] [--seed N] [--note TEXT]
 """
 
 from __future__ import annotations
@@ -50,7 +50,7 @@ def cell(text: str) -> str:
     return text.replace("|", "\\|").replace("\n", " ")
 
 
-def render(runs: list[dict[str, object]], seed: int | None) -> str:
+def render(runs: list[dict[str, object]], seed: int | None, note: str = "") -> str:
     """One row per case: its last run; an earlier run of the same case is listed below
     the table with what it breached, so a rerun never hides a first failure."""
     rows = last_runs(runs)
@@ -66,6 +66,7 @@ def render(runs: list[dict[str, object]], seed: int | None) -> str:
         "that exits is started again by the rig's supervisor, as systemd or Kubernetes "
         "would; each restart is listed with the exit status. "
         "How to run it and what each case means: docs/testing.md.",
+        *(["", note] if note else []),
         "",
         "| case | expected | observed | pairs accounted | recover | worker restarts | breaches |",
         "|---|---|---|---|---|---|---|",
@@ -90,9 +91,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("rows", type=Path)
     ap.add_argument("--write", type=Path, default=None)
     ap.add_argument("--seed", type=int, default=None)
+    ap.add_argument("--note", default="", help="a paragraph on this run (its load, reruns)")
     args = ap.parse_args(argv)
     rows = [json.loads(line) for line in args.rows.read_text().splitlines() if line.strip()]
-    table = render(rows, args.seed)
+    table = render(rows, args.seed, args.note)
     print(table)
     if args.write is not None:
         write_section(args.write, table, MARKER)
