@@ -27,6 +27,10 @@ class Case:
     stops_judging: bool = False  # the worker can judge nothing while it is on
     fails_closed: bool = False  # the gateway loses both control sources
     open_first: bool = False  # the route is rolled back before the fault goes on
+    # The worker may exit 70 or 69 (a score undelivered, or the broker unreachable at
+    # startup, for stall_after_s) and be restarted by the rig's supervisor; in any other
+    # case a worker's exit is a breach.
+    may_exit: bool = False
 
     @property
     def title(self) -> str:
@@ -54,9 +58,11 @@ CASES: tuple[Case, ...] = (
     ),
     Case(
         "worker-broker",
-        "the worker judges nothing while cut (no progress in the window); healed, it "
+        "the worker judges nothing while cut (no progress in the window); a score in "
+        "flight past stall_after_s makes it exit 70 and the supervisor start it again; "
+        "the new one waits for the broker (exit 69 if it stays away as long); healed, it "
         "rejoins and judges every waiting pair once; the decision lands after healing",
-        "partition", "worker", "broker", drift=True, stops_judging=True,
+        "partition", "worker", "broker", drift=True, stops_judging=True, may_exit=True,
     ),
     Case(
         "worker-redis",

@@ -37,6 +37,7 @@ from support.fault_oracle import Run, check, judged_ids, route_state
 from support.gateway_process import GatewayProcess
 from support.netrig import Partition, Redirect, Rig, sweep
 from support.rig_stack import KAFKA_PORT, REDIS_PORT, ROUTE, Load, RigStack, wait
+from support.supervisor import Supervisor
 from support.topic_tap import TopicTap
 
 HOSTS = ["redis", "broker", "worker", "worker2", "gateway"]
@@ -45,6 +46,12 @@ APPLY_BOUND_S = 2.0  # the issue's target: the newest command within 2 s of the 
 DELAY_S = 0.3
 LOSS_PERCENT = 5
 COOLDOWN_S = 60.0  # the policy's default cool-down (open -> half_open)
+STALL_AFTER_S = 60.0  # the worker's default stall_after_s (it exits 70 past it)
+# The worker's designed exits past stall_after_s, each restarted by a service manager.
+DESIGNED_EXITS = {
+    70: "exiting (code 70)",  # a score the broker would not take (streams/delivery.py)
+    69: "exiting (code 69)",  # the broker unreachable at startup (streams/broker_wait.py)
+}
 BROKER_DOWN_S = 5.0  # how long a restarted broker stays down, under load
 HEALTHY = "The capital of France is Paris, on the Seine."
 DRIFTED = "Bananas grow in bunches; twelve of them weigh about two kilos."
@@ -61,6 +68,8 @@ class Row:
     recover_s: float | None = None
     violations: list[str] = field(default_factory=list)
     seconds: float = 0.0
+    restarts: list[str] = field(default_factory=list)  # each exit the supervisor restarted
+    load: str = ""  # the machine's 1-minute load average as the fault began and ended
 
 
 class Fault:
@@ -182,6 +191,8 @@ class Bench:
     rs: RigStack
     gw: GatewayProcess
     proxy: DelayProxy | None
+    worker: Supervisor | None = None  # the first worker, restarted whenever it fails
+    fault_on: float = 0.0  # monotonic time the fault went on
     redirect: Redirect | None = None  # the slowed client's connections to the broker
     load: Load | None = None
     tap: TopicTap | None = None  # the topics kept as they land (a broker restart forgets)
@@ -217,7 +228,7 @@ class Bench:
         return bool(self.gw.health()["routes"][ROUTE]["epoch"] == want)
 
 
-def start(case: Case, rs: RigStack) -> Bench:
+def start(case: Case, rs: RigStack, hold_s: float) -> Bench:
     """Redis, broker, upstream, (proxy), worker, gateway, load; judging under way."""
     restarts = case.fault == "broker_restart"
     # 4 partitions where the broker restarts: what it makes of a topic a client asks for
@@ -244,9 +255,14 @@ def start(case: Case, rs: RigStack) -> Bench:
         else:
             base = f"http://{proxy.address}"
             gw_extra["precisions"] = {"int4": [f"{base}/int4"], "bf16": [f"{base}/bf16"]}
-    rs.start_worker(**worker_env)
+    if case.may_exit:
+        # The cut outlasts stall_after_s at any hold (the default at the default hold),
+        # so the exit and the restart are exercised whenever a score is in flight.
+        stall = str(min(STALL_AFTER_S, hold_s / 2))
+        worker_env["QUANTDRIFT_WORKER__STALL_AFTER_S"] = stall
+    worker = rs.supervise_worker(**worker_env)
     gw = rs.start_gateway(env=gw_env, shadow_sample_rate=1.0, control_stale_s=STALE_S, **gw_extra)
-    bench = Bench(case, rs, gw, proxy, redirect)
+    bench = Bench(case, rs, gw, proxy, worker, redirect=redirect)
     if restarts:
         assert rs.settings is not None
         bench.tap = TopicTap(rs.bootstrap, list(rs.settings.kafka.topics.model_dump().values()))
@@ -323,6 +339,7 @@ def hold(bench: Bench, fault: Fault, hold_s: float, rng: random.Random, row: Row
     After a Redis restart: the seconds until the first pair was folded on the new one."""
     case, assert_ = bench.case, row.violations.append
     begin, judged_at_start = time.monotonic(), bench.judged()
+    bench.fault_on, load_on = begin, os.getloadavg()[0]
     drift_at = begin + hold_s * rng.uniform(0.3, 0.6) if case.drift else None
     grace = min(5.0, hold_s / 3)  # what the worker held when the fault began may still land
     settled: int | None = None
@@ -353,6 +370,7 @@ def hold(bench: Bench, fault: Fault, hold_s: float, rng: random.Random, row: Row
             worst_lag = (lag, now - begin)
         time.sleep(0.25)
     judged_at_end = bench.judged()
+    row.load = f"{load_on:.1f}-{os.getloadavg()[0]:.1f}"
     row.observed.append(fault.proof())
     row.observed.append(f"gateway loop lag at most {worst_lag[0]:.2f}s (+{worst_lag[1]:.0f}s)")
     if case.stops_judging:
@@ -508,6 +526,32 @@ def latency_line(bench: Bench, healed_at: float) -> str:
     return f"user latency{nice}: {cut(whole)}; 30 s after healing: {cut(after)}"
 
 
+def restarts(bench: Bench, row: Row) -> None:
+    """The supervisor's restarts, in the row; a breach unless the case allows the
+    worker's designed exits (70: a score undelivered for stall_after_s; 69: the broker
+    unreachable at startup for as long) and the exit was one of them."""
+    sup = bench.worker
+    assert sup is not None
+    since = bench.fault_on or time.monotonic()
+    row.restarts = sup.describe(since)
+    row.observed += row.restarts
+    log = bench.rs.log("worker-worker", 10_000_000)
+    said = {code: log.count(line) for code, line in DESIGNED_EXITS.items()}
+    for r in sup.restarts:
+        if r.status not in DESIGNED_EXITS or not bench.case.may_exit:
+            row.violations.append(
+                f"{sup.name} exited {r.status} at {r.exited_at - since:+.1f}s of the fault "
+                f"(restarted by the supervisor): not the designed exit this case allows"
+            )
+    if sup.restarts:
+        row.observed.append(
+            "the worker's log says why: "
+            + ", ".join(f"'{DESIGNED_EXITS[c]}' {n} times" for c, n in said.items())
+        )
+    if sup.gave_up:
+        row.violations.append(f"{sup.name}: the supervisor gave up after {sup.burst} restarts")
+
+
 def run_case(case: Case, hold_s: float, seed: int, worker_nice: int = 0) -> Row:
     """The whole case on a fresh rig; the row of the fault table."""
     rng = random.Random(f"{seed}:{case.name}")
@@ -518,7 +562,7 @@ def run_case(case: Case, hold_s: float, seed: int, worker_nice: int = 0) -> Row:
         bench: Bench | None = None
         fault: Fault | None = None
         try:
-            bench = start(case, rs)
+            bench = start(case, rs, hold_s)
             if case.open_first:
                 open_route(bench, row)
             fault = inject(bench)
@@ -559,6 +603,8 @@ def run_case(case: Case, hold_s: float, seed: int, worker_nice: int = 0) -> Row:
             for name in ("worker-worker", "gateway-gateway", "worker-worker2"):
                 row.violations.append(f"--- {name} log ---\n{rs.log(name, 2500)}")
         finally:
+            if bench is not None and bench.worker is not None:
+                restarts(bench, row)
             if fault is not None:
                 fault.heal()
             if bench is not None and bench.load is not None:

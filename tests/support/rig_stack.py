@@ -34,6 +34,7 @@ from support.gateway_process import GatewayProcess
 from support.guard import isolated_settings, make_topics
 from support.netrig import Rig
 from support.scripted_llm import ScriptedLLM
+from support.supervisor import Supervisor
 
 REDIS_PORT, KAFKA_PORT, GATEWAY_PORT = 6379, 9092, 8080
 
@@ -79,6 +80,7 @@ class RigStack:
     workdir: Path = field(default_factory=lambda: Path(tempfile.mkdtemp(prefix="qd-rig-")))
     procs: list[Popen[bytes]] = field(default_factory=list)
     gateways: list[GatewayProcess] = field(default_factory=list)
+    supervisors: list[Supervisor] = field(default_factory=list)
     upstream: ScriptedLLM | None = None
     settings: Settings | None = None
     redis_proc: Popen[bytes] | None = None
@@ -233,7 +235,16 @@ class RigStack:
             argv = ["nice", "-n", str(self.worker_nice), *argv]
         return self._spawn(host, argv, f"worker-{host}", {**self.env(), **extra})
 
+    def supervise_worker(self, host: str = "worker", **env: str) -> Supervisor:
+        """A worker on ``host`` that is started again whenever it fails, as its service
+        manager would; ``Supervisor.restarts`` records each exit."""
+        sup = Supervisor(lambda: self.start_worker(host, **env), f"the worker on {host}")
+        self.supervisors.append(sup)
+        return sup
+
     def close(self) -> None:
+        for sup in self.supervisors:  # first, so stopping a worker does not restart it
+            sup.stop()
         for gw in self.gateways:
             gw.stop()
         for proc in reversed(self.procs):

@@ -43,3 +43,19 @@ def test_a_breach_fails_the_run(tmp_path: Path) -> None:
     rows = tmp_path / "rows.jsonl"
     rows.write_text(json.dumps(run("a", ["two commands for one epoch: [20]"])) + "\n")
     assert fault_table.main([str(rows)]) == 1
+
+
+def test_a_row_shows_its_hold_load_and_the_workers_restarts(tmp_path: Path) -> None:
+    rows = tmp_path / "rows.jsonl"
+    restarted = {
+        **run("worker-broker", []),
+        "load": "3.1-4.2",
+        "restarts": ["the worker exited 70 at +62.0s of the fault, restarted 1.0s later"],
+    }
+    rows.write_text(json.dumps(restarted) + "\n" + json.dumps(run("b", [])) + "\n")
+    out = tmp_path / "BENCHMARKS.md"
+    assert fault_table.main([str(rows), "--write", str(out)]) == 0
+    text = out.read_text()
+    assert "| worker-broker (120 s, load 3.1-4.2) |" in text
+    assert "| the worker exited 70 at +62.0s of the fault, restarted 1.0s later | none |" in text
+    assert "| b (120 s) |" in text and "| 0.4 s | none | none |" in text

@@ -7,6 +7,7 @@ never imports.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 import sys
@@ -23,13 +24,16 @@ from quantdrift.breaker.store import RedisBreakerStore
 from quantdrift.config import Settings
 from quantdrift.detectors import Embedder
 from quantdrift.embedding.factory import build_scorer
+from quantdrift.errors import BrokerError
 from quantdrift.failpoints import Failpoint, failpoints, no_failpoint
 from quantdrift.schemas import CommandSigner
 from quantdrift.schemas.signing import signer_from_settings, verifier_from_settings
 from quantdrift.status import attach_status
 from quantdrift.streams.agents import WorkerStats, attach_agents
 from quantdrift.streams.app import Topics, create_app
+from quantdrift.streams.broker_wait import wait_for_broker
 from quantdrift.streams.control_log import read_control
+from quantdrift.streams.exits import EX_UNAVAILABLE
 
 
 def make_embedder(settings: Settings) -> Embedder | None:
@@ -162,6 +166,18 @@ def run_worker(settings: Settings, redis_url: str, loglevel: str = "warning") ->
         level=loglevel.upper(), format="%(asctime)s %(name)s %(levelname)s %(message)s"
     )
     app, _, _ = build_worker_app(settings, redis_url)
+    # A broker that is not there yet is waited for, within stall_after_s (broker_wait.py
+    # says why); on a loop of its own, so the one Faust takes is left as it was.
+    waiting = asyncio.new_event_loop()
+    try:
+        waiting.run_until_complete(wait_for_broker(settings.kafka, settings.worker.stall_after_s))
+    except BrokerError as exc:
+        log.critical("%s; exiting (code %d)", exc, EX_UNAVAILABLE)
+        for handler in logging.getLogger().handlers:
+            handler.flush()
+        sys.exit(EX_UNAVAILABLE)
+    finally:
+        waiting.close()
     # Load the embedder before joining the group, so the first batch is not a 5 s stall.
     worker = BoundedStopWorker(
         app,

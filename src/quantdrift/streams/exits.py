@@ -18,6 +18,7 @@ from typing import NoReturn
 
 log = logging.getLogger("quantdrift.worker")
 EX_SOFTWARE = 70  # sysexits.h: an internal error; the orchestrator restarts the worker
+EX_UNAVAILABLE = 69  # sysexits.h: a service it needs is unavailable (the broker, at startup)
 
 
 def crash_unacked(agent: str, n: int) -> NoReturn:
