@@ -33,15 +33,15 @@ from quantdrift.stack import EmbeddedStack
 from support.e2e import (
     ANSWERS,
     Gateway,
+    chat_capital,
     example_config,
     paraphrasing,
     scripted_world,
+    shadow_idle,
     start_gateway,
 )
 from support.guard import until_seen
 from support.scripted_llm import ScriptedLLM
-
-openai = pytest.importorskip("openai")
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
 
@@ -59,27 +59,6 @@ def world(
 ) -> Iterator[tuple[Settings, WorkerProcess, dict[str, str], ScriptedLLM]]:
     with scripted_world(stack, tmp_path, POLICY, paraphrasing) as world:
         yield world
-
-
-def chat(gw: Gateway, n: int, first: int) -> None:
-    client = openai.OpenAI(base_url=gw.url + "/v1", api_key="unused", max_retries=0)
-    for i in range(first, first + n):
-        reply = client.chat.completions.with_raw_response.create(
-            model=ROUTE,
-            messages=[{"role": "user", "content": f"What is the capital of France? ({i})"}],
-            temperature=0.7,
-            max_tokens=32,
-        )
-        assert reply.headers["x-quantdrift-precision"] == "int4"
-    client.close()
-
-
-def idle(gw: Gateway, timeout: float = 30) -> None:
-    """Until the gateway's shadow queue is empty and no job runs."""
-    deadline = time.monotonic() + timeout
-    while (h := gw.health())["shadow_in_flight"] or h["shadow_queue"]:
-        assert time.monotonic() < deadline, h
-        time.sleep(0.05)
 
 
 def reference_tokens(llm: ScriptedLLM, since: int) -> tuple[int, int]:
@@ -133,8 +112,8 @@ def test_the_share_follows_the_evidence_and_never_spends_past_its_cap(
         ), view
         before = len(llm.calls_to("bf16"))
         t0 = time.monotonic()
-        chat(gw, CAPPED_REQUESTS, 0)
-        idle(gw)
+        chat_capital(gw, CAPPED_REQUESTS, 0, temperature=0.7)
+        shadow_idle(gw)
         elapsed = time.monotonic() - t0
         calls, tokens = reference_tokens(llm, before)
         job = 9 + len(ANSWERS[0].split(" "))
@@ -167,8 +146,8 @@ def test_the_share_follows_the_evidence_and_never_spends_past_its_cap(
         assert gauge(gw) == {"warming": 1.0}
         seen = calls  # shadow pairs of phase 1 the worker judges too
         before = len(llm.calls_to("bf16"))
-        chat(gw, ARMING, CAPPED_REQUESTS)
-        idle(gw)
+        chat_capital(gw, ARMING, CAPPED_REQUESTS, temperature=0.7)
+        shadow_idle(gw)
         # Warming at 1.0: every request shadowed (and run again for its noise pair).
         assert len(llm.calls_to("bf16")) - before >= 2 * ARMING
         asyncio.run(until_seen(settings, ROUTE, seen + ARMING, worker, timeout=60))
@@ -181,8 +160,8 @@ def test_the_share_follows_the_evidence_and_never_spends_past_its_cap(
         assert evidence["progress"] < 0.5 and evidence["short_slices"] == 0, view
         assert set(gauge(gw)) == {"quiet"}
         before = len(llm.calls_to("bf16"))
-        chat(gw, QUIET, CAPPED_REQUESTS + ARMING)
-        idle(gw)
+        chat_capital(gw, QUIET, CAPPED_REQUESTS + ARMING, temperature=0.7)
+        shadow_idle(gw)
         assert gw.health()["routes"][ROUTE]["noise_floor"]["filling"] is False
         quiet_calls = len(llm.calls_to("bf16")) - before
         print(f"quiet: {quiet_calls} of {QUIET} requests reached the reference")

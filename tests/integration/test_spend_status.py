@@ -28,12 +28,16 @@ from quantdrift.gateway.control.spend_report import SpendReport
 from quantdrift.gateway.http.service import Gateway as GatewayService
 from quantdrift.stack import EmbeddedStack, free_port
 from support.browser import CHROMIUM, chromium_dom
-from support.e2e import Gateway, example_config, scripted_world, start_gateway
+from support.e2e import (
+    chat_capital,
+    example_config,
+    scripted_world,
+    shadow_idle,
+    start_gateway,
+)
 from support.gateway_upstream import GOOD, ROOMY, Scripted, chat_body, in_process, make_config
 from support.gateway_upstream import ROUTE as ROUTE_MEMORY
 from support.scripted_llm import ScriptedLLM, words_of
-
-openai = pytest.importorskip("openai")
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
 
@@ -55,25 +59,6 @@ def world(
     port = free_port()
     with scripted_world(stack, tmp_path, POLICY, script, web_port=port) as world:
         yield (*world, f"http://127.0.0.1:{port}")
-
-
-def chat(gw: Gateway, n: int, first: int) -> None:
-    client = openai.OpenAI(base_url=gw.url + "/v1", api_key="unused", max_retries=0)
-    for i in range(first, first + n):
-        reply = client.chat.completions.with_raw_response.create(
-            model=ROUTE,
-            messages=[{"role": "user", "content": f"What is the capital of France? ({i})"}],
-            max_tokens=32,
-        )
-        assert reply.headers["x-quantdrift-precision"] == "int4"
-    client.close()
-
-
-def idle(gw: Gateway, timeout: float = 30) -> None:
-    deadline = time.monotonic() + timeout
-    while (h := gw.health())["shadow_in_flight"] or h["shadow_queue"]:
-        assert time.monotonic() < deadline, h
-        time.sleep(0.05)
 
 
 def reference_said(llm: ScriptedLLM) -> dict[str, int]:
@@ -120,8 +105,8 @@ def test_the_status_page_sums_the_live_gateways_shadow_spend_and_shows_their_sha
     config["routes"][ROUTE]["teacher_forced"] = True  # the reference scores the candidate
     first = start_gateway(config, env, tmp_path, "first")
     try:
-        chat(first, 5, 0)
-        idle(first)
+        chat_capital(first, 5, 0)
+        shadow_idle(first)
         said = reference_said(llm)
         assert said["teacher_forcing_calls"] == 5 and said["calls"] == 10  # shadow + forced
         spend = until_spend(status, worker, lambda s: picked(s) == said)
@@ -140,8 +125,8 @@ def test_the_status_page_sums_the_live_gateways_shadow_spend_and_shows_their_sha
 
         second = start_gateway(config, env, tmp_path, "second")
         try:
-            chat(second, 3, 100)
-            idle(second)
+            chat_capital(second, 3, 100)
+            shadow_idle(second)
             said = reference_said(llm)
             spend = until_spend(status, worker, lambda s: s["gateways"] == 2 and picked(s) == said)
             print(f"two gateways: {spend}")

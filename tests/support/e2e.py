@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import openai
 import yaml
 
 from quantdrift.config import Settings
@@ -52,6 +53,9 @@ def example_config(llm: ScriptedLLM, salt: str, **changes: Any) -> dict[str, Any
     return {**config, **changes}
 
 
+EXAMPLE_ROUTE = "cs-agent/int4"  # the example config's route
+
+
 @dataclass
 class Gateway:
     proc: subprocess.Popen[bytes]
@@ -64,6 +68,29 @@ class Gateway:
     def health(self) -> dict[str, Any]:
         body: dict[str, Any] = httpx.get(self.url + "/health", timeout=5).json()
         return body
+
+
+def chat_capital(gw: Gateway, n: int, first: int, **options: Any) -> None:
+    """``n`` chat requests to the example config's route through the openai SDK, each a
+    distinct prompt (numbered from ``first``), each served by the candidate (int4)."""
+    client = openai.OpenAI(base_url=gw.url + "/v1", api_key="unused", max_retries=0)
+    for i in range(first, first + n):
+        reply = client.chat.completions.with_raw_response.create(
+            model=EXAMPLE_ROUTE,
+            messages=[{"role": "user", "content": f"What is the capital of France? ({i})"}],
+            max_tokens=32,
+            **options,
+        )
+        assert reply.headers["x-quantdrift-precision"] == "int4"
+    client.close()
+
+
+def shadow_idle(gw: Gateway, timeout: float = 30) -> None:
+    """Until the gateway's shadow queue is empty and no job runs."""
+    deadline = time.monotonic() + timeout
+    while (h := gw.health())["shadow_in_flight"] or h["shadow_queue"]:
+        assert time.monotonic() < deadline, h
+        time.sleep(0.05)
 
 
 def start_gateway(config: dict[str, Any], env: dict[str, str], workdir: Path, name: str) -> Gateway:
