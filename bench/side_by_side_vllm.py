@@ -244,7 +244,10 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                 if not await gw.shadow.wait_idle(args.shadow_timeout):
                     raise RuntimeError(f"shadow jobs still running after {args.shadow_timeout} s")
                 shadowed_s = time.monotonic() - t0
-                health = httpx.get(base + "/health", timeout=10).json()
+                # The gateway serves from this process's event loop: a blocking call here
+                # would wait on itself, so its health is read without blocking the loop.
+                async with httpx.AsyncClient(timeout=10) as client:
+                    health = (await client.get(base + "/health")).json()
                 routes = [ROUTE, *(candidate_route(ROUTE, b) for b in args.extra)]
                 judged = await until_judged(settings, routes, len(prompts), worker, 300)
             text = report(settings, config_file)
