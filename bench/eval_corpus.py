@@ -151,7 +151,9 @@ def main(argv: list[str] | None = None) -> int:
         "policy": str(args.policy) if args.policy else None,
         "rows": [],
     }
-    skipped: list[str] = []
+    # The pool depends on the corpus alone, not on the mode: counted once.
+    _, pool = pool_size(args.corpus, sizes)
+    skipped = [str(s) for s in sizes if s > pool]
     for mode in args.modes.split(","):
         base = CorpusRequest(
             pairs=args.corpus,
@@ -164,8 +166,6 @@ def main(argv: list[str] | None = None) -> int:
             answers=expected,
             policy_file=args.policy,
         )
-        _, pool = pool_size(args.corpus, sizes)
-        skipped = [str(s) for s in sizes if s > pool]
         ev = corpus_eval.load(
             EmbeddingSettings(), CorpusRequest(**{**base.__dict__, "calibration_pool": pool})
         )
